@@ -1,0 +1,383 @@
+//! Configuration, its validation, and the build-time checks on the nodes (DESIGN 3,
+//! "Build-time checks"). Every setter documents its default.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::join_all;
+
+use crate::error::{Error, FailureKind, NodeFailure, Result};
+use crate::lock::{QuorumLock, Shared};
+use crate::node::{Node, NodeAddr};
+use crate::quorum::{self, Quorum};
+
+/// The longest TTL accepted (365 days): far beyond any sane lease, and well inside what
+/// Redis' `PEXPIRE` accepts.
+pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// The validated settings of a client.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) quorum: Quorum,
+    pub(crate) required: usize,
+    pub(crate) node_timeout: Duration,
+    pub(crate) drift_factor: f64,
+    pub(crate) retry_delay: Duration,
+    pub(crate) retry_jitter: Duration,
+    pub(crate) max_retries: Option<u32>,
+    pub(crate) wait_timeout: Duration,
+    pub(crate) min_validity: Duration,
+    pub(crate) default_ttl: Duration,
+}
+
+impl Config {
+    /// Checks a TTL against this configuration: it must leave room for at least one node
+    /// round trip and the drift allowance, or no acquire could ever succeed.
+    pub(crate) fn check_ttl(&self, ttl: Duration) -> Result<Duration> {
+        let invalid = |reason: String| Err(Error::InvalidTtl { ttl, reason });
+        // Redis keeps whole milliseconds; rounding down keeps the validity conservative.
+        let ttl_ms = Duration::from_millis(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
+        if ttl_ms.is_zero() {
+            return invalid("must be at least 1 ms".into());
+        }
+        if ttl_ms > MAX_TTL {
+            return invalid(format!("must be at most {MAX_TTL:?}"));
+        }
+        // One node round trip must fit, and the least validity asked for must be reachable.
+        let floor = self.node_timeout.max(self.min_validity) + quorum::drift(ttl_ms, self.drift_factor);
+        if ttl_ms <= floor {
+            return invalid(format!(
+                "must be larger than max(node_timeout, min_validity) + clock drift ({floor:?})"
+            ));
+        }
+        Ok(ttl_ms)
+    }
+}
+
+/// Builds a [`QuorumLock`]: nodes, quorum rule, timeouts and retry policy.
+///
+/// Setters never fail; [`build`](Self::build) validates everything, names the setting at fault
+/// in [`Error::InvalidConfig`], then connects to the nodes and checks them.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct Builder {
+    nodes: Vec<String>,
+    quorum: Quorum,
+    node_timeout: Duration,
+    connect_timeout: Duration,
+    drift_factor: f64,
+    retry_delay: Duration,
+    retry_jitter: Duration,
+    max_retries: Option<u32>,
+    wait_timeout: Duration,
+    min_validity: Duration,
+    default_ttl: Duration,
+    lazy: bool,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder {
+            nodes: Vec::new(),
+            quorum: Quorum::Majority,
+            node_timeout: Duration::from_millis(50),
+            connect_timeout: Duration::from_secs(2),
+            drift_factor: 0.01,
+            retry_delay: Duration::from_millis(50),
+            retry_jitter: Duration::from_millis(50),
+            max_retries: None,
+            wait_timeout: Duration::from_secs(10),
+            min_validity: Duration::ZERO,
+            default_ttl: Duration::from_secs(30),
+            lazy: false,
+        }
+    }
+}
+
+impl Builder {
+    /// The node addresses, each `redis://[user:pass@]host:port[/db]`, `rediss://...` (feature
+    /// `tls`) or `unix:///path`. Every node must be an independent master. Replaces earlier
+    /// calls. No default: at least one node is required, and a single node has no fault
+    /// tolerance.
+    pub fn nodes<I, S>(mut self, nodes: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.nodes = nodes.into_iter().map(|s| s.as_ref().to_string()).collect();
+        self
+    }
+
+    /// The quorum rule. Defaults to [`Quorum::Majority`].
+    pub fn quorum(mut self, quorum: Quorum) -> Self {
+        self.quorum = quorum;
+        self
+    }
+
+    /// How long one node may take to answer one call (including a reconnect) before it counts
+    /// as failed. Must be well below the TTL. Defaults to 50 ms.
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = timeout;
+        self
+    }
+
+    /// How long [`build`](Self::build) waits for each node's first connection and checks.
+    /// Defaults to 2 s.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The clock-drift factor: validity is reduced by `ttl * factor + 2 ms`. Must be in
+    /// `[0, 0.5)`. Defaults to 0.01.
+    pub fn drift_factor(mut self, factor: f64) -> Self {
+        self.drift_factor = factor;
+        self
+    }
+
+    /// The base delay between two attempts of [`acquire`](QuorumLock::acquire). Defaults to
+    /// 50 ms.
+    pub fn retry_delay(mut self, delay: Duration) -> Self {
+        self.retry_delay = delay;
+        self
+    }
+
+    /// A random extra delay, uniform in `[0, jitter]`, added to each retry delay so contending
+    /// clients do not retry in lock-step. Defaults to 50 ms.
+    pub fn retry_jitter(mut self, jitter: Duration) -> Self {
+        self.retry_jitter = jitter;
+        self
+    }
+
+    /// The most retries after the first attempt, or `None` for as many as the wait time
+    /// allows. Defaults to `None`.
+    pub fn max_retries(mut self, retries: Option<u32>) -> Self {
+        self.max_retries = retries;
+        self
+    }
+
+    /// How long [`acquire`](QuorumLock::acquire) keeps trying by default. Defaults to 10 s.
+    pub fn wait_timeout(mut self, wait: Duration) -> Self {
+        self.wait_timeout = wait;
+        self
+    }
+
+    /// The least validity an acquire must leave; an attempt leaving less fails with
+    /// [`Error::ValidityExhausted`] (and is rolled back). With `ttl - min_validity` below the
+    /// node timeout, this bounds how slow a successful attempt may be. Defaults to zero (any
+    /// positive validity).
+    pub fn min_validity(mut self, min: Duration) -> Self {
+        self.min_validity = min;
+        self
+    }
+
+    /// The TTL used by [`LockRequest`](crate::LockRequest) when none is given. Defaults to
+    /// 30 s.
+    pub fn default_ttl(mut self, ttl: Duration) -> Self {
+        self.default_ttl = ttl;
+        self
+    }
+
+    /// Whether [`build`](Self::build) may succeed with fewer reachable nodes than the quorum
+    /// (they are connected on first use). Configuration errors (unknown host, wrong password,
+    /// replica, duplicate server) still fail the build. Defaults to `false`.
+    pub fn lazy(mut self, lazy: bool) -> Self {
+        self.lazy = lazy;
+        self
+    }
+
+    fn validate(&self) -> Result<Config> {
+        let invalid = |field: &'static str, reason: String| Err(Error::InvalidConfig { field, reason });
+        if self.nodes.is_empty() {
+            return invalid("nodes", "at least one node is required".into());
+        }
+        let required = match self.quorum.required(self.nodes.len()) {
+            Ok(q) => q,
+            Err(reason) => return invalid("quorum", reason),
+        };
+        if self.node_timeout.is_zero() {
+            return invalid("node_timeout", "must be positive".into());
+        }
+        if self.connect_timeout.is_zero() {
+            return invalid("connect_timeout", "must be positive".into());
+        }
+        if !(self.drift_factor.is_finite() && (0.0..0.5).contains(&self.drift_factor)) {
+            return invalid(
+                "drift_factor",
+                format!("must be in [0, 0.5), got {}", self.drift_factor),
+            );
+        }
+        let config = Config {
+            quorum: self.quorum,
+            required,
+            node_timeout: self.node_timeout,
+            drift_factor: self.drift_factor,
+            retry_delay: self.retry_delay,
+            retry_jitter: self.retry_jitter,
+            max_retries: self.max_retries,
+            wait_timeout: self.wait_timeout,
+            min_validity: self.min_validity,
+            default_ttl: self.default_ttl,
+        };
+        if let Err(Error::InvalidTtl { reason, .. }) = config.check_ttl(self.default_ttl) {
+            return invalid("default_ttl", reason);
+        }
+        Ok(config)
+    }
+
+    /// Validates the configuration, connects to every node concurrently and checks them.
+    ///
+    /// Checks: the same server listed twice (same `run_id`) and replicas are rejected;
+    /// evicting `maxmemory-policy` and missing persistence are logged as warnings (tracing);
+    /// fewer reachable nodes than the quorum is an error unless [`lazy`](Self::lazy).
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] naming the setting, [`Error::InvalidNodeUrl`],
+    /// [`Error::Node`] for an unknown host or rejected credentials, [`Error::DuplicateNode`],
+    /// [`Error::ReplicaNode`], [`Error::Unreachable`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future drops the half-built client and its connections.
+    pub async fn build(self) -> Result<QuorumLock> {
+        let config = self.validate()?;
+        let addrs = self
+            .nodes
+            .iter()
+            .map(|raw| NodeAddr::parse(raw))
+            .collect::<Result<Vec<_>>>()?;
+        let nodes: Arc<[Node]> = addrs
+            .into_iter()
+            .map(|addr| Node::new(addr, config.node_timeout))
+            .collect();
+        let probes = join_all(nodes.iter().map(|n| probe(n, self.connect_timeout))).await;
+
+        let mut failures = Vec::new();
+        let mut seen: HashMap<String, &str> = HashMap::new();
+        for (node, probe) in nodes.iter().zip(probes) {
+            let info = match probe {
+                Ok(info) => info,
+                Err(f) if matches!(f.kind(), FailureKind::Auth | FailureKind::UnknownHost) => {
+                    return Err(Error::Node(f))
+                }
+                Err(f) => {
+                    failures.push(f);
+                    continue;
+                }
+            };
+            if let Some(run_id) = info.get("run_id") {
+                if let Some(first) = seen.insert(run_id.clone(), node.name()) {
+                    return Err(Error::DuplicateNode {
+                        first: first.to_string(),
+                        second: node.name().to_string(),
+                        run_id: run_id.clone(),
+                    });
+                }
+            }
+            if info.get("role").is_some_and(|r| r != "master") {
+                return Err(Error::ReplicaNode {
+                    node: node.name().to_string(),
+                });
+            }
+            warn_unsafe_settings(node.name(), &info);
+        }
+        let reachable = nodes.len() - failures.len();
+        if reachable < config.required && !self.lazy {
+            return Err(Error::Unreachable {
+                reachable,
+                nodes: nodes.len(),
+                required: config.required,
+                failures,
+            });
+        }
+        for f in &failures {
+            tracing::warn!(node = f.node(), error = %f, "node unreachable at build; will retry on use");
+        }
+        if nodes.len() == 1 {
+            tracing::warn!("a single-node lock has no fault tolerance");
+        }
+        Ok(QuorumLock::from_shared(Shared::new(nodes, config)))
+    }
+}
+
+/// Connects to one node and reads `INFO` (server, replication, persistence, memory).
+async fn probe(node: &Node, limit: Duration) -> Result<HashMap<String, String>, NodeFailure> {
+    let info = node.query_within(&redis::cmd("INFO"), limit).await?;
+    let text = match &info {
+        redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        redis::Value::VerbatimString { text, .. } => text.clone(),
+        redis::Value::SimpleString(s) => s.clone(),
+        other => {
+            return Err(NodeFailure::new(
+                node.name(),
+                FailureKind::Protocol,
+                format!("INFO answered {other:?}"),
+            ))
+        }
+    };
+    Ok(text
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+        .collect())
+}
+
+fn warn_unsafe_settings(node: &str, info: &HashMap<String, String>) {
+    if let Some(policy) = info.get("maxmemory_policy") {
+        if policy.starts_with("allkeys") || policy.starts_with("volatile") {
+            tracing::warn!(node, policy = %policy, "evicting maxmemory policy: locks may be evicted early");
+        }
+    }
+    let aof = info.get("aof_enabled").is_some_and(|v| v == "1");
+    if !aof {
+        tracing::warn!(
+            node,
+            "no AOF persistence: after a restart this node forgets its locks; delay restarts \
+             by more than the longest TTL or enable appendonly with appendfsync always"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field(r: Result<Config>) -> &'static str {
+        match r {
+            Err(Error::InvalidConfig { field, .. }) => field,
+            other => panic!("expected InvalidConfig, got {other:?}"),
+        }
+    }
+
+    fn five() -> Builder {
+        QuorumLock::builder().nodes((1..=5).map(|i| format!("redis://127.0.0.1:{}", 7000 + i)))
+    }
+
+    #[test]
+    fn settings_are_validated_by_name() {
+        assert_eq!(field(QuorumLock::builder().validate()), "nodes");
+        assert_eq!(field(five().quorum(Quorum::AtLeast(2)).validate()), "quorum");
+        assert_eq!(field(five().quorum(Quorum::AtLeast(6)).validate()), "quorum");
+        assert_eq!(field(five().node_timeout(Duration::ZERO).validate()), "node_timeout");
+        assert_eq!(field(five().drift_factor(f64::NAN).validate()), "drift_factor");
+        assert_eq!(field(five().drift_factor(-0.1).validate()), "drift_factor");
+        assert_eq!(
+            field(five().default_ttl(Duration::from_millis(10)).validate()),
+            "default_ttl"
+        );
+        assert!(five().validate().is_ok());
+        assert!(five().quorum(Quorum::AtLeast(3)).validate().is_ok());
+    }
+
+    #[test]
+    fn ttl_checks() {
+        let c = five().validate().unwrap();
+        assert!(matches!(c.check_ttl(Duration::ZERO), Err(Error::InvalidTtl { .. })));
+        assert!(matches!(c.check_ttl(Duration::from_micros(999)), Err(Error::InvalidTtl { .. })));
+        // node timeout 50 ms + drift 2.5 ms: 52 ms is not enough, 60 ms is.
+        assert!(c.check_ttl(Duration::from_millis(52)).is_err());
+        assert_eq!(c.check_ttl(Duration::from_micros(60_900)).unwrap(), Duration::from_millis(60));
+        assert!(c.check_ttl(MAX_TTL + Duration::from_secs(1)).is_err());
+        assert!(c.check_ttl(Duration::MAX).is_err());
+    }
+}

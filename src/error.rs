@@ -1,0 +1,293 @@
+//! The crate's error enum and the per-node failure type.
+
+use std::fmt;
+use std::time::Duration;
+
+/// A `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why one node did not confirm an operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FailureKind {
+    /// No answer within the per-node timeout (a slow, paused or black-holed node).
+    Timeout,
+    /// The connection could not be made or was dropped (refused, reset, closed).
+    Connection,
+    /// The host name did not resolve.
+    UnknownHost,
+    /// The node rejected the credentials (wrong user or password, or none given).
+    Auth,
+    /// The node answered with an error (e.g. out of memory, a read-only replica, a busy script).
+    Server,
+    /// The node answered something the lock protocol does not expect.
+    Protocol,
+}
+
+impl fmt::Display for FailureKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FailureKind::Timeout => "timed out",
+            FailureKind::Connection => "connection failed",
+            FailureKind::UnknownHost => "unknown host",
+            FailureKind::Auth => "authentication failed",
+            FailureKind::Server => "server error",
+            FailureKind::Protocol => "unexpected reply",
+        })
+    }
+}
+
+/// One node's failure, naming the node by its redacted address (never its password).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeFailure {
+    node: String,
+    kind: FailureKind,
+    detail: String,
+}
+
+impl NodeFailure {
+    pub(crate) fn new(node: impl Into<String>, kind: FailureKind, detail: impl Into<String>) -> Self {
+        NodeFailure {
+            node: node.into(),
+            kind,
+            detail: detail.into(),
+        }
+    }
+
+    /// The node's address with any password replaced by `***`.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// What went wrong.
+    pub fn kind(&self) -> FailureKind {
+        self.kind
+    }
+
+    /// The underlying error's message (already redacted).
+    pub fn detail(&self) -> &str {
+        &self.detail
+    }
+
+    /// The node did not answer within the per-node timeout.
+    pub fn is_timeout(&self) -> bool {
+        self.kind == FailureKind::Timeout
+    }
+
+    /// The node could not be reached or dropped the connection.
+    pub fn is_connection(&self) -> bool {
+        matches!(self.kind, FailureKind::Connection | FailureKind::UnknownHost)
+    }
+}
+
+impl fmt::Display for NodeFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.detail.is_empty() {
+            write!(f, "{}: {}", self.node, self.kind)
+        } else {
+            write!(f, "{}: {}: {}", self.node, self.kind, self.detail)
+        }
+    }
+}
+
+/// The operation an error is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Op {
+    /// Taking the lock.
+    Acquire,
+    /// Extending (or renewing) the lock's lease.
+    Extend,
+    /// Releasing the lock.
+    Release,
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Op::Acquire => "acquire",
+            Op::Extend => "extend",
+            Op::Release => "release",
+        })
+    }
+}
+
+/// Everything that can go wrong. Messages are lowercase and never contain a password.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A builder setting is out of range or inconsistent; `field` names it.
+    #[error("invalid configuration: {field}: {reason}")]
+    InvalidConfig {
+        /// The setting at fault.
+        field: &'static str,
+        /// Why it was rejected.
+        reason: String,
+    },
+
+    /// A node address could not be used.
+    #[error("invalid node address {address}: {reason}")]
+    InvalidNodeUrl {
+        /// The address as given, with any password replaced by `***`.
+        address: String,
+        /// Why it was rejected.
+        reason: String,
+    },
+
+    /// The lock key is not acceptable (e.g. empty).
+    #[error("invalid key: {reason}")]
+    InvalidKey {
+        /// Why it was rejected.
+        reason: String,
+    },
+
+    /// The lock TTL is not acceptable (zero, or too short to ever yield any validity).
+    #[error("invalid ttl {ttl:?}: {reason}")]
+    InvalidTtl {
+        /// The TTL given.
+        ttl: Duration,
+        /// Why it was rejected.
+        reason: String,
+    },
+
+    /// The same Redis server is configured twice (same `run_id`); it would count twice toward
+    /// the quorum.
+    #[error("nodes {first} and {second} are the same redis server (run_id {run_id})")]
+    DuplicateNode {
+        /// The first address.
+        first: String,
+        /// The second address of the same server.
+        second: String,
+        /// The server's run id.
+        run_id: String,
+    },
+
+    /// A configured node is a replica; locks need independent masters.
+    #[error("node {node} is a replica; every node must be an independent master")]
+    ReplicaNode {
+        /// The replica's address.
+        node: String,
+    },
+
+    /// A node is misconfigured in a way that will not heal by waiting (unknown host, wrong
+    /// password).
+    #[error("node {0}")]
+    Node(NodeFailure),
+
+    /// Fewer nodes are reachable than the quorum needs (at build time).
+    #[error("only {reachable} of {nodes} nodes reachable, the quorum needs {required}: {}", list(.failures))]
+    Unreachable {
+        /// Nodes that answered.
+        reachable: usize,
+        /// Nodes configured.
+        nodes: usize,
+        /// Nodes the quorum needs.
+        required: usize,
+        /// Why the others did not answer.
+        failures: Vec<NodeFailure>,
+    },
+
+    /// An operation did not reach its quorum.
+    #[error("no quorum to {op} {key:?}: {confirmed} of {required} required nodes confirmed, {refused} refused{}", failed(.failures))]
+    NoQuorum {
+        /// What was attempted.
+        op: Op,
+        /// The lock key (lossy UTF-8).
+        key: String,
+        /// Nodes that confirmed.
+        confirmed: usize,
+        /// Nodes required.
+        required: usize,
+        /// Nodes that answered with a refusal (held by another holder, or not ours).
+        refused: usize,
+        /// Nodes that failed or timed out.
+        failures: Vec<NodeFailure>,
+    },
+
+    /// A quorum confirmed, but so late that no validity was left (slow nodes, or a TTL that is
+    /// too short for the network).
+    #[error("acquiring {key:?} took {elapsed:?}, leaving no validity of the {ttl:?} ttl")]
+    ValidityExhausted {
+        /// The lock key (lossy UTF-8).
+        key: String,
+        /// How long the attempt took.
+        elapsed: Duration,
+        /// The TTL requested.
+        ttl: Duration,
+    },
+
+    /// `acquire` gave up waiting: the lock stayed held by others.
+    #[error("timed out after {waited:?} waiting for {key:?} ({attempts} attempts)")]
+    WaitTimeout {
+        /// The lock key (lossy UTF-8).
+        key: String,
+        /// How long it waited.
+        waited: Duration,
+        /// How many attempts were made.
+        attempts: u32,
+    },
+
+    /// The lock can no longer be trusted: its validity ran out or a quorum no longer holds it.
+    #[error("lock {key:?} is lost")]
+    LockLost {
+        /// The lock key (lossy UTF-8).
+        key: String,
+    },
+
+    /// Release found the lock not held by a quorum: the critical section may have overlapped
+    /// with another holder's.
+    #[error("lock {key:?} was not held by a quorum at release: {confirmed} of {required} nodes confirmed{}", failed(.failures))]
+    NotHeld {
+        /// The lock key (lossy UTF-8).
+        key: String,
+        /// Nodes that confirmed.
+        confirmed: usize,
+        /// Nodes required.
+        required: usize,
+        /// Nodes that failed or timed out.
+        failures: Vec<NodeFailure>,
+    },
+}
+
+impl Error {
+    /// The lock is held by someone else (the wait ran out).
+    pub fn is_wait_timeout(&self) -> bool {
+        matches!(self, Error::WaitTimeout { .. })
+    }
+
+    /// The lock was lost or not held: the critical section may have overlapped another's.
+    pub fn is_lost(&self) -> bool {
+        matches!(self, Error::LockLost { .. } | Error::NotHeld { .. })
+    }
+
+    /// The per-node failures this error carries, if any.
+    pub fn node_failures(&self) -> &[NodeFailure] {
+        match self {
+            Error::Unreachable { failures, .. }
+            | Error::NoQuorum { failures, .. }
+            | Error::NotHeld { failures, .. } => failures,
+            Error::Node(f) => std::slice::from_ref(f),
+            _ => &[],
+        }
+    }
+}
+
+fn list(failures: &[NodeFailure]) -> String {
+    failures
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn failed(failures: &[NodeFailure]) -> String {
+    if failures.is_empty() {
+        String::new()
+    } else {
+        format!(", {} failed: {}", failures.len(), list(failures))
+    }
+}
+
+pub(crate) fn key_display(key: &[u8]) -> String {
+    String::from_utf8_lossy(key).into_owned()
+}

@@ -1,0 +1,103 @@
+//! Distributed mutual exclusion across N independent Redis masters, for tokio: the RedLock
+//! algorithm ([`Quorum::Majority`]), its all-nodes variant MultiLock ([`Quorum::All`]), and
+//! [`Quorum::AtLeast`] in between.
+//!
+//! # Quick start
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use quorum_lock::{QuorumLock, Quorum};
+//!
+//! # async fn run() -> Result<(), quorum_lock::Error> {
+//! let locks = QuorumLock::builder()
+//!     .nodes([
+//!         "redis://127.0.0.1:7001",
+//!         "redis://127.0.0.1:7002",
+//!         "redis://127.0.0.1:7003",
+//!         "redis://127.0.0.1:7004",
+//!         "redis://127.0.0.1:7005",
+//!     ])
+//!     .quorum(Quorum::Majority)
+//!     .node_timeout(Duration::from_millis(50))
+//!     .build()
+//!     .await?;
+//!
+//! let guard = locks.acquire("stock:mooncake", Duration::from_secs(10)).await?;
+//! // ... the critical section, finished well within guard.validity() ...
+//! guard.release().await?; // Err(NotHeld) would mean the section may have overlapped another
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # How it works
+//!
+//! An acquire sends one Lua script with the key and a fresh 128-bit holder value to all N
+//! nodes at once, each call bounded by the node timeout, and counts confirmations against the
+//! quorum, returning as soon as the outcome is decided. The lock's validity is
+//! `ttl - elapsed - (ttl * drift_factor + 2 ms)`, measured from before the first request was
+//! sent; without a quorum, or without validity left, the attempt is rolled back on **every**
+//! node (also those that timed out: they may still apply it), and retried after a jittered
+//! delay until the wait time runs out. Release and extend act only where the stored holder
+//! value matches; extend never re-creates an expired entry.
+//!
+//! # Guarantees and limits
+//!
+//! - A guard is returned only if a quorum confirmed within the validity window; while
+//!   [`LockGuard::validity`] is positive no other guard for the key exists, provided at most a
+//!   minority of nodes break the assumptions below.
+//! - The assumptions (RedLock's): node clocks run at about the same rate (the drift factor
+//!   covers rate differences, not jumps: a node whose clock jumps forward expires locks early);
+//!   a node does not forget locks on restart (AOF with `appendfsync always`, or restart delayed
+//!   by more than the longest TTL); the client's own pauses (GC-like stalls, swapping) end
+//!   before the validity does: check [`LockGuard::validity`] or `is_held` before side effects.
+//! - [`Quorum::All`] (MultiLock) stays exclusive even if a node forgets its locks, but
+//!   refuses service while any node is down.
+//! - One node (N = 1) is allowed and has no fault tolerance.
+//!
+//! # Cancellation
+//!
+//! Every future may be dropped. A dropped acquire leaves at most entries that expire with
+//! their TTL; a dropped [`LockGuard`] is released in the background (never blocking the
+//! dropping thread); without a tokio runtime its entries expire with their TTL. Each public
+//! async function documents its own cancel safety.
+//!
+//! # Feature flags
+//!
+//! - `tls`: `rediss://` nodes, through rustls.
+//! - `testkit`: [`testkit`], real `redis-server` fleets with failure injection for tests.
+//!
+//! # Not built yet
+//!
+//! The lease watchdog and loss signal, reentrancy, pub/sub wake-ups, fencing tokens, the fault
+//! proxy and the CLI are planned (see the README); this release has explicit
+//! [`LockGuard::extend`] and retry-based waiting.
+//!
+//! # Layout
+//!
+//! `quorum` is the pure arithmetic (quorum sizes, drift, validity, the tally); `scripts` the
+//! Lua run on the nodes; `node` one connection per node with its timeout and error
+//! classification; `fanout` the concurrent call to all nodes with early decision; `lock` the
+//! client and the acquire loop; `guard` the held lock; `builder` configuration and build-time
+//! checks; `error` the error type.
+
+#![warn(missing_docs)]
+#![deny(unsafe_code)]
+
+mod builder;
+mod error;
+mod fanout;
+mod guard;
+mod lock;
+mod node;
+pub mod quorum;
+mod scripts;
+
+#[cfg(feature = "testkit")]
+#[allow(unsafe_code)]
+pub mod testkit;
+
+pub use builder::{Builder, MAX_TTL};
+pub use error::{Error, FailureKind, NodeFailure, Op, Result};
+pub use guard::LockGuard;
+pub use lock::{LockRequest, QuorumLock, Stats, MAX_KEY_LEN};
+pub use quorum::Quorum;

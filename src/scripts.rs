@@ -1,0 +1,144 @@
+//! The Lua scripts run on every node. Each is atomic on its node; together with the quorum rule
+//! they implement the RedLock steps. A lock is one hash per key whose single field is the
+//! holder value and whose value is the holder's reentrancy count (Redisson's layout).
+
+use std::sync::OnceLock;
+
+use redis::Cmd;
+
+use crate::node::ScriptArgs;
+
+/// A script with its SHA1, loaded on every node connection.
+pub(crate) struct LockScript {
+    name: &'static str,
+    source: &'static str,
+    hash: OnceLock<String>,
+}
+
+impl LockScript {
+    const fn new(name: &'static str, source: &'static str) -> Self {
+        LockScript {
+            name,
+            source,
+            hash: OnceLock::new(),
+        }
+    }
+
+    fn hash(&self) -> &str {
+        self.hash
+            .get_or_init(|| redis::Script::new(self.source).get_hash().to_string())
+    }
+
+    pub(crate) fn name(&self) -> &'static str {
+        self.name
+    }
+
+    pub(crate) fn source(&self) -> &'static str {
+        self.source
+    }
+
+    fn command(&self, verb: &str, head: &str, args: &ScriptArgs<'_>) -> Cmd {
+        let mut cmd = redis::cmd(verb);
+        cmd.arg(head).arg(args.keys.len());
+        for k in args.keys {
+            cmd.arg(*k);
+        }
+        for a in args.argv {
+            cmd.arg(*a);
+        }
+        cmd
+    }
+
+    /// `EVALSHA sha numkeys KEYS... ARGV...`
+    pub(crate) fn evalsha_cmd(&self, args: &ScriptArgs<'_>) -> Cmd {
+        self.command("EVALSHA", self.hash(), args)
+    }
+
+    /// `EVAL source numkeys KEYS... ARGV...`: cannot answer NOSCRIPT.
+    pub(crate) fn eval_cmd(&self, args: &ScriptArgs<'_>) -> Cmd {
+        self.command("EVAL", self.source, args)
+    }
+}
+
+/// Acquire (RedLock step 2), on one node.
+///
+/// KEYS[1] lock key. ARGV[1] holder value, ARGV[2] TTL in ms, ARGV[3] "1" when the holder is
+/// reentrant (a second acquire by the same holder increments its count), "0" when not (a
+/// repeated acquire by the same holder is idempotent: it only refreshes the TTL, so a retried
+/// attempt cannot inflate the count).
+///
+/// Returns `{1, count}` when the holder holds the key now, `{0, pttl}` when another holder
+/// does (the PTTL is the waiter's wake-up hint).
+pub(crate) static ACQUIRE: LockScript = LockScript::new(
+    "acquire",
+    r#"
+local count = redis.call('hget', KEYS[1], ARGV[1])
+if count then
+  if ARGV[3] == '1' then
+    count = redis.call('hincrby', KEYS[1], ARGV[1], 1)
+  end
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  return {1, tonumber(count)}
+end
+if redis.call('exists', KEYS[1]) == 0 then
+  redis.call('hset', KEYS[1], ARGV[1], 1)
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  return {1, 1}
+end
+return {0, redis.call('pttl', KEYS[1])}
+"#,
+);
+
+/// Release (and the rollback of a failed attempt), on one node. Compare-and-delete: acts only
+/// where the stored holder value matches.
+///
+/// KEYS[1] lock key. ARGV[1] holder value, ARGV[2] release channel, ARGV[3] "1" to decrement a
+/// reentrant count, "0" to release whatever the count.
+///
+/// Returns 1 when the key was deleted (and the release notice published), 2 when a reentrant
+/// count was decremented and the holder still holds the key, 0 when the holder did not hold it.
+pub(crate) static RELEASE: LockScript = LockScript::new(
+    "release",
+    r#"
+local count = redis.call('hget', KEYS[1], ARGV[1])
+if not count then
+  return 0
+end
+if ARGV[3] == '1' and tonumber(count) > 1 then
+  redis.call('hincrby', KEYS[1], ARGV[1], -1)
+  return 2
+end
+redis.call('del', KEYS[1])
+redis.call('publish', ARGV[2], ARGV[1])
+return 1
+"#,
+);
+
+/// Extend, on one node: PEXPIRE only where the holder's field exists. Never creates the key,
+/// so an expired lock cannot be turned back into a held one.
+///
+/// KEYS[1] lock key. ARGV[1] holder value, ARGV[2] new TTL in ms.
+///
+/// Returns 1 when extended, 0 when the holder does not hold the key on this node.
+pub(crate) static EXTEND: LockScript = LockScript::new(
+    "extend",
+    r#"
+if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+"#,
+);
+
+/// Every script, for loading on connect.
+pub(crate) static ALL_SCRIPTS: [&LockScript; 3] = [&ACQUIRE, &RELEASE, &EXTEND];
+
+/// The pub/sub channel on which a release of `key` is announced.
+pub(crate) fn release_channel(key: &[u8]) -> Vec<u8> {
+    const PREFIX: &[u8] = b"quorum-lock:released:";
+    let mut channel = Vec::with_capacity(PREFIX.len() + key.len());
+    channel.extend_from_slice(PREFIX);
+    channel.extend_from_slice(key);
+    channel
+}
