@@ -1,16 +1,18 @@
 //! Sends one script call to every node at once and tallies the answers, returning as soon as
-//! the outcome is decided (RedLock step 2 and 3 for acquire; the same shape serves extend and
+//! the outcome is decided (RedLock steps 2 and 3 for acquire; the same shape serves extend and
 //! release).
 
+use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use redis::Value;
 
 use crate::error::{FailureKind, NodeFailure};
-use crate::node::{Node, ScriptArgs};
+use crate::node::{Form, Nodes};
 use crate::quorum::{Decision, Tally, Vote};
-use crate::scripts::LockScript;
+use crate::scripts::Call;
 
 /// What a node's script answer means for the operation.
 pub(crate) enum Answer {
@@ -18,6 +20,18 @@ pub(crate) enum Answer {
     Yes,
     /// Refused; for acquire, with the holder's remaining TTL as a wake-up hint.
     Refused(Option<Duration>),
+}
+
+/// What happens to the calls still in flight once the outcome is decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stragglers {
+    /// Drop them. A request already written stays queued on its node's connection (in order
+    /// before anything sent later); one not yet written is never sent, nor is a NOSCRIPT
+    /// fallback. Required for acquire: its rollback must not be overtaken.
+    Drop,
+    /// Let them finish in a background task, so that every node gets the call even though the
+    /// caller returned at quorum (release, extend: neither can create an entry).
+    Finish,
 }
 
 /// The result of one fan-out.
@@ -29,30 +43,36 @@ pub(crate) struct Outcome {
     pub(crate) hint: Option<Duration>,
 }
 
-/// Runs `script` on all `nodes` concurrently, each call bounded by its node's timeout, and
-/// stops as soon as `required` nodes said yes or that became impossible. Calls still in flight
-/// are dropped: a request already written stays queued on its node's connection (and is covered
-/// by a later release or renewal, which address every node); one not yet written is never sent.
+/// One node's part of a call, owning what it needs so that it can outlive the caller.
+fn node_call(
+    nodes: &Nodes,
+    i: usize,
+    call: &Arc<Call>,
+    form: Form,
+) -> impl Future<Output = (usize, Result<Value, NodeFailure>)> + Send + 'static {
+    let (nodes, call) = (nodes.clone(), call.clone());
+    async move { (i, nodes[i].run(&call, form).await) }
+}
+
+/// Runs `call` on all `nodes` concurrently, each bounded by its node's timeout, and stops as
+/// soon as `required` nodes said yes or that became impossible.
 pub(crate) async fn fan_out(
-    nodes: &[Node],
+    nodes: &Nodes,
     required: usize,
-    script: &LockScript,
-    args: &ScriptArgs<'_>,
+    call: Call,
     read: fn(&Value) -> Option<Answer>,
+    stragglers: Stragglers,
 ) -> Outcome {
-    let evalsha = &script.evalsha_cmd(args);
-    let mut pending: FuturesUnordered<_> = nodes
-        .iter()
-        .map(|node| {
-            async move { (node, node.run(script, evalsha, args).await) }
-        })
+    let call = Arc::new(call);
+    let mut pending: FuturesUnordered<_> = (0..nodes.len())
+        .map(|i| node_call(nodes, i, &call, Form::Sha))
         .collect();
     let mut tally = Tally::new(nodes.len(), required);
     let mut failures = Vec::new();
     let mut hint: Option<Duration> = None;
     let mut decision = tally.decision();
     while decision == Decision::Pending {
-        let Some((node, result)) = pending.next().await else {
+        let Some((i, result)) = pending.next().await else {
             break;
         };
         let vote = match result.map(|v| (read(&v), v)) {
@@ -66,9 +86,9 @@ pub(crate) async fn fan_out(
             }
             Ok((None, v)) => {
                 failures.push(NodeFailure::new(
-                    node.name(),
+                    nodes[i].name(),
                     FailureKind::Protocol,
-                    format!("{} script answered {v:?}", script.name()),
+                    format!("{} script answered {v:?}", call.script.name()),
                 ));
                 Vote::Failed
             }
@@ -78,7 +98,10 @@ pub(crate) async fn fan_out(
             }
         };
         decision = tally.add(vote);
-        tracing::trace!(node = node.name(), ?vote, ?decision, script = script.name());
+        tracing::trace!(node = nodes[i].name(), ?vote, ?decision, script = call.script.name());
+    }
+    if stragglers == Stragglers::Finish && !pending.is_empty() {
+        tokio::spawn(async move { while pending.next().await.is_some() {} });
     }
     Outcome {
         decision,
@@ -88,22 +111,20 @@ pub(crate) async fn fan_out(
     }
 }
 
-/// Runs `script` by plain EVAL on every node and waits for all of them (each bounded by its
+/// Runs `call` by plain EVAL on every node and waits for all of them (each bounded by its
 /// node's timeout); returns how many answered yes. Used for the rollback of a failed attempt:
 /// EVAL cannot answer NOSCRIPT, so the rollback cannot fail late on a node where the attempt's
 /// acquire ran (DESIGN 3, "ordering trap").
 pub(crate) async fn broadcast_eval(
-    nodes: &[Node],
-    script: &LockScript,
-    args: &ScriptArgs<'_>,
+    nodes: &Nodes,
+    call: Call,
     read: fn(&Value) -> Option<Answer>,
 ) -> usize {
-    let eval = &script.eval_cmd(args);
-    let results =
-        futures::future::join_all(nodes.iter().map(|node| node.run(script, eval, args))).await;
+    let call = Arc::new(call);
+    let results = futures::future::join_all((0..nodes.len()).map(|i| node_call(nodes, i, &call, Form::Eval))).await;
     results
         .iter()
-        .filter(|r| matches!(r.as_ref().map(read), Ok(Some(Answer::Yes))))
+        .filter(|(_, r)| matches!(r.as_ref().map(read), Ok(Some(Answer::Yes))))
         .count()
 }
 

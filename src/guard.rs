@@ -7,11 +7,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::{key_display, Error, Op, Result};
-use crate::fanout::{fan_out, read_extend, read_release};
+use crate::fanout::{fan_out, read_extend, read_release, Stragglers};
 use crate::lock::Shared;
-use crate::node::ScriptArgs;
 use crate::quorum::{self, Decision};
-use crate::scripts::{release_channel, EXTEND, RELEASE};
+use crate::scripts::{release_channel, Call, EXTEND, RELEASE};
 
 /// One acquisition: key, holder value and the deadline until which it may be trusted.
 pub(crate) struct Lease {
@@ -152,17 +151,12 @@ impl LockGuard {
             return Err(self.lost_error());
         };
         let ttl_ms = ttl.as_millis().to_string();
-        let keys: [&[u8]; 1] = [&self.lease.key];
-        let argv: [&[u8]; 2] = [self.lease.holder.as_bytes(), ttl_ms.as_bytes()];
-        let args = ScriptArgs {
-            keys: &keys,
-            argv: &argv,
-        };
+        let call = Call::new(&EXTEND, &self.lease.key, &[self.lease.holder.as_bytes(), ttl_ms.as_bytes()]);
         let start = Instant::now();
         let nodes = &self.shared.nodes;
         // A quorum confirmed after the current deadline proves nothing: the lock may have
         // expired in between.
-        let fan = fan_out(nodes, config.required, &EXTEND, &args, read_extend);
+        let fan = fan_out(nodes, config.required, call, read_extend, Stragglers::Finish);
         let Ok(outcome) = tokio::time::timeout_at(current, fan).await else {
             self.mark_lost();
             return Err(self.lost_error());
@@ -224,13 +218,8 @@ impl LockGuard {
 
 async fn release_on_nodes(shared: &Shared, lease: &Lease) -> crate::fanout::Outcome {
     let channel = release_channel(&lease.key);
-    let keys: [&[u8]; 1] = [&lease.key];
-    let argv: [&[u8]; 3] = [lease.holder.as_bytes(), &channel, b"0"];
-    let args = ScriptArgs {
-        keys: &keys,
-        argv: &argv,
-    };
-    fan_out(&shared.nodes, shared.config.required, &RELEASE, &args, read_release).await
+    let call = Call::new(&RELEASE, &lease.key, &[lease.holder.as_bytes(), &channel, b"0"]);
+    fan_out(&shared.nodes, shared.config.required, call, read_release, Stragglers::Finish).await
 }
 
 impl Drop for LockGuard {

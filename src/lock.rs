@@ -10,11 +10,11 @@ use tokio::time::Instant;
 
 use crate::builder::{Builder, Config};
 use crate::error::{key_display, Error, Op, Result};
-use crate::fanout::{broadcast_eval, fan_out, read_acquire, read_release};
+use crate::fanout::{broadcast_eval, fan_out, read_acquire, read_release, Stragglers};
 use crate::guard::{Lease, LockGuard};
-use crate::node::{Nodes, ScriptArgs};
+use crate::node::Nodes;
 use crate::quorum::{self, Decision};
-use crate::scripts::{release_channel, ACQUIRE, RELEASE};
+use crate::scripts::{release_channel, Call, ACQUIRE, RELEASE};
 
 /// The longest key accepted (64 KiB). Redis allows more, but a lock key is a name, and it is
 /// copied into every request and release channel.
@@ -155,17 +155,12 @@ impl QuorumLock {
         let config = &shared.config;
         let holder = holder_value();
         let ttl_ms = ttl.as_millis().to_string();
-        let keys: [&[u8]; 1] = [key];
-        let argv: [&[u8]; 3] = [holder.as_bytes(), ttl_ms.as_bytes(), b"0"];
-        let args = ScriptArgs {
-            keys: &keys,
-            argv: &argv,
-        };
+        let call = Call::new(&ACQUIRE, key, &[holder.as_bytes(), ttl_ms.as_bytes(), b"0"]);
         shared.counters.attempts.fetch_add(1, Ordering::Relaxed);
 
         // Step 1: the validity is measured from before the first request is sent.
         let t0 = Instant::now();
-        let outcome = fan_out(&shared.nodes, config.required, &ACQUIRE, &args, read_acquire).await;
+        let outcome = fan_out(&shared.nodes, config.required, call, read_acquire, Stragglers::Drop).await;
         let elapsed = t0.elapsed();
         let drift = quorum::drift(ttl, config.drift_factor);
 
@@ -203,9 +198,14 @@ impl QuorumLock {
         };
         tracing::debug!(key = %key_display(key), yes = outcome.tally.yes(), refused = outcome.tally.refused(), failed = outcome.tally.failed(), "attempt failed, rolling back");
         // Step 5: roll back on every node, also those that failed or timed out: they may have
-        // applied the acquire. The holder value is unique to this attempt, so the rollback can
-        // run in the background without racing the next attempt.
-        tokio::spawn(rollback(self.shared.clone(), key.clone(), holder));
+        // applied the acquire. The holder value is unique to this attempt, so a late rollback
+        // can never delete a later attempt's entry.
+        let mut rollback = Box::pin(rollback(self.shared.clone(), key.clone(), holder));
+        // One poll writes the rollback onto every live connection, so a retry sent next cannot
+        // overtake it (its entry would refuse the retry); the answers are awaited elsewhere.
+        if futures::poll!(rollback.as_mut()).is_pending() {
+            tokio::spawn(rollback);
+        }
         Err(miss)
     }
 
@@ -262,13 +262,8 @@ impl QuorumLock {
 /// Releases an attempt's entries on every node, by plain EVAL (DESIGN 3, "ordering trap").
 async fn rollback(shared: Arc<Shared>, key: Arc<[u8]>, holder: String) {
     let channel = release_channel(&key);
-    let keys: [&[u8]; 1] = [&key];
-    let argv: [&[u8]; 3] = [holder.as_bytes(), &channel, b"0"];
-    let args = ScriptArgs {
-        keys: &keys,
-        argv: &argv,
-    };
-    broadcast_eval(&shared.nodes, &RELEASE, &args, read_release).await;
+    let call = Call::new(&RELEASE, &key, &[holder.as_bytes(), &channel, b"0"]);
+    broadcast_eval(&shared.nodes, call, read_release).await;
 }
 
 fn holder_value() -> String {

@@ -8,7 +8,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 
 use crate::error::{Error, FailureKind, NodeFailure};
-use crate::scripts::{LockScript, ALL_SCRIPTS};
+use crate::scripts::{Call, ALL_SCRIPTS};
 
 /// A parsed node address: the redis client for it, and its display form without the password.
 pub(crate) struct NodeAddr {
@@ -172,18 +172,24 @@ impl Node {
         let config = AsyncConnectionConfig::new()
             .set_response_timeout(None)
             .set_connection_timeout(None);
-        let mut conn = self
+        let conn = self
             .addr
             .client
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
         // Load every script on every (re)connect, before the connection is used, so that an
         // acquire can only answer NOSCRIPT after an explicit SCRIPT FLUSH.
-        let mut load = redis::pipe();
-        for script in ALL_SCRIPTS {
-            load.cmd("SCRIPT").arg("LOAD").arg(script.source());
+        // Sent as separate commands (the connection pipelines them anyway) so that a failure
+        // keeps its error kind, e.g. NOAUTH.
+        let loads = ALL_SCRIPTS.iter().map(|script| {
+            let mut conn = conn.clone();
+            let mut load = redis::cmd("SCRIPT");
+            load.arg("LOAD").arg(script.source());
+            async move { conn.send_packed_command(&load).await.and_then(top_level_error) }
+        });
+        for loaded in futures::future::join_all(loads).await {
+            loaded?;
         }
-        let _: Vec<String> = load.query_async(&mut conn).await?;
         let mut slot = self.slot.lock().unwrap_or_else(|p| p.into_inner());
         slot.generation += 1;
         slot.conn = Some(conn.clone());
@@ -194,23 +200,32 @@ impl Node {
     pub(crate) async fn query_within(&self, cmd: &Cmd, limit: Duration) -> Result<Value, NodeFailure> {
         self.bounded(limit, async {
             let (generation, mut conn) = self.connection().await.map_err(|e| (0, e))?;
-            conn.send_packed_command(cmd).await.map_err(|e| (generation, e))
+            conn.send_packed_command(cmd)
+                .await
+                .and_then(top_level_error)
+                .map_err(|e| (generation, e))
         })
         .await
     }
 
-    /// Runs a lock script by EVALSHA, falling back to EVAL when the node answers NOSCRIPT
-    /// (scripts flushed, or a server restarted under the same connection). Bounded by the
-    /// per-node timeout. The fallback is sent from the same future: if the caller drops it
-    /// (decided or timed out), no EVAL can be sent after the caller's rollback.
-    pub(crate) async fn run(&self, script: &LockScript, evalsha: &Cmd, args: &ScriptArgs<'_>) -> Result<Value, NodeFailure> {
+    /// Runs a lock script call, bounded by the per-node timeout. In [`Form::Sha`] it is sent
+    /// by EVALSHA, falling back to EVAL when the node answers NOSCRIPT (scripts flushed). The
+    /// fallback is sent from the same future: a caller that drops the future (decided, or
+    /// timed out) can be sure no EVAL follows its rollback.
+    pub(crate) async fn run(&self, call: &Call, form: Form) -> Result<Value, NodeFailure> {
         self.bounded(self.timeout, async {
             let (generation, mut conn) = self.connection().await.map_err(|e| (0, e))?;
-            match conn.send_packed_command(evalsha).await {
+            let first = match form {
+                Form::Sha => conn.send_packed_command(call.evalsha()).await,
+                Form::Eval => conn.send_packed_command(&call.eval()).await,
+            };
+            match first.and_then(top_level_error) {
                 Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    tracing::debug!(node = %self.name(), script = script.name(), "NOSCRIPT, falling back to EVAL");
-                    let eval = script.eval_cmd(args);
-                    conn.send_packed_command(&eval).await.map_err(|e| (generation, e))
+                    tracing::debug!(node = %self.name(), script = call.script.name(), "NOSCRIPT, falling back to EVAL");
+                    conn.send_packed_command(&call.eval())
+                        .await
+                        .and_then(top_level_error)
+                        .map_err(|e| (generation, e))
                 }
                 other => other.map_err(|e| (generation, e)),
             }
@@ -254,10 +269,22 @@ impl Node {
     }
 }
 
-/// The KEYS and ARGV of one script call, shared by all nodes of an operation.
-pub(crate) struct ScriptArgs<'a> {
-    pub(crate) keys: &'a [&'a [u8]],
-    pub(crate) argv: &'a [&'a [u8]],
+/// The multiplexed connection hands a command's error reply back as a value; make it an error
+/// so that it is classified (NOSCRIPT, NOAUTH, OOM, ...).
+fn top_level_error(v: Value) -> Result<Value, RedisError> {
+    match v {
+        Value::ServerError(e) => Err(e.into()),
+        v => Ok(v),
+    }
+}
+
+/// How a script call is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Form {
+    /// EVALSHA, with EVAL fallback on NOSCRIPT.
+    Sha,
+    /// Plain EVAL (rollback: must not fail late with NOSCRIPT).
+    Eval,
 }
 
 /// Node connections shared by a client and its guards.

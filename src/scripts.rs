@@ -6,7 +6,6 @@ use std::sync::OnceLock;
 
 use redis::Cmd;
 
-use crate::node::ScriptArgs;
 
 /// A script with its SHA1, loaded on every node connection.
 pub(crate) struct LockScript {
@@ -37,26 +36,40 @@ impl LockScript {
         self.source
     }
 
-    fn command(&self, verb: &str, head: &str, args: &ScriptArgs<'_>) -> Cmd {
-        let mut cmd = redis::cmd(verb);
-        cmd.arg(head).arg(args.keys.len());
-        for k in args.keys {
-            cmd.arg(*k);
+}
+
+/// One script call, shared by the per-node requests of an operation: the EVALSHA command is
+/// packed once and sent to every node.
+pub(crate) struct Call {
+    pub(crate) script: &'static LockScript,
+    evalsha: Cmd,
+}
+
+impl Call {
+    /// `EVALSHA sha 1 key ARGV...`: every lock script takes exactly one key.
+    pub(crate) fn new(script: &'static LockScript, key: &[u8], argv: &[&[u8]]) -> Call {
+        let mut evalsha = redis::cmd("EVALSHA");
+        evalsha.arg(script.hash()).arg(1).arg(key);
+        for a in argv {
+            evalsha.arg(*a);
         }
-        for a in args.argv {
-            cmd.arg(*a);
-        }
-        cmd
+        Call { script, evalsha }
     }
 
-    /// `EVALSHA sha numkeys KEYS... ARGV...`
-    pub(crate) fn evalsha_cmd(&self, args: &ScriptArgs<'_>) -> Cmd {
-        self.command("EVALSHA", self.hash(), args)
+    pub(crate) fn evalsha(&self) -> &Cmd {
+        &self.evalsha
     }
 
-    /// `EVAL source numkeys KEYS... ARGV...`: cannot answer NOSCRIPT.
-    pub(crate) fn eval_cmd(&self, args: &ScriptArgs<'_>) -> Cmd {
-        self.command("EVAL", self.source, args)
+    /// The same call as `EVAL source ...`: it cannot answer NOSCRIPT.
+    pub(crate) fn eval(&self) -> Cmd {
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(self.script.source);
+        for arg in self.evalsha.args_iter().skip(2) {
+            if let redis::Arg::Simple(bytes) = arg {
+                eval.arg(bytes);
+            }
+        }
+        eval
     }
 }
 

@@ -1,0 +1,104 @@
+//! Helpers shared by the integration tests: fleets, clients, and direct node inspection.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use quorum_lock::testkit::Fleet;
+use quorum_lock::{Builder, Quorum, QuorumLock};
+
+/// A five-node fleet shared by the tests of one binary that use unique keys and inject no
+/// faults. Its servers die with the test process (the test kit's parent-death signal).
+pub fn shared_fleet() -> &'static Fleet {
+    static FLEET: OnceLock<Fleet> = OnceLock::new();
+    FLEET.get_or_init(|| Fleet::start(5).expect("starting the shared fleet"))
+}
+
+/// A fresh fleet for a test that injects faults.
+pub fn own_fleet(n: usize) -> Fleet {
+    Fleet::start(n).expect("starting a fleet")
+}
+
+/// A key no other test uses.
+pub fn unique_key(name: &str) -> String {
+    format!("test:{name}:{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Test defaults: generous timeouts, so that a loaded 2-core machine does not turn a healthy
+/// node into a failed one.
+pub fn builder(fleet: &Fleet, quorum: Quorum) -> Builder {
+    QuorumLock::builder()
+        .nodes(fleet.urls())
+        .quorum(quorum)
+        .node_timeout(Duration::from_millis(250))
+        .retry_delay(Duration::from_millis(5))
+        .retry_jitter(Duration::from_millis(10))
+}
+
+pub async fn client(fleet: &Fleet, quorum: Quorum) -> QuorumLock {
+    builder(fleet, quorum).build().await.expect("building the client")
+}
+
+pub async fn conn(fleet: &Fleet, i: usize) -> redis::aio::MultiplexedConnection {
+    // A generous response timeout: nodes under CLIENT PAUSE answer late, but do answer.
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(10)));
+    fleet
+        .client(i)
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .expect("test connection")
+}
+
+/// The lock hash stored for `key` on node `i`: holder value -> count (empty if absent).
+pub async fn entry(fleet: &Fleet, i: usize, key: &str) -> HashMap<String, i64> {
+    let mut c = conn(fleet, i).await;
+    redis::cmd("HGETALL")
+        .arg(key)
+        .query_async(&mut c)
+        .await
+        .expect("HGETALL")
+}
+
+/// How many of the fleet's nodes hold `key` for `holder`.
+pub async fn nodes_holding(fleet: &Fleet, key: &str, holder: &str) -> usize {
+    let mut n = 0;
+    for i in 0..fleet.len() {
+        if entry(fleet, i, key).await.contains_key(holder) {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// `INFO commandstats` calls of `command` on node `i`.
+pub async fn command_calls(fleet: &Fleet, i: usize, command: &str) -> u64 {
+    let mut c = conn(fleet, i).await;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut c)
+        .await
+        .expect("INFO commandstats");
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Waits (polling, bounded) until `check` holds; panics with `what` and the fleet's logs if it
+/// does not within `limit`.
+pub async fn eventually<F, Fut>(fleet: &Fleet, limit: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    while !check().await {
+        if tokio::time::Instant::now() > deadline {
+            panic!("not within {limit:?}: {what}\n{}", fleet.all_logs());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

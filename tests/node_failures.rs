@@ -1,0 +1,118 @@
+//! Acquire under node failures: killed and paused (SIGSTOP) nodes, Majority and All. Each test
+//! has its own fleet.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use quorum_lock::{Error, Quorum};
+
+const TTL: Duration = Duration::from_secs(10);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn majority_survives_two_killed_nodes_but_not_three() {
+    let fleet = own_fleet(5);
+    let locks = client(&fleet, Quorum::Majority).await;
+    fleet.kill(0).unwrap();
+    fleet.kill(1).unwrap();
+    let key = unique_key("killed");
+    let guard = locks.try_acquire(&key, TTL).await.unwrap().expect("3 of 5 are up");
+    for i in 2..5 {
+        assert!(entry(&fleet, i, &key).await.contains_key(guard.holder()), "live node {i}");
+    }
+    guard.release().await.expect("3 of 5 confirm the release");
+
+    fleet.kill(2).unwrap();
+    let started = Instant::now();
+    let err = locks.try_acquire(&key, TTL).await.unwrap_err();
+    let took = started.elapsed();
+    match &err {
+        Error::NoQuorum { confirmed, required, failures, .. } => {
+            // Decided as soon as the third failure made the quorum impossible, whether or not
+            // the two live nodes had answered yet.
+            assert!(*confirmed <= 2 && *required == 3, "{err}");
+            assert_eq!(failures.len(), 3, "{err}");
+            assert!(failures.iter().all(|f| f.is_connection()), "{err}");
+        }
+        other => panic!("expected NoQuorum, got {other}"),
+    }
+    // Refused connections fail at once; far below any TCP timeout.
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn majority_survives_two_paused_nodes_but_not_three() {
+    let fleet = own_fleet(5);
+    let locks = client(&fleet, Quorum::Majority).await;
+    fleet.pause(3).unwrap();
+    fleet.pause(4).unwrap();
+    let key = unique_key("paused");
+    let guard = locks.try_acquire(&key, TTL).await.unwrap().expect("3 of 5 answer");
+    guard.release().await.expect("3 of 5 confirm the release");
+
+    fleet.pause(2).unwrap();
+    let started = Instant::now();
+    let err = locks.try_acquire(&key, TTL).await.unwrap_err();
+    let took = started.elapsed();
+    match &err {
+        Error::NoQuorum { failures, .. } => {
+            assert_eq!(failures.len(), 3, "{err}");
+            assert!(failures.iter().all(|f| f.is_timeout()), "{err}");
+        }
+        other => panic!("expected NoQuorum, got {other}"),
+    }
+    // Bounded by the 250 ms node timeout, not by TCP.
+    assert!(took >= Duration::from_millis(250), "decided before the timeout: {took:?}");
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    for i in 2..5 {
+        fleet.resume(i).unwrap();
+    }
+    // Healed: works again on the same connections.
+    let guard = locks.try_acquire(&key, TTL).await.unwrap().expect("healed");
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multilock_refuses_while_any_node_is_down() {
+    let fleet = own_fleet(3);
+    let locks = client(&fleet, Quorum::All).await;
+    let key = unique_key("all");
+    let guard = locks.try_acquire(&key, TTL).await.unwrap().expect("all up");
+    guard.release().await.unwrap();
+
+    fleet.kill(1).unwrap();
+    let err = locks.try_acquire(&key, TTL).await.unwrap_err();
+    assert!(matches!(err, Error::NoQuorum { required: 3, .. }), "{err}");
+
+    fleet.pause(2).unwrap();
+    fleet.restart(1).unwrap();
+    let err = locks.try_acquire(&key, TTL).await.unwrap_err();
+    assert!(matches!(&err, Error::NoQuorum { failures, .. } if failures.iter().any(|f| f.is_timeout())), "{err}");
+    fleet.resume(2).unwrap();
+    // The restarted node is reconnected (and its scripts loaded) on use.
+    let guard = locks.try_acquire(&key, TTL).await.unwrap().expect("all up again");
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_node_is_reconnected() {
+    let fleet = own_fleet(3);
+    let locks = client(&fleet, Quorum::All).await;
+    let key = unique_key("restart");
+    for i in 0..3 {
+        fleet.restart(i).unwrap();
+    }
+    // The first call on each node sees the dropped connection and reconnects on the next.
+    let mut attempts = 0;
+    let guard = loop {
+        attempts += 1;
+        match locks.try_acquire(&key, TTL).await {
+            Ok(Some(g)) => break g,
+            Ok(None) => panic!("nobody else holds the key"),
+            Err(e) if attempts < 3 => assert!(matches!(e, Error::NoQuorum { .. }), "{e}"),
+            Err(e) => panic!("not reconnected: {e}\n{}", fleet.all_logs()),
+        }
+    };
+    guard.release().await.unwrap();
+}
