@@ -45,7 +45,8 @@ impl Config {
             return invalid(format!("must be at most {MAX_TTL:?}"));
         }
         // One node round trip must fit, and the least validity asked for must be reachable.
-        let floor = self.node_timeout.max(self.min_validity) + quorum::drift(ttl_ms, self.drift_factor);
+        let floor =
+            self.node_timeout.max(self.min_validity) + quorum::drift(ttl_ms, self.drift_factor);
         if ttl_ms <= floor {
             return invalid(format!(
                 "must be larger than max(node_timeout, min_validity) + clock drift ({floor:?})"
@@ -188,7 +189,8 @@ impl Builder {
     }
 
     fn validate(&self) -> Result<Config> {
-        let invalid = |field: &'static str, reason: String| Err(Error::InvalidConfig { field, reason });
+        let invalid =
+            |field: &'static str, reason: String| Err(Error::InvalidConfig { field, reason });
         if self.nodes.is_empty() {
             return invalid("nodes", "at least one node is required".into());
         }
@@ -356,10 +358,22 @@ mod tests {
     #[test]
     fn settings_are_validated_by_name() {
         assert_eq!(field(QuorumLock::builder().validate()), "nodes");
-        assert_eq!(field(five().quorum(Quorum::AtLeast(2)).validate()), "quorum");
-        assert_eq!(field(five().quorum(Quorum::AtLeast(6)).validate()), "quorum");
-        assert_eq!(field(five().node_timeout(Duration::ZERO).validate()), "node_timeout");
-        assert_eq!(field(five().drift_factor(f64::NAN).validate()), "drift_factor");
+        assert_eq!(
+            field(five().quorum(Quorum::AtLeast(2)).validate()),
+            "quorum"
+        );
+        assert_eq!(
+            field(five().quorum(Quorum::AtLeast(6)).validate()),
+            "quorum"
+        );
+        assert_eq!(
+            field(five().node_timeout(Duration::ZERO).validate()),
+            "node_timeout"
+        );
+        assert_eq!(
+            field(five().drift_factor(f64::NAN).validate()),
+            "drift_factor"
+        );
         assert_eq!(field(five().drift_factor(-0.1).validate()), "drift_factor");
         assert_eq!(
             field(five().default_ttl(Duration::from_millis(10)).validate()),
@@ -372,11 +386,20 @@ mod tests {
     #[test]
     fn ttl_checks() {
         let c = five().validate().unwrap();
-        assert!(matches!(c.check_ttl(Duration::ZERO), Err(Error::InvalidTtl { .. })));
-        assert!(matches!(c.check_ttl(Duration::from_micros(999)), Err(Error::InvalidTtl { .. })));
+        assert!(matches!(
+            c.check_ttl(Duration::ZERO),
+            Err(Error::InvalidTtl { .. })
+        ));
+        assert!(matches!(
+            c.check_ttl(Duration::from_micros(999)),
+            Err(Error::InvalidTtl { .. })
+        ));
         // node timeout 50 ms + drift 2.5 ms: 52 ms is not enough, 60 ms is.
         assert!(c.check_ttl(Duration::from_millis(52)).is_err());
-        assert_eq!(c.check_ttl(Duration::from_micros(60_900)).unwrap(), Duration::from_millis(60));
+        assert_eq!(
+            c.check_ttl(Duration::from_micros(60_900)).unwrap(),
+            Duration::from_millis(60)
+        );
         assert!(c.check_ttl(MAX_TTL + Duration::from_secs(1)).is_err());
         assert!(c.check_ttl(Duration::MAX).is_err());
     }

@@ -46,7 +46,11 @@ pub struct NodeFailure {
 }
 
 impl NodeFailure {
-    pub(crate) fn new(node: impl Into<String>, kind: FailureKind, detail: impl Into<String>) -> Self {
+    pub(crate) fn new(
+        node: impl Into<String>,
+        kind: FailureKind,
+        detail: impl Into<String>,
+    ) -> Self {
         NodeFailure {
             node: node.into(),
             kind,
@@ -76,7 +80,10 @@ impl NodeFailure {
 
     /// The node could not be reached or dropped the connection.
     pub fn is_connection(&self) -> bool {
-        matches!(self.kind, FailureKind::Connection | FailureKind::UnknownHost)
+        matches!(
+            self.kind,
+            FailureKind::Connection | FailureKind::UnknownHost
+        )
     }
 }
 

@@ -98,7 +98,12 @@ pub(crate) async fn fan_out(
             }
         };
         decision = tally.add(vote);
-        tracing::trace!(node = nodes[i].name(), ?vote, ?decision, script = call.script.name());
+        tracing::trace!(
+            node = nodes[i].name(),
+            ?vote,
+            ?decision,
+            script = call.script.name()
+        );
     }
     if stragglers == Stragglers::Finish && !pending.is_empty() {
         tokio::spawn(async move { while pending.next().await.is_some() {} });
@@ -121,7 +126,9 @@ pub(crate) async fn broadcast_eval(
     read: fn(&Value) -> Option<Answer>,
 ) -> usize {
     let call = Arc::new(call);
-    let results = futures::future::join_all((0..nodes.len()).map(|i| node_call(nodes, i, &call, Form::Eval))).await;
+    let results =
+        futures::future::join_all((0..nodes.len()).map(|i| node_call(nodes, i, &call, Form::Eval)))
+            .await;
     results
         .iter()
         .filter(|(_, r)| matches!(r.as_ref().map(read), Ok(Some(Answer::Yes))))

@@ -103,9 +103,9 @@ impl LockGuard {
 
     /// The time the lock may still be trusted (it shrinks); zero once lost or expired.
     pub fn validity(&self) -> Duration {
-        self.lease
-            .live_deadline()
-            .map_or(Duration::ZERO, |d| d.saturating_duration_since(Instant::now()))
+        self.lease.live_deadline().map_or(Duration::ZERO, |d| {
+            d.saturating_duration_since(Instant::now())
+        })
     }
 
     /// Whether the lock may still be trusted: not lost, not released and before its deadline.
@@ -146,17 +146,30 @@ impl LockGuard {
     pub async fn extend(&self, ttl: Duration) -> Result<()> {
         let config = &self.shared.config;
         let ttl = config.check_ttl(ttl)?;
-        let Some(current) = (!self.released).then(|| self.lease.live_deadline()).flatten() else {
+        let Some(current) = (!self.released)
+            .then(|| self.lease.live_deadline())
+            .flatten()
+        else {
             self.mark_lost();
             return Err(self.lost_error());
         };
         let ttl_ms = ttl.as_millis().to_string();
-        let call = Call::new(&EXTEND, &self.lease.key, &[self.lease.holder.as_bytes(), ttl_ms.as_bytes()]);
+        let call = Call::new(
+            &EXTEND,
+            &self.lease.key,
+            &[self.lease.holder.as_bytes(), ttl_ms.as_bytes()],
+        );
         let start = Instant::now();
         let nodes = &self.shared.nodes;
         // A quorum confirmed after the current deadline proves nothing: the lock may have
         // expired in between.
-        let fan = fan_out(nodes, config.required, call, read_extend, Stragglers::Finish);
+        let fan = fan_out(
+            nodes,
+            config.required,
+            call,
+            read_extend,
+            Stragglers::Finish,
+        );
         let Ok(outcome) = tokio::time::timeout_at(current, fan).await else {
             self.mark_lost();
             return Err(self.lost_error());
@@ -167,7 +180,10 @@ impl LockGuard {
                 let mut s = self.lease.state();
                 s.ttl = ttl;
                 s.deadline = start + ttl - drift;
-                self.shared.counters.extended.fetch_add(1, Ordering::Relaxed);
+                self.shared
+                    .counters
+                    .extended
+                    .fetch_add(1, Ordering::Relaxed);
                 Ok(())
             }
             // Enough nodes said the entry is gone that no quorum can hold it any more.
@@ -202,10 +218,16 @@ impl LockGuard {
         let outcome = release_on_nodes(&self.shared, &self.lease).await;
         let confirmed = outcome.tally.yes();
         if outcome.decision == Decision::Reached && !was_lost {
-            self.shared.counters.released.fetch_add(1, Ordering::Relaxed);
+            self.shared
+                .counters
+                .released
+                .fetch_add(1, Ordering::Relaxed);
             Ok(())
         } else {
-            self.shared.counters.release_failed.fetch_add(1, Ordering::Relaxed);
+            self.shared
+                .counters
+                .release_failed
+                .fetch_add(1, Ordering::Relaxed);
             Err(Error::NotHeld {
                 key: key_display(&self.lease.key),
                 confirmed,
@@ -218,8 +240,19 @@ impl LockGuard {
 
 async fn release_on_nodes(shared: &Shared, lease: &Lease) -> crate::fanout::Outcome {
     let channel = release_channel(&lease.key);
-    let call = Call::new(&RELEASE, &lease.key, &[lease.holder.as_bytes(), &channel, b"0"]);
-    fan_out(&shared.nodes, shared.config.required, call, read_release, Stragglers::Finish).await
+    let call = Call::new(
+        &RELEASE,
+        &lease.key,
+        &[lease.holder.as_bytes(), &channel, b"0"],
+    );
+    fan_out(
+        &shared.nodes,
+        shared.config.required,
+        call,
+        read_release,
+        Stragglers::Finish,
+    )
+    .await
 }
 
 impl Drop for LockGuard {

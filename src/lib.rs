@@ -96,6 +96,11 @@ mod scripts;
 #[allow(unsafe_code)]
 pub mod testkit;
 
+/// The README's usage example runs as a doc test (it starts its own fleet).
+#[cfg(all(doctest, feature = "testkit"))]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 pub use builder::{Builder, MAX_TTL};
 pub use error::{Error, FailureKind, NodeFailure, Op, Result};
 pub use guard::LockGuard;

@@ -79,7 +79,11 @@ impl QuorumLock {
 
     /// The configured nodes, passwords redacted.
     pub fn nodes(&self) -> Vec<String> {
-        self.shared.nodes.iter().map(|n| n.name().to_string()).collect()
+        self.shared
+            .nodes
+            .iter()
+            .map(|n| n.name().to_string())
+            .collect()
     }
 
     /// How many nodes must confirm an operation.
@@ -150,7 +154,11 @@ impl QuorumLock {
 
     /// One attempt (DESIGN 3, "Acquire"): fan out, tally, compute the validity, and roll back
     /// on every node when it is not a success.
-    async fn attempt(&self, key: &Arc<[u8]>, ttl: Duration) -> std::result::Result<LockGuard, Miss> {
+    async fn attempt(
+        &self,
+        key: &Arc<[u8]>,
+        ttl: Duration,
+    ) -> std::result::Result<LockGuard, Miss> {
         let shared = &self.shared;
         let config = &shared.config;
         let holder = holder_value();
@@ -160,7 +168,14 @@ impl QuorumLock {
 
         // Step 1: the validity is measured from before the first request is sent.
         let t0 = Instant::now();
-        let outcome = fan_out(&shared.nodes, config.required, call, read_acquire, Stragglers::Drop).await;
+        let outcome = fan_out(
+            &shared.nodes,
+            config.required,
+            call,
+            read_acquire,
+            Stragglers::Drop,
+        )
+        .await;
         let elapsed = t0.elapsed();
         let drift = quorum::drift(ttl, config.drift_factor);
 

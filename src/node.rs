@@ -42,18 +42,17 @@ impl NodeAddr {
         if matches!(url.scheme(), "redis" | "rediss") && url.host_str().is_none_or(str::is_empty) {
             return Err(invalid("no host".into()));
         }
-        let secret = url.password().map(|p| {
-            percent_decode(p).unwrap_or_else(|| p.to_string())
-        });
+        let secret = url
+            .password()
+            .map(|p| percent_decode(p).unwrap_or_else(|| p.to_string()));
         let mut shown = url.clone();
         if url.password().is_some() {
             // Cannot fail: the URL has a host, since it has a password.
             let _ = shown.set_password(Some("***"));
         }
         let display = shown.to_string();
-        let client = redis::Client::open(url.as_str()).map_err(|e| {
-            invalid(scrub(&e.to_string(), secret.as_deref()))
-        })?;
+        let client = redis::Client::open(url.as_str())
+            .map_err(|e| invalid(scrub(&e.to_string(), secret.as_deref())))?;
         Ok(NodeAddr {
             display,
             secret,
@@ -185,7 +184,11 @@ impl Node {
             let mut conn = conn.clone();
             let mut load = redis::cmd("SCRIPT");
             load.arg("LOAD").arg(script.source());
-            async move { conn.send_packed_command(&load).await.and_then(top_level_error) }
+            async move {
+                conn.send_packed_command(&load)
+                    .await
+                    .and_then(top_level_error)
+            }
         });
         for loaded in futures::future::join_all(loads).await {
             loaded?;
@@ -197,7 +200,11 @@ impl Node {
     }
 
     /// Sends one command (connecting first if needed), bounded by `limit`.
-    pub(crate) async fn query_within(&self, cmd: &Cmd, limit: Duration) -> Result<Value, NodeFailure> {
+    pub(crate) async fn query_within(
+        &self,
+        cmd: &Cmd,
+        limit: Duration,
+    ) -> Result<Value, NodeFailure> {
         self.bounded(limit, async {
             let (generation, mut conn) = self.connection().await.map_err(|e| (0, e))?;
             conn.send_packed_command(cmd)
@@ -299,7 +306,10 @@ mod tests {
         let a = NodeAddr::parse("redis://user:s3cr%40t@127.0.0.1:7001/2").unwrap();
         assert_eq!(a.display, "redis://user:***@127.0.0.1:7001/2");
         assert_eq!(a.secret.as_deref(), Some("s3cr@t"));
-        assert_eq!(scrub("bad s3cr@t here", a.secret.as_deref()), "bad *** here");
+        assert_eq!(
+            scrub("bad s3cr@t here", a.secret.as_deref()),
+            "bad *** here"
+        );
         let a = NodeAddr::parse("redis://:pw@localhost:6379").unwrap();
         assert!(!a.display.contains("pw"), "{}", a.display);
     }

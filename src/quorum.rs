@@ -167,9 +167,18 @@ mod tests {
 
     #[test]
     fn unsafe_or_impossible_rules_are_rejected() {
-        assert!(Quorum::AtLeast(2).required(5).unwrap_err().contains("not a majority"));
-        assert!(Quorum::AtLeast(2).required(4).is_err(), "2 of 4 is not a majority");
-        assert!(Quorum::AtLeast(6).required(5).unwrap_err().contains("more nodes"));
+        assert!(Quorum::AtLeast(2)
+            .required(5)
+            .unwrap_err()
+            .contains("not a majority"));
+        assert!(
+            Quorum::AtLeast(2).required(4).is_err(),
+            "2 of 4 is not a majority"
+        );
+        assert!(Quorum::AtLeast(6)
+            .required(5)
+            .unwrap_err()
+            .contains("more nodes"));
         assert!(Quorum::AtLeast(0).required(1).is_err());
         assert!(Quorum::Majority.required(0).is_err());
     }

@@ -6,7 +6,6 @@ use std::sync::OnceLock;
 
 use redis::Cmd;
 
-
 /// A script with its SHA1, loaded on every node connection.
 pub(crate) struct LockScript {
     name: &'static str,
@@ -35,7 +34,6 @@ impl LockScript {
     pub(crate) fn source(&self) -> &'static str {
         self.source
     }
-
 }
 
 /// One script call, shared by the per-node requests of an operation: the EVALSHA command is

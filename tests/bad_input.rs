@@ -21,18 +21,27 @@ async fn bad_keys_and_ttls() {
     let fleet = shared_fleet();
     let locks = client(fleet, Quorum::Majority).await; // node timeout 250 ms
     let ttl = Duration::from_secs(5);
-    assert!(matches!(locks.try_acquire("", ttl).await, Err(Error::InvalidKey { .. })));
-    assert!(matches!(locks.acquire(b"", ttl).await, Err(Error::InvalidKey { .. })));
+    assert!(matches!(
+        locks.try_acquire("", ttl).await,
+        Err(Error::InvalidKey { .. })
+    ));
+    assert!(matches!(
+        locks.acquire(b"", ttl).await,
+        Err(Error::InvalidKey { .. })
+    ));
     let huge = vec![b'k'; quorum_lock::MAX_KEY_LEN + 1];
-    assert!(matches!(locks.try_acquire(&huge, ttl).await, Err(Error::InvalidKey { .. })));
+    assert!(matches!(
+        locks.try_acquire(&huge, ttl).await,
+        Err(Error::InvalidKey { .. })
+    ));
 
     let key = unique_key("bad-ttl");
     for bad in [
         Duration::ZERO,
         Duration::from_micros(500),
-        Duration::from_millis(100),   // below the node timeout
-        Duration::from_millis(250),   // equal to the node timeout
-        Duration::from_millis(252),   // not above node timeout + drift
+        Duration::from_millis(100), // below the node timeout
+        Duration::from_millis(250), // equal to the node timeout
+        Duration::from_millis(252), // not above node timeout + drift
         quorum_lock::MAX_TTL + Duration::from_secs(1),
         Duration::MAX,
     ] {
@@ -45,24 +54,54 @@ async fn bad_keys_and_ttls() {
         }
     }
     let guard = locks.try_acquire(&key, ttl).await.unwrap().unwrap();
-    assert!(matches!(guard.extend(Duration::ZERO).await, Err(Error::InvalidTtl { .. })));
+    assert!(matches!(
+        guard.extend(Duration::ZERO).await,
+        Err(Error::InvalidTtl { .. })
+    ));
     assert!(guard.is_held(), "a rejected extend leaves the lock alone");
     guard.release().await.unwrap();
     for i in 0..fleet.len() {
-        assert!(entry(fleet, i, &key).await.is_empty(), "a rejected call touched node {i}");
+        assert!(
+            entry(fleet, i, &key).await.is_empty(),
+            "a rejected call touched node {i}"
+        );
     }
 }
 
 #[tokio::test]
 async fn bad_configuration_names_the_setting() {
-    let urls = ["redis://127.0.0.1:1", "redis://127.0.0.1:2", "redis://127.0.0.1:3"];
+    let urls = [
+        "redis://127.0.0.1:1",
+        "redis://127.0.0.1:2",
+        "redis://127.0.0.1:3",
+    ];
     let b = || QuorumLock::builder().nodes(urls);
     assert_eq!(config_field(QuorumLock::builder().build().await), "nodes");
-    assert_eq!(config_field(QuorumLock::builder().nodes(Vec::<String>::new()).build().await), "nodes");
-    assert_eq!(config_field(b().quorum(Quorum::AtLeast(1)).build().await), "quorum");
-    assert_eq!(config_field(b().quorum(Quorum::AtLeast(4)).build().await), "quorum");
-    assert_eq!(config_field(b().node_timeout(Duration::ZERO).build().await), "node_timeout");
-    assert_eq!(config_field(b().drift_factor(0.7).build().await), "drift_factor");
+    assert_eq!(
+        config_field(
+            QuorumLock::builder()
+                .nodes(Vec::<String>::new())
+                .build()
+                .await
+        ),
+        "nodes"
+    );
+    assert_eq!(
+        config_field(b().quorum(Quorum::AtLeast(1)).build().await),
+        "quorum"
+    );
+    assert_eq!(
+        config_field(b().quorum(Quorum::AtLeast(4)).build().await),
+        "quorum"
+    );
+    assert_eq!(
+        config_field(b().node_timeout(Duration::ZERO).build().await),
+        "node_timeout"
+    );
+    assert_eq!(
+        config_field(b().drift_factor(0.7).build().await),
+        "drift_factor"
+    );
     assert_eq!(
         config_field(b().node_timeout(Duration::from_secs(60)).build().await),
         "default_ttl",
@@ -72,7 +111,13 @@ async fn bad_configuration_names_the_setting() {
 
 #[tokio::test]
 async fn unparsable_and_unsupported_urls() {
-    for bad in ["", "not a url", "http://127.0.0.1:6379", "redis://", "redis://u:hunter2@[::1:6379"] {
+    for bad in [
+        "",
+        "not a url",
+        "http://127.0.0.1:6379",
+        "redis://",
+        "redis://u:hunter2@[::1:6379",
+    ] {
         match QuorumLock::builder().nodes([bad]).build().await {
             Err(e @ Error::InvalidNodeUrl { .. }) => {
                 assert!(!e.to_string().contains("hunter2"), "password in {e}");
@@ -93,7 +138,10 @@ async fn unknown_host_names_the_node() {
         .unwrap_err();
     match &err {
         Error::Node(f) => {
-            assert!(matches!(f.kind(), FailureKind::UnknownHost | FailureKind::Connection), "{err}");
+            assert!(
+                matches!(f.kind(), FailureKind::UnknownHost | FailureKind::Connection),
+                "{err}"
+            );
             assert!(f.node().contains("no-such-host.invalid"), "{err}");
         }
         Error::Unreachable { failures, .. } => {
@@ -101,30 +149,61 @@ async fn unknown_host_names_the_node() {
         }
         other => panic!("expected a node error, got {other}"),
     }
-    assert!(started.elapsed() < Duration::from_secs(10), "bounded by the connect timeout");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "bounded by the connect timeout"
+    );
 }
 
 #[tokio::test]
 async fn wrong_password_names_the_node_and_hides_the_password() {
-    let fleet = Fleet::builder().nodes(1).password("right-pass").start().unwrap();
+    let fleet = Fleet::builder()
+        .nodes(1)
+        .password("right-pass")
+        .start()
+        .unwrap();
     let port = fleet.node(0).port();
     let url = format!("redis://:wrong-pass-123@127.0.0.1:{port}");
-    let err = QuorumLock::builder().nodes([&url]).build().await.unwrap_err();
+    let err = QuorumLock::builder()
+        .nodes([&url])
+        .build()
+        .await
+        .unwrap_err();
     let shown = format!("{err} {err:?}");
-    assert!(matches!(&err, Error::Node(f) if f.kind() == FailureKind::Auth), "{err}");
-    assert!(shown.contains(&port.to_string()), "does not name the node: {shown}");
-    assert!(!shown.contains("wrong-pass-123"), "password leaked: {shown}");
+    assert!(
+        matches!(&err, Error::Node(f) if f.kind() == FailureKind::Auth),
+        "{err}"
+    );
+    assert!(
+        shown.contains(&port.to_string()),
+        "does not name the node: {shown}"
+    );
+    assert!(
+        !shown.contains("wrong-pass-123"),
+        "password leaked: {shown}"
+    );
     // No password at all is an auth failure too.
     let err = QuorumLock::builder()
         .nodes([format!("redis://127.0.0.1:{port}")])
         .build()
         .await
         .unwrap_err();
-    assert!(matches!(&err, Error::Node(f) if f.kind() == FailureKind::Auth), "{err}");
+    assert!(
+        matches!(&err, Error::Node(f) if f.kind() == FailureKind::Auth),
+        "{err}"
+    );
     // The right one works, and Debug output of the client hides it.
-    let locks = QuorumLock::builder().nodes(fleet.urls()).build().await.unwrap();
+    let locks = QuorumLock::builder()
+        .nodes(fleet.urls())
+        .build()
+        .await
+        .unwrap();
     assert!(!format!("{locks:?}").contains("right-pass"), "{locks:?}");
-    let guard = locks.try_acquire(unique_key("auth"), Duration::from_secs(5)).await.unwrap().unwrap();
+    let guard = locks
+        .try_acquire(unique_key("auth"), Duration::from_secs(5))
+        .await
+        .unwrap()
+        .unwrap();
     assert!(!format!("{guard:?}").contains("right-pass"));
     guard.release().await.unwrap();
 }
@@ -136,22 +215,43 @@ async fn all_nodes_down_is_an_error_unless_lazy() {
     for i in 0..3 {
         fleet.kill(i).unwrap();
     }
-    let err = QuorumLock::builder().nodes(&urls).build().await.unwrap_err();
+    let err = QuorumLock::builder()
+        .nodes(&urls)
+        .build()
+        .await
+        .unwrap_err();
     match &err {
-        Error::Unreachable { reachable: 0, nodes: 3, required: 2, failures } => {
+        Error::Unreachable {
+            reachable: 0,
+            nodes: 3,
+            required: 2,
+            failures,
+        } => {
             assert_eq!(failures.len(), 3);
             assert!(failures.iter().all(|f| f.is_connection()), "{err}");
         }
         other => panic!("expected Unreachable, got {other}"),
     }
     // Lazy: builds, fails per attempt, and works once the nodes are back.
-    let locks = QuorumLock::builder().nodes(&urls).lazy(true).build().await.unwrap();
-    let err = locks.try_acquire("k", Duration::from_secs(5)).await.unwrap_err();
+    let locks = QuorumLock::builder()
+        .nodes(&urls)
+        .lazy(true)
+        .build()
+        .await
+        .unwrap();
+    let err = locks
+        .try_acquire("k", Duration::from_secs(5))
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::NoQuorum { confirmed: 0, .. }), "{err}");
     for i in 0..3 {
         fleet.restart(i).unwrap();
     }
-    let guard = locks.try_acquire("k", Duration::from_secs(5)).await.unwrap().expect("nodes back");
+    let guard = locks
+        .try_acquire("k", Duration::from_secs(5))
+        .await
+        .unwrap()
+        .expect("nodes back");
     guard.release().await.unwrap();
 }
 
@@ -159,8 +259,15 @@ async fn all_nodes_down_is_an_error_unless_lazy() {
 async fn the_same_server_twice_and_replicas_are_rejected() {
     let fleet = own_fleet(2);
     let port = fleet.node(0).port();
-    let twice = [format!("redis://127.0.0.1:{port}"), format!("redis://localhost:{port}/1")];
-    let err = QuorumLock::builder().nodes(&twice).build().await.unwrap_err();
+    let twice = [
+        format!("redis://127.0.0.1:{port}"),
+        format!("redis://localhost:{port}/1"),
+    ];
+    let err = QuorumLock::builder()
+        .nodes(&twice)
+        .build()
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::DuplicateNode { .. }), "{err}");
 
     let mut c = conn(&fleet, 1).await;
@@ -170,7 +277,11 @@ async fn the_same_server_twice_and_replicas_are_rejected() {
         .query_async(&mut c)
         .await
         .unwrap();
-    let err = QuorumLock::builder().nodes(fleet.urls()).build().await.unwrap_err();
+    let err = QuorumLock::builder()
+        .nodes(fleet.urls())
+        .build()
+        .await
+        .unwrap_err();
     match err {
         Error::ReplicaNode { node } => assert!(node.contains(&fleet.node(1).port().to_string())),
         other => panic!("expected ReplicaNode, got {other}"),

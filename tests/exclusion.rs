@@ -39,18 +39,32 @@ async fn sixteen_tasks_never_overlap(quorum: Quorum) {
                 }
                 tokio::time::sleep(Duration::from_millis(1)).await;
                 inside.store(false, Ordering::SeqCst);
-                guard.release().await.expect("release confirmed by a quorum");
+                guard
+                    .release()
+                    .await
+                    .expect("release confirmed by a quorum");
             }
         }));
     }
     for t in tasks {
         t.await.expect("task panicked");
     }
-    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two holders were inside at once");
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "two holders were inside at once"
+    );
     let acquired: u64 = clients.iter().map(|c| c.stats().acquired).sum();
-    assert_eq!(acquired, (TASKS * ROUNDS) as u64, "every round held the lock once");
+    assert_eq!(
+        acquired,
+        (TASKS * ROUNDS) as u64,
+        "every round held the lock once"
+    );
     for i in 0..fleet.len() {
-        assert!(entry(fleet, i, &key).await.is_empty(), "node {i} still holds the key");
+        assert!(
+            entry(fleet, i, &key).await.is_empty(),
+            "node {i} still holds the key"
+        );
     }
 }
 
@@ -79,7 +93,11 @@ async fn a_held_key_is_refused_and_binary_keys_work() {
     assert_eq!(guard.key(), &key[..]);
     assert!(guard.is_held());
     assert!(guard.validity() > Duration::from_secs(9));
-    assert!(b.try_acquire(&key, Duration::from_secs(10)).await.unwrap().is_none());
+    assert!(b
+        .try_acquire(&key, Duration::from_secs(10))
+        .await
+        .unwrap()
+        .is_none());
     let waited = b
         .lock(&key)
         .ttl(Duration::from_secs(10))
@@ -98,12 +116,19 @@ async fn dropped_guard_is_released_in_the_background() {
     let fleet = shared_fleet();
     let locks = client(fleet, Quorum::Majority).await;
     let key = unique_key("drop");
-    let guard = locks.try_acquire(&key, Duration::from_secs(30)).await.unwrap().unwrap();
+    let guard = locks
+        .try_acquire(&key, Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
     let holder = guard.holder().to_string();
     assert!(nodes_holding(fleet, &key, &holder).await >= 3);
     drop(guard);
-    eventually(fleet, Duration::from_secs(5), "dropped guard released", || async {
-        nodes_holding(fleet, &key, &holder).await == 0
-    })
+    eventually(
+        fleet,
+        Duration::from_secs(5),
+        "dropped guard released",
+        || async { nodes_holding(fleet, &key, &holder).await == 0 },
+    )
     .await;
 }

@@ -17,9 +17,16 @@ async fn majority_survives_two_killed_nodes_but_not_three() {
     fleet.kill(0).unwrap();
     fleet.kill(1).unwrap();
     let key = unique_key("killed");
-    let guard = locks.try_acquire(&key, TTL).await.unwrap().expect("3 of 5 are up");
+    let guard = locks
+        .try_acquire(&key, TTL)
+        .await
+        .unwrap()
+        .expect("3 of 5 are up");
     for i in 2..5 {
-        assert!(entry(&fleet, i, &key).await.contains_key(guard.holder()), "live node {i}");
+        assert!(
+            entry(&fleet, i, &key).await.contains_key(guard.holder()),
+            "live node {i}"
+        );
     }
     guard.release().await.expect("3 of 5 confirm the release");
 
@@ -28,7 +35,12 @@ async fn majority_survives_two_killed_nodes_but_not_three() {
     let err = locks.try_acquire(&key, TTL).await.unwrap_err();
     let took = started.elapsed();
     match &err {
-        Error::NoQuorum { confirmed, required, failures, .. } => {
+        Error::NoQuorum {
+            confirmed,
+            required,
+            failures,
+            ..
+        } => {
             // Decided as soon as the third failure made the quorum impossible, whether or not
             // the two live nodes had answered yet.
             assert!(*confirmed <= 2 && *required == 3, "{err}");
@@ -48,7 +60,11 @@ async fn majority_survives_two_paused_nodes_but_not_three() {
     fleet.pause(3).unwrap();
     fleet.pause(4).unwrap();
     let key = unique_key("paused");
-    let guard = locks.try_acquire(&key, TTL).await.unwrap().expect("3 of 5 answer");
+    let guard = locks
+        .try_acquire(&key, TTL)
+        .await
+        .unwrap()
+        .expect("3 of 5 answer");
     guard.release().await.expect("3 of 5 confirm the release");
 
     fleet.pause(2).unwrap();
@@ -63,7 +79,10 @@ async fn majority_survives_two_paused_nodes_but_not_three() {
         other => panic!("expected NoQuorum, got {other}"),
     }
     // Bounded by the 250 ms node timeout, not by TCP.
-    assert!(took >= Duration::from_millis(250), "decided before the timeout: {took:?}");
+    assert!(
+        took >= Duration::from_millis(250),
+        "decided before the timeout: {took:?}"
+    );
     assert!(took < Duration::from_secs(3), "took {took:?}");
     for i in 2..5 {
         fleet.resume(i).unwrap();
@@ -88,10 +107,17 @@ async fn multilock_refuses_while_any_node_is_down() {
     fleet.pause(2).unwrap();
     fleet.restart(1).unwrap();
     let err = locks.try_acquire(&key, TTL).await.unwrap_err();
-    assert!(matches!(&err, Error::NoQuorum { failures, .. } if failures.iter().any(|f| f.is_timeout())), "{err}");
+    assert!(
+        matches!(&err, Error::NoQuorum { failures, .. } if failures.iter().any(|f| f.is_timeout())),
+        "{err}"
+    );
     fleet.resume(2).unwrap();
     // The restarted node is reconnected (and its scripts loaded) on use.
-    let guard = locks.try_acquire(&key, TTL).await.unwrap().expect("all up again");
+    let guard = locks
+        .try_acquire(&key, TTL)
+        .await
+        .unwrap()
+        .expect("all up again");
     guard.release().await.unwrap();
 }
 

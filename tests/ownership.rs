@@ -27,15 +27,25 @@ async fn stale_holder_cannot_release_or_extend_the_new_holders_lock() {
     assert!(!stale.is_held(), "past its deadline");
     assert_eq!(stale.validity(), Duration::ZERO);
 
-    let fresh = b.try_acquire(&key, Duration::from_secs(30)).await.unwrap().expect("expired key is free");
+    let fresh = b
+        .try_acquire(&key, Duration::from_secs(30))
+        .await
+        .unwrap()
+        .expect("expired key is free");
     let err = stale.extend(Duration::from_secs(30)).await.unwrap_err();
     assert!(matches!(err, Error::LockLost { .. }), "{err}");
     let err = stale.release().await.unwrap_err();
     assert!(matches!(err, Error::NotHeld { confirmed: 0, .. }), "{err}");
 
-    assert!(nodes_holding(fleet, &key, fresh.holder()).await >= 3, "new holder intact");
+    assert!(
+        nodes_holding(fleet, &key, fresh.holder()).await >= 3,
+        "new holder intact"
+    );
     assert!(fresh.is_held());
-    fresh.release().await.expect("the new holder releases normally");
+    fresh
+        .release()
+        .await
+        .expect("the new holder releases normally");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -49,10 +59,16 @@ async fn extend_after_expiry_is_lost_and_recreates_nothing() {
     assert!(matches!(err, Error::LockLost { .. }), "{err}");
     assert!(!guard.is_held());
     for i in 0..fleet.len() {
-        assert!(entry(fleet, i, &key).await.is_empty(), "node {i} re-created the key");
+        assert!(
+            entry(fleet, i, &key).await.is_empty(),
+            "node {i} re-created the key"
+        );
     }
     // Once lost, always lost.
-    assert!(matches!(guard.extend(Duration::from_secs(30)).await, Err(Error::LockLost { .. })));
+    assert!(matches!(
+        guard.extend(Duration::from_secs(30)).await,
+        Err(Error::LockLost { .. })
+    ));
     assert!(matches!(guard.release().await, Err(Error::NotHeld { .. })));
 }
 
@@ -61,18 +77,29 @@ async fn extend_refused_by_a_majority_marks_the_guard_lost() {
     let fleet = shared_fleet();
     let locks = client(fleet, Quorum::Majority).await;
     let key = unique_key("deleted");
-    let guard = locks.try_acquire(&key, Duration::from_secs(30)).await.unwrap().unwrap();
+    let guard = locks
+        .try_acquire(&key, Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
     // Three nodes forget the lock (as after a restart without persistence).
     for i in 0..3 {
         let mut c = conn(fleet, i).await;
-        let _: () = redis::cmd("DEL").arg(&key).query_async(&mut c).await.unwrap();
+        let _: () = redis::cmd("DEL")
+            .arg(&key)
+            .query_async(&mut c)
+            .await
+            .unwrap();
     }
     assert!(guard.is_held(), "the client cannot know yet");
     let err = guard.extend(Duration::from_secs(30)).await.unwrap_err();
     assert!(matches!(err, Error::LockLost { .. }), "{err}");
     assert!(!guard.is_held());
     for i in 0..3 {
-        assert!(entry(fleet, i, &key).await.is_empty(), "extend re-created node {i}'s entry");
+        assert!(
+            entry(fleet, i, &key).await.is_empty(),
+            "extend re-created node {i}'s entry"
+        );
     }
     assert_eq!(locks.stats().lost, 1);
 }
@@ -82,7 +109,11 @@ async fn extend_moves_the_deadline_from_its_own_start() {
     let fleet = shared_fleet();
     let locks = client(fleet, Quorum::Majority).await;
     let key = unique_key("extend");
-    let guard = locks.try_acquire(&key, Duration::from_secs(1)).await.unwrap().unwrap();
+    let guard = locks
+        .try_acquire(&key, Duration::from_secs(1))
+        .await
+        .unwrap()
+        .unwrap();
     let before = tokio::time::Instant::now();
     guard.extend(Duration::from_secs(20)).await.unwrap();
     let after = tokio::time::Instant::now();
@@ -93,7 +124,11 @@ async fn extend_moves_the_deadline_from_its_own_start() {
     let mut extended = 0;
     for i in 0..fleet.len() {
         let mut c = conn(fleet, i).await;
-        let pttl: i64 = redis::cmd("PTTL").arg(&key).query_async(&mut c).await.unwrap();
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(&key)
+            .query_async(&mut c)
+            .await
+            .unwrap();
         extended += usize::from(pttl > 10_000);
     }
     assert!(extended >= 3, "only {extended} nodes extended");

@@ -31,25 +31,43 @@ async fn rollback_reaches_a_node_that_timed_out() {
     fleet.pause(4).unwrap();
 
     let attempt = locks.try_acquire(&key, Duration::from_secs(30)).await;
-    assert!(matches!(attempt, Ok(None)), "contended attempt: {attempt:?}");
+    assert!(
+        matches!(attempt, Ok(None)),
+        "contended attempt: {attempt:?}"
+    );
     for i in 2..4 {
-        eventually(&fleet, Duration::from_secs(5), "rolled back on a live node", || async {
-            entry(&fleet, i, &key).await.is_empty()
-        })
+        eventually(
+            &fleet,
+            Duration::from_secs(5),
+            "rolled back on a live node",
+            || async { entry(&fleet, i, &key).await.is_empty() },
+        )
         .await;
     }
 
     fleet.resume(4).unwrap();
     // Node 4 now runs the queued acquire, then the rollback (plain EVAL), in that order.
-    eventually(&fleet, Duration::from_secs(10), "node 4 ran the late acquire and the rollback", || async {
-        command_calls(&fleet, 4, "evalsha").await > evalsha_before
-            && command_calls(&fleet, 4, "eval").await > eval_before
-    })
+    eventually(
+        &fleet,
+        Duration::from_secs(10),
+        "node 4 ran the late acquire and the rollback",
+        || async {
+            command_calls(&fleet, 4, "evalsha").await > evalsha_before
+                && command_calls(&fleet, 4, "eval").await > eval_before
+        },
+    )
     .await;
-    assert!(entry(&fleet, 4, &key).await.is_empty(), "node 4 kept the late attempt's entry");
+    assert!(
+        entry(&fleet, 4, &key).await.is_empty(),
+        "node 4 kept the late attempt's entry"
+    );
     for i in 0..2 {
         let e = entry(&fleet, i, &key).await;
-        assert_eq!(e.len(), 1, "the other holder is untouched on node {i}: {e:?}");
+        assert_eq!(
+            e.len(),
+            1,
+            "the other holder is untouched on node {i}: {e:?}"
+        );
         assert!(e.contains_key("someone-else"));
     }
 }
@@ -62,19 +80,31 @@ async fn no_quorum_attempt_leaves_no_entry() {
     for i in 2..5 {
         fleet.pause(i).unwrap();
     }
-    let err = locks.try_acquire(&key, Duration::from_secs(30)).await.unwrap_err();
-    assert!(matches!(err, quorum_lock::Error::NoQuorum { confirmed: 2, .. }), "{err}");
+    let err = locks
+        .try_acquire(&key, Duration::from_secs(30))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, quorum_lock::Error::NoQuorum { confirmed: 2, .. }),
+        "{err}"
+    );
     for i in 2..5 {
         fleet.resume(i).unwrap();
     }
     for i in 0..5 {
-        eventually(&fleet, Duration::from_secs(10), "no entry left after the failed attempt", || async {
-            entry(&fleet, i, &key).await.is_empty()
-        })
+        eventually(
+            &fleet,
+            Duration::from_secs(10),
+            "no entry left after the failed attempt",
+            || async { entry(&fleet, i, &key).await.is_empty() },
+        )
         .await;
     }
     // ... and the key is free for the next client.
     let other = client(&fleet, Quorum::Majority).await;
-    let guard = other.try_acquire(&key, Duration::from_secs(30)).await.unwrap();
+    let guard = other
+        .try_acquire(&key, Duration::from_secs(30))
+        .await
+        .unwrap();
     assert!(guard.is_some(), "key free after rollback");
 }

@@ -35,10 +35,17 @@ async fn validity_is_reduced_by_the_time_the_quorum_took() {
     // Two nodes answer at once; the third confirmation comes from a node held for 800 ms.
     pause_clients(&fleet, 0..3, 800).await;
     let started = tokio::time::Instant::now();
-    let guard = locks.try_acquire(&key, ttl).await.unwrap().expect("quorum after the pause");
+    let guard = locks
+        .try_acquire(&key, ttl)
+        .await
+        .unwrap()
+        .expect("quorum after the pause");
     let took = started.elapsed();
     let drift = Duration::from_millis(62); // 6 s * 0.01 + 2 ms
-    assert!(took >= Duration::from_millis(700), "the pause did not slow the quorum: {took:?}");
+    assert!(
+        took >= Duration::from_millis(700),
+        "the pause did not slow the quorum: {took:?}"
+    );
     assert!(
         guard.validity() <= ttl - drift - Duration::from_millis(700),
         "validity {:?} ignores the {took:?} the quorum took",
@@ -47,7 +54,10 @@ async fn validity_is_reduced_by_the_time_the_quorum_took() {
     // Measured from just before the first request, not from when the quorum was reached.
     let from_start = guard.deadline() - started;
     assert!(from_start >= ttl - drift, "{from_start:?}");
-    assert!(from_start <= ttl - drift + Duration::from_millis(200), "{from_start:?}");
+    assert!(
+        from_start <= ttl - drift + Duration::from_millis(200),
+        "{from_start:?}"
+    );
     guard.release().await.unwrap();
 }
 
@@ -93,8 +103,14 @@ async fn an_attempt_slower_than_the_ttl_never_returns_a_guard() {
     pause_clients(&fleet, 0..3, 1500).await;
     let started = tokio::time::Instant::now();
     let err = locks.try_acquire(&key, ttl).await.unwrap_err();
-    assert!(matches!(&err, Error::NoQuorum { failures, .. } if failures.len() == 3), "{err}");
-    assert!(started.elapsed() < Duration::from_millis(1500), "waited for the slow nodes");
+    assert!(
+        matches!(&err, Error::NoQuorum { failures, .. } if failures.len() == 3),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "waited for the slow nodes"
+    );
     for i in 0..5 {
         eventually(&fleet, Duration::from_secs(10), "rolled back", || async {
             entry(&fleet, i, &key).await.is_empty()

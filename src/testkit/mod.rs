@@ -67,7 +67,9 @@ impl FleetBuilder {
     /// start (the message holds its log).
     pub fn start(self) -> io::Result<Fleet> {
         let binary = process::find_server()?;
-        let dir = tempfile::Builder::new().prefix("quorum-lock-fleet-").tempdir()?;
+        let dir = tempfile::Builder::new()
+            .prefix("quorum-lock-fleet-")
+            .tempdir()?;
         let mut nodes = Vec::with_capacity(self.nodes);
         for i in 0..self.nodes {
             let node_dir = dir.path().join(format!("node{i}"));
@@ -196,7 +198,11 @@ impl Fleet {
     pub fn all_logs(&self) -> String {
         let mut out = String::new();
         for (i, n) in self.nodes.iter().enumerate() {
-            out.push_str(&format!("--- node {i} (port {}) ---\n{}", n.port(), n.logs()));
+            out.push_str(&format!(
+                "--- node {i} (port {}) ---\n{}",
+                n.port(),
+                n.logs()
+            ));
         }
         out
     }

@@ -161,9 +161,9 @@ impl RedisProcess {
     }
 
     fn running_pid(&self) -> io::Result<libc::pid_t> {
-        let pid = self
-            .pid()
-            .ok_or_else(|| io::Error::other(format!("node on port {} is not running", self.port)))?;
+        let pid = self.pid().ok_or_else(|| {
+            io::Error::other(format!("node on port {} is not running", self.port))
+        })?;
         libc::pid_t::try_from(pid).map_err(io::Error::other)
     }
 
@@ -187,7 +187,10 @@ impl RedisProcess {
         if r == pid && libc::WIFSTOPPED(status) {
             Ok(())
         } else {
-            Err(io::Error::other(format!("node on port {} did not stop", self.port)))
+            Err(io::Error::other(format!(
+                "node on port {} did not stop",
+                self.port
+            )))
         }
     }
 
@@ -221,7 +224,11 @@ fn signal(pid: libc::pid_t, sig: libc::c_int) -> io::Result<()> {
 /// Starts the server on `port` and waits for "Ready to accept connections" in its log. The
 /// outer error is a spawn failure; the inner one a server that exited (`AddrInUse` when the
 /// port was taken).
-fn launch(settings: &Settings, port: u16, log: &Arc<Mutex<String>>) -> io::Result<io::Result<Child>> {
+fn launch(
+    settings: &Settings,
+    port: u16,
+    log: &Arc<Mutex<String>>,
+) -> io::Result<io::Result<Child>> {
     let mut args: Vec<OsString> = Vec::new();
     let mut set = |k: &str, v: &str| {
         args.push(format!("--{k}").into());
@@ -277,7 +284,11 @@ fn launch(settings: &Settings, port: u16, log: &Arc<Mutex<String>>) -> io::Resul
 }
 
 /// Copies a pipe into the log, signalling readiness (or exit, at end of file).
-fn follow(pipe: impl Read + Send + 'static, log: Arc<Mutex<String>>, ready: Option<mpsc::Sender<Started>>) {
+fn follow(
+    pipe: impl Read + Send + 'static,
+    log: Arc<Mutex<String>>,
+    ready: Option<mpsc::Sender<Started>>,
+) {
     std::thread::spawn(move || {
         for line in BufReader::new(pipe).lines() {
             let Ok(line) = line else { break };

@@ -37,12 +37,16 @@ pub fn builder(fleet: &Fleet, quorum: Quorum) -> Builder {
 }
 
 pub async fn client(fleet: &Fleet, quorum: Quorum) -> QuorumLock {
-    builder(fleet, quorum).build().await.expect("building the client")
+    builder(fleet, quorum)
+        .build()
+        .await
+        .expect("building the client")
 }
 
 pub async fn conn(fleet: &Fleet, i: usize) -> redis::aio::MultiplexedConnection {
     // A generous response timeout: nodes under CLIENT PAUSE answer late, but do answer.
-    let config = redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(10)));
+    let config =
+        redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(10)));
     fleet
         .client(i)
         .get_multiplexed_async_connection_with_config(&config)
