@@ -28,7 +28,8 @@ pub(crate) struct Config {
     pub(crate) max_retries: Option<u32>,
     pub(crate) wait_timeout: Duration,
     pub(crate) min_validity: Duration,
-    pub(crate) default_ttl: Duration,
+    pub(crate) watchdog_lease: Duration,
+    pub(crate) pubsub: bool,
 }
 
 impl Config {
@@ -73,7 +74,8 @@ pub struct Builder {
     max_retries: Option<u32>,
     wait_timeout: Duration,
     min_validity: Duration,
-    default_ttl: Duration,
+    watchdog_lease: Duration,
+    pubsub: bool,
     lazy: bool,
 }
 
@@ -85,12 +87,13 @@ impl Default for Builder {
             node_timeout: Duration::from_millis(50),
             connect_timeout: Duration::from_secs(2),
             drift_factor: 0.01,
-            retry_delay: Duration::from_millis(50),
-            retry_jitter: Duration::from_millis(50),
+            retry_delay: Duration::from_millis(100),
+            retry_jitter: Duration::from_millis(100),
             max_retries: None,
             wait_timeout: Duration::from_secs(10),
             min_validity: Duration::ZERO,
-            default_ttl: Duration::from_secs(30),
+            watchdog_lease: Duration::from_secs(30),
+            pubsub: true,
             lazy: false,
         }
     }
@@ -137,15 +140,15 @@ impl Builder {
         self
     }
 
-    /// The base delay between two attempts of [`acquire`](QuorumLock::acquire). Defaults to
-    /// 50 ms.
+    /// The base delay between two attempts of [`acquire`](QuorumLock::acquire) when no
+    /// release notice comes first (capped by the holder's remaining TTL). Defaults to 100 ms.
     pub fn retry_delay(mut self, delay: Duration) -> Self {
         self.retry_delay = delay;
         self
     }
 
     /// A random extra delay, uniform in `[0, jitter]`, added to each retry delay so contending
-    /// clients do not retry in lock-step. Defaults to 50 ms.
+    /// clients do not retry in lock-step. Defaults to 100 ms.
     pub fn retry_jitter(mut self, jitter: Duration) -> Self {
         self.retry_jitter = jitter;
         self
@@ -173,10 +176,19 @@ impl Builder {
         self
     }
 
-    /// The TTL used by [`LockRequest`](crate::LockRequest) when none is given. Defaults to
-    /// 30 s.
-    pub fn default_ttl(mut self, ttl: Duration) -> Self {
-        self.default_ttl = ttl;
+    /// The lease of a lock kept by the watchdog (requests without a fixed TTL, like
+    /// Redisson's `lockWatchdogTimeout`): renewed every third of it while held, so a crashed
+    /// holder's lock frees within one lease. Defaults to 30 s.
+    pub fn watchdog_lease(mut self, lease: Duration) -> Self {
+        self.watchdog_lease = lease;
+        self
+    }
+
+    /// Whether waiters subscribe to release notices (one pub/sub connection per node, shared
+    /// by all waiters of the client) to take the lock about one round trip after it is
+    /// released. Without, they wake on the retry delay only. Defaults to `true`.
+    pub fn pubsub(mut self, enabled: bool) -> Self {
+        self.pubsub = enabled;
         self
     }
 
@@ -220,10 +232,11 @@ impl Builder {
             max_retries: self.max_retries,
             wait_timeout: self.wait_timeout,
             min_validity: self.min_validity,
-            default_ttl: self.default_ttl,
+            watchdog_lease: self.watchdog_lease,
+            pubsub: self.pubsub,
         };
-        if let Err(Error::InvalidTtl { reason, .. }) = config.check_ttl(self.default_ttl) {
-            return invalid("default_ttl", reason);
+        if let Err(Error::InvalidTtl { reason, .. }) = config.check_ttl(self.watchdog_lease) {
+            return invalid("watchdog_lease", reason);
         }
         Ok(config)
     }
@@ -376,8 +389,8 @@ mod tests {
         );
         assert_eq!(field(five().drift_factor(-0.1).validate()), "drift_factor");
         assert_eq!(
-            field(five().default_ttl(Duration::from_millis(10)).validate()),
-            "default_ttl"
+            field(five().watchdog_lease(Duration::from_millis(10)).validate()),
+            "watchdog_lease"
         );
         assert!(five().validate().is_ok());
         assert!(five().quorum(Quorum::AtLeast(3)).validate().is_ok());

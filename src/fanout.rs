@@ -116,23 +116,21 @@ pub(crate) async fn fan_out(
     }
 }
 
-/// Runs `call` by plain EVAL on every node and waits for all of them (each bounded by its
-/// node's timeout); returns how many answered yes. Used for the rollback of a failed attempt:
-/// EVAL cannot answer NOSCRIPT, so the rollback cannot fail late on a node where the attempt's
-/// acquire ran (DESIGN 3, "ordering trap").
-pub(crate) async fn broadcast_eval(
+/// Runs `call` on every node and waits for all of them (each bounded by its node's timeout),
+/// returning every node's answer in node order. With [`Form::Eval`] (the rollback of a failed
+/// attempt) no node can answer NOSCRIPT, so the call cannot fail late on a node where the
+/// attempt's acquire ran (DESIGN 3, "ordering trap").
+pub(crate) async fn broadcast(
     nodes: &Nodes,
     call: Call,
-    read: fn(&Value) -> Option<Answer>,
-) -> usize {
+    form: Form,
+) -> Vec<Result<Value, NodeFailure>> {
     let call = Arc::new(call);
-    let results =
-        futures::future::join_all((0..nodes.len()).map(|i| node_call(nodes, i, &call, Form::Eval)))
-            .await;
-    results
-        .iter()
-        .filter(|(_, r)| matches!(r.as_ref().map(read), Ok(Some(Answer::Yes))))
-        .count()
+    futures::future::join_all((0..nodes.len()).map(|i| node_call(nodes, i, &call, form)))
+        .await
+        .into_iter()
+        .map(|(_, r)| r)
+        .collect()
 }
 
 /// Reads an integer reply.
@@ -143,11 +141,11 @@ pub(crate) fn int(v: &Value) -> Option<i64> {
     }
 }
 
-/// Reads the acquire script's `{1, count}` / `{0, pttl}` reply.
+/// Reads the acquire script's `{1, 1}` / `{0, pttl}` reply.
 pub(crate) fn read_acquire(v: &Value) -> Option<Answer> {
     let Value::Array(items) = v else { return None };
     match (items.first().and_then(int), items.get(1).and_then(int)) {
-        (Some(1), Some(_count)) => Some(Answer::Yes),
+        (Some(1), Some(_)) => Some(Answer::Yes),
         (Some(0), Some(pttl)) => Some(Answer::Refused(
             u64::try_from(pttl).ok().map(Duration::from_millis),
         )),
@@ -155,10 +153,10 @@ pub(crate) fn read_acquire(v: &Value) -> Option<Answer> {
     }
 }
 
-/// Reads the release script's reply: 1 deleted, 2 decremented, 0 not ours.
+/// Reads the release script's reply: 1 deleted, 0 not ours.
 pub(crate) fn read_release(v: &Value) -> Option<Answer> {
     match int(v)? {
-        1 | 2 => Some(Answer::Yes),
+        1 => Some(Answer::Yes),
         0 => Some(Answer::Refused(None)),
         _ => None,
     }

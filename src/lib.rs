@@ -87,10 +87,14 @@ mod builder;
 mod error;
 mod fanout;
 mod guard;
+mod lease;
 mod lock;
 mod node;
+mod owner;
 pub mod quorum;
 mod scripts;
+mod wakeup;
+mod watchdog;
 
 #[cfg(feature = "testkit")]
 #[allow(unsafe_code)]
@@ -104,5 +108,7 @@ struct ReadmeDoctests;
 pub use builder::{Builder, MAX_TTL};
 pub use error::{Error, FailureKind, NodeFailure, Op, Result};
 pub use guard::LockGuard;
-pub use lock::{LockRequest, QuorumLock, Stats, MAX_KEY_LEN};
+pub use lease::LostSignal;
+pub use lock::{LockRequest, QuorumLock, Scoped, Stats, MAX_KEY_LEN};
+pub use owner::Owner;
 pub use quorum::Quorum;

@@ -1,20 +1,26 @@
 //! The client handle: acquire (one attempt and the waiting loop), the rollback of failed
 //! attempts, and the counters behind [`Stats`].
 
+use std::future::Future;
+use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use rand::Rng;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::builder::{Builder, Config};
 use crate::error::{key_display, Error, Op, Result};
-use crate::fanout::{broadcast_eval, fan_out, read_acquire, read_release, Stragglers};
-use crate::guard::{Lease, LockGuard};
-use crate::node::Nodes;
+use crate::fanout::{broadcast, fan_out, read_acquire, Stragglers};
+use crate::guard::LockGuard;
+use crate::lease::{Lease, LostSignal};
+use crate::node::{Form, Nodes};
+use crate::owner::Owner;
 use crate::quorum::{self, Decision};
 use crate::scripts::{release_channel, Call, ACQUIRE, RELEASE};
+use crate::wakeup::{Subscription, Wakeups};
 
 /// The longest key accepted (64 KiB). Redis allows more, but a lock key is a name, and it is
 /// copied into every request and release channel.
@@ -25,14 +31,23 @@ pub(crate) struct Shared {
     pub(crate) nodes: Nodes,
     pub(crate) config: Config,
     pub(crate) counters: Counters,
+    /// Pub/sub wake-ups for waiters; `None` when disabled.
+    wakeups: Option<Arc<Wakeups>>,
+    /// Identifies this client in holder values.
+    client_id: String,
 }
 
 impl Shared {
     pub(crate) fn new(nodes: Nodes, config: Config) -> Shared {
+        let wakeups = config
+            .pubsub
+            .then(|| Arc::new(Wakeups::new(nodes.clone(), config.node_timeout)));
         Shared {
             nodes,
             config,
             counters: Counters::default(),
+            wakeups,
+            client_id: uuid::Uuid::new_v4().simple().to_string(),
         }
     }
 }
@@ -93,21 +108,31 @@ impl QuorumLock {
 
     /// A snapshot of this client's counters (shared by its clones).
     pub fn stats(&self) -> Stats {
-        self.shared.counters.snapshot()
+        self.shared.snapshot()
     }
 
-    /// Starts a request for `key` with per-request settings (TTL, wait time).
+    /// Starts a request for `key` with per-request settings. Without [`ttl`](LockRequest::ttl)
+    /// the lock is kept alive by the watchdog (a lease of the client's
+    /// [`watchdog_lease`](Builder::watchdog_lease), renewed every third of it) until released.
     pub fn lock(&self, key: impl AsRef<[u8]>) -> LockRequest<'_> {
         LockRequest {
             client: self,
+            owner: None,
             key: key.as_ref().to_vec(),
-            ttl: None,
+            lease: LeaseMode::Watchdog(None),
+            max_hold: None,
             wait: None,
         }
     }
 
-    /// Acquires `key` for `ttl`, waiting up to the configured wait time (default 10 s) while
-    /// others hold it, retrying with jitter.
+    /// A new reentrant owner (see [`Owner`]).
+    pub fn owner(&self) -> Owner {
+        Owner::new(self.clone())
+    }
+
+    /// Acquires `key` for a fixed `ttl` (no watchdog), waiting up to the configured wait time
+    /// (default 10 s) while others hold it: woken by the holder's release notice, or retrying
+    /// after a jittered delay.
     ///
     /// # Errors
     /// [`Error::InvalidKey`], [`Error::InvalidTtl`]; [`Error::WaitTimeout`] when the lock stayed
@@ -122,7 +147,7 @@ impl QuorumLock {
         self.lock(key).ttl(ttl).acquire().await
     }
 
-    /// One attempt to acquire `key` for `ttl`: `Ok(None)` when another holder has it.
+    /// One attempt to acquire `key` for a fixed `ttl`: `Ok(None)` when another holder has it.
     ///
     /// # Errors
     /// [`Error::InvalidKey`], [`Error::InvalidTtl`]; [`Error::NoQuorum`] when too many nodes
@@ -136,6 +161,26 @@ impl QuorumLock {
         ttl: Duration,
     ) -> Result<Option<LockGuard>> {
         self.lock(key).ttl(ttl).try_acquire().await
+    }
+
+    /// Runs `work` while holding `key` under the watchdog, and releases at the end.
+    ///
+    /// `work` gets the lock's [`LostSignal`] (for tasks it spawns); the future itself is
+    /// dropped (cancelled) the moment the lock is lost. The result says whether the work
+    /// completed within the lock or was cut off. See [`LockRequest::run`] for per-request
+    /// settings.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire), for taking the lock.
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops `work` and releases the lock in the background.
+    pub async fn with_lock<F, Fut, T>(&self, key: impl AsRef<[u8]>, work: F) -> Result<Scoped<T>>
+    where
+        F: FnOnce(LostSignal) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        self.lock(key).run(work).await
     }
 
     fn check_key(key: &[u8]) -> Result<()> {
@@ -152,18 +197,27 @@ impl QuorumLock {
         Ok(())
     }
 
+    fn holder_value(&self, owner: Option<&Owner>) -> String {
+        let nonce = uuid::Uuid::new_v4().simple();
+        match owner {
+            Some(o) => format!("{}:{}:{nonce}", self.shared.client_id, o.id()),
+            None => nonce.to_string(),
+        }
+    }
+
     /// One attempt (DESIGN 3, "Acquire"): fan out, tally, compute the validity, and roll back
     /// on every node when it is not a success.
     async fn attempt(
         &self,
         key: &Arc<[u8]>,
-        ttl: Duration,
+        plan: &Plan<'_>,
     ) -> std::result::Result<LockGuard, Miss> {
         let shared = &self.shared;
         let config = &shared.config;
-        let holder = holder_value();
+        let ttl = plan.ttl;
+        let holder = self.holder_value(plan.owner);
         let ttl_ms = ttl.as_millis().to_string();
-        let call = Call::new(&ACQUIRE, key, &[holder.as_bytes(), ttl_ms.as_bytes(), b"0"]);
+        let call = Call::new(&ACQUIRE, key, &[holder.as_bytes(), ttl_ms.as_bytes()]);
         shared.counters.attempts.fetch_add(1, Ordering::Relaxed);
 
         // Step 1: the validity is measured from before the first request is sent.
@@ -178,14 +232,14 @@ impl QuorumLock {
         .await;
         let elapsed = t0.elapsed();
         let drift = quorum::drift(ttl, config.drift_factor);
+        tracing::debug!(yes = outcome.tally.yes(), refused = outcome.tally.refused(), failed = outcome.tally.failed(), failures = ?outcome.failures, ?elapsed, "acquire tallied");
 
         let miss = match outcome.decision {
             Decision::Reached => match quorum::validity(ttl, elapsed, drift) {
                 Some(v) if v > config.min_validity => {
                     shared.counters.acquired.fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(key = %key_display(key), confirmed = outcome.tally.yes(), ?elapsed, validity = ?v, "acquired");
-                    let lease = Lease::new(key.clone(), holder, ttl, t0 + ttl - drift);
-                    return Ok(LockGuard::new(self.shared.clone(), lease));
+                    tracing::debug!(validity = ?v, "acquired");
+                    return Ok(self.hold(key, holder, plan, t0 + ttl - drift));
                 }
                 _ => Miss::Failed(Error::ValidityExhausted {
                     key: key_display(key),
@@ -211,7 +265,6 @@ impl QuorumLock {
             Miss::Contended(_) => shared.counters.contended.fetch_add(1, Ordering::Relaxed),
             Miss::Failed(_) => shared.counters.failed.fetch_add(1, Ordering::Relaxed),
         };
-        tracing::debug!(key = %key_display(key), yes = outcome.tally.yes(), refused = outcome.tally.refused(), failed = outcome.tally.failed(), "attempt failed, rolling back");
         // Step 5: roll back on every node, also those that failed or timed out: they may have
         // applied the acquire. The holder value is unique to this attempt, so a late rollback
         // can never delete a later attempt's entry.
@@ -224,33 +277,105 @@ impl QuorumLock {
         Err(miss)
     }
 
-    /// Checks a request's key and TTL.
-    fn prepare(&self, req: LockRequest<'_>) -> Result<(Arc<[u8]>, Duration)> {
+    /// Wraps a confirmed acquisition in its guard, starting the watchdog if asked.
+    fn hold(
+        &self,
+        key: &Arc<[u8]>,
+        holder: String,
+        plan: &Plan<'_>,
+        deadline: Instant,
+    ) -> LockGuard {
+        let lease = Arc::new(Lease::new(key.clone(), holder, plan.ttl, deadline));
+        if plan.watchdog {
+            tokio::spawn(crate::watchdog::run(
+                self.shared.clone(),
+                lease.clone(),
+                plan.ttl,
+                plan.max_hold,
+            ));
+        }
+        let owner = plan.owner.map(|o| {
+            o.inner().register(&lease);
+            o.inner().clone()
+        });
+        LockGuard::new(self.shared.clone(), lease, owner)
+    }
+
+    /// A reentrant owner's nested acquire: joins its live hold on the key, if any.
+    fn reenter(&self, key: &[u8], plan: &Plan<'_>) -> Option<LockGuard> {
+        let owner = plan.owner?;
+        let lease = owner.inner().reenter(key)?;
+        Some(LockGuard::new(
+            self.shared.clone(),
+            lease,
+            Some(owner.inner().clone()),
+        ))
+    }
+
+    /// Checks a request's key and lease.
+    fn prepare<'r>(&self, req: &LockRequest<'r>) -> Result<(Arc<[u8]>, Plan<'r>)> {
         let config = &self.shared.config;
         Self::check_key(&req.key)?;
-        let ttl = config.check_ttl(req.ttl.unwrap_or(config.default_ttl))?;
-        Ok((req.key.into(), ttl))
+        let (ttl, watchdog) = match req.lease {
+            LeaseMode::Fixed(ttl) => (ttl, false),
+            LeaseMode::Watchdog(lease) => (lease.unwrap_or(config.watchdog_lease), true),
+        };
+        let ttl = config.check_ttl(ttl)?;
+        let plan = Plan {
+            ttl,
+            watchdog,
+            max_hold: req.max_hold,
+            owner: req.owner,
+        };
+        Ok((req.key.as_slice().into(), plan))
     }
 
     async fn run_once(&self, req: LockRequest<'_>) -> Result<Option<LockGuard>> {
-        let (key, ttl) = self.prepare(req)?;
-        match self.attempt(&key, ttl).await {
-            Ok(guard) => Ok(Some(guard)),
-            Err(Miss::Contended(_)) => Ok(None),
-            Err(Miss::Failed(e)) => Err(e),
+        let (key, plan) = self.prepare(&req)?;
+        let span = tracing::debug_span!("acquire", key = %key_display(&key), ttl = ?plan.ttl);
+        async {
+            if let Some(guard) = self.reenter(&key, &plan) {
+                return Ok(Some(guard));
+            }
+            match self.attempt(&key, &plan).await {
+                Ok(guard) => Ok(Some(guard)),
+                Err(Miss::Contended(_)) => Ok(None),
+                Err(Miss::Failed(e)) => Err(e),
+            }
         }
+        .instrument(span)
+        .await
     }
 
     async fn run_waiting(&self, req: LockRequest<'_>) -> Result<LockGuard> {
+        let (key, plan) = self.prepare(&req)?;
+        let wait = req.wait.unwrap_or(self.shared.config.wait_timeout);
+        let span =
+            tracing::debug_span!("acquire", key = %key_display(&key), ttl = ?plan.ttl, ?wait);
+        self.wait_loop(key, plan, wait).instrument(span).await
+    }
+
+    /// Attempts until success or the wait ends. Between attempts a waiter sleeps until the
+    /// key's release notice, or until min(the holder's PTTL, the jittered retry delay).
+    async fn wait_loop(&self, key: Arc<[u8]>, plan: Plan<'_>, wait: Duration) -> Result<LockGuard> {
         let config = &self.shared.config;
-        let wait = req.wait.unwrap_or(config.wait_timeout);
-        let (key, ttl) = self.prepare(req)?;
         let start = Instant::now();
         let deadline = start + wait;
         let mut attempts: u32 = 0;
+        let mut subscription: Option<Subscription> = None;
         loop {
+            if let Some(guard) = self.reenter(&key, &plan) {
+                return Ok(guard);
+            }
+            // Listen before the attempt, so that a release between the attempt and the wait
+            // below is not missed.
+            let channel = subscription.as_ref().map(|s| s.channel().clone());
+            let mut notified = pin!(channel.as_ref().map(|c| c.notify().notified()));
+            if let Some(n) = notified.as_mut().as_pin_mut() {
+                n.enable();
+            }
             attempts += 1;
-            let (error, hint) = match self.attempt(&key, ttl).await {
+            let (error, hint) = match self.attempt(&key, &plan).await {
                 Ok(guard) => return Ok(guard),
                 Err(Miss::Contended(hint)) => (None, hint),
                 Err(Miss::Failed(e)) => (Some(e), None),
@@ -264,25 +389,39 @@ impl QuorumLock {
                     attempts,
                 }));
             }
+            if error.is_none() && subscription.is_none() {
+                if let Some(wakeups) = &self.shared.wakeups {
+                    let (sub, confirmed) = wakeups.join(release_channel(&key)).await;
+                    tracing::debug!(confirmed, "subscribed to release notices");
+                    subscription = Some(sub);
+                    // Try again at once: a release before the subscription was active sent a
+                    // notice nobody heard.
+                    continue;
+                }
+            }
             let mut delay = config.retry_delay + jitter(config.retry_jitter);
             if let Some(hint) = hint {
                 // The holder's key expires by then: no point sleeping past it.
                 delay = delay.min(hint);
             }
-            tokio::time::sleep_until((now + delay).min(deadline)).await;
+            let sleep = tokio::time::sleep_until((now + delay).min(deadline));
+            match notified.as_mut().as_pin_mut() {
+                Some(n) => tokio::select! {
+                    () = n => { self.shared.counters.woken.fetch_add(1, Ordering::Relaxed); }
+                    () = sleep => {}
+                },
+                None => sleep.await,
+            }
         }
     }
 }
 
-/// Releases an attempt's entries on every node, by plain EVAL (DESIGN 3, "ordering trap").
+/// Releases an attempt's entries on every node, by plain EVAL (DESIGN 3, "ordering trap"),
+/// without a release notice (see the release script).
 async fn rollback(shared: Arc<Shared>, key: Arc<[u8]>, holder: String) {
     let channel = release_channel(&key);
     let call = Call::new(&RELEASE, &key, &[holder.as_bytes(), &channel, b"0"]);
-    broadcast_eval(&shared.nodes, call, read_release).await;
-}
-
-fn holder_value() -> String {
-    uuid::Uuid::new_v4().simple().to_string()
+    broadcast(&shared.nodes, call, Form::Eval).await;
 }
 
 fn jitter(max: Duration) -> Duration {
@@ -293,20 +432,83 @@ fn jitter(max: Duration) -> Duration {
     Duration::from_nanos(rand::rng().random_range(0..=nanos))
 }
 
+/// How a request's lock is kept.
+#[derive(Debug, Clone, Copy)]
+enum LeaseMode {
+    /// A fixed TTL; it expires unless extended.
+    Fixed(Duration),
+    /// Renewed by the watchdog; the lease length, or the client's default.
+    Watchdog(Option<Duration>),
+}
+
+/// A checked request.
+struct Plan<'a> {
+    ttl: Duration,
+    watchdog: bool,
+    max_hold: Option<Duration>,
+    owner: Option<&'a Owner>,
+}
+
+/// What [`QuorumLock::with_lock`] and [`LockRequest::run`] report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Scoped<T> {
+    /// The work completed while the lock was held.
+    Completed(T),
+    /// The lock was lost; the work was cut off (dropped) at that moment.
+    Lost,
+}
+
+impl<T> Scoped<T> {
+    /// The work's result, if it completed.
+    pub fn completed(self) -> Option<T> {
+        match self {
+            Scoped::Completed(v) => Some(v),
+            Scoped::Lost => None,
+        }
+    }
+}
+
 /// A request for one lock, with settings that override the client's defaults.
 #[must_use]
 pub struct LockRequest<'a> {
     client: &'a QuorumLock,
+    owner: Option<&'a Owner>,
     key: Vec<u8>,
-    ttl: Option<Duration>,
+    lease: LeaseMode,
+    max_hold: Option<Duration>,
     wait: Option<Duration>,
 }
 
-impl LockRequest<'_> {
-    /// The lock's TTL: how long the nodes keep it if it is neither extended nor released.
-    /// Defaults to the client's [`default_ttl`](Builder::default_ttl) (30 s).
+impl<'a> LockRequest<'a> {
+    /// A fixed TTL: the lock expires after it unless extended or released; no watchdog.
+    /// Defaults to none (the watchdog keeps the lock).
     pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = Some(ttl);
+        self.lease = LeaseMode::Fixed(ttl);
+        self
+    }
+
+    /// The lease: `Some(ttl)` is [`ttl`](Self::ttl); `None` keeps the lock with the watchdog
+    /// and the client's [`watchdog_lease`](Builder::watchdog_lease). Defaults to `None`.
+    pub fn lease(mut self, lease: Option<Duration>) -> Self {
+        self.lease = match lease {
+            Some(ttl) => LeaseMode::Fixed(ttl),
+            None => LeaseMode::Watchdog(None),
+        };
+        self
+    }
+
+    /// Keeps the lock with the watchdog, renewing a lease of `lease` every third of it.
+    /// Defaults to the client's [`watchdog_lease`](Builder::watchdog_lease) (30 s).
+    pub fn watchdog(mut self, lease: Duration) -> Self {
+        self.lease = LeaseMode::Watchdog(Some(lease));
+        self
+    }
+
+    /// Stops the watchdog's renewals once the lock has been held this long; it then expires
+    /// at the end of its current lease. Defaults to none (renewed until released).
+    pub fn max_hold(mut self, max: Duration) -> Self {
+        self.max_hold = Some(max);
         self
     }
 
@@ -314,6 +516,11 @@ impl LockRequest<'_> {
     /// [`wait_timeout`](Builder::wait_timeout) (10 s).
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(wait);
+        self
+    }
+
+    pub(crate) fn owner(mut self, owner: &'a Owner) -> Self {
+        self.owner = Some(owner);
         self
     }
 
@@ -339,6 +546,35 @@ impl LockRequest<'_> {
     pub async fn try_acquire(self) -> Result<Option<LockGuard>> {
         self.client.run_once(self).await
     }
+
+    /// Acquires the lock (waiting), runs `work` while holding it, and releases it. See
+    /// [`QuorumLock::with_lock`].
+    ///
+    /// # Errors
+    /// As [`QuorumLock::acquire`], for taking the lock.
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops `work` and releases the lock in the background.
+    pub async fn run<F, Fut, T>(self, work: F) -> Result<Scoped<T>>
+    where
+        F: FnOnce(LostSignal) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = self.acquire().await?;
+        let signal = guard.lost_signal();
+        let work = work(signal.clone());
+        let outcome = tokio::select! {
+            // Loss first: work that finishes in the same instant the lock is lost is reported
+            // as cut off.
+            biased;
+            () = signal.wait() => Scoped::Lost,
+            value = work => Scoped::Completed(value),
+        };
+        if let Err(e) = guard.release().await {
+            tracing::warn!(error = %e, "release after scoped work was not confirmed");
+        }
+        Ok(outcome)
+    }
 }
 
 /// Counters of one client, shared by its clones.
@@ -352,20 +588,26 @@ pub(crate) struct Counters {
     pub(crate) release_failed: AtomicU64,
     pub(crate) extended: AtomicU64,
     pub(crate) lost: AtomicU64,
+    pub(crate) repaired: AtomicU64,
+    pub(crate) woken: AtomicU64,
 }
 
-impl Counters {
+impl Shared {
     fn snapshot(&self) -> Stats {
+        let c = &self.counters;
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         Stats {
-            attempts: get(&self.attempts),
-            acquired: get(&self.acquired),
-            contended: get(&self.contended),
-            failed: get(&self.failed),
-            released: get(&self.released),
-            release_failed: get(&self.release_failed),
-            extended: get(&self.extended),
-            lost: get(&self.lost),
+            attempts: get(&c.attempts),
+            acquired: get(&c.acquired),
+            contended: get(&c.contended),
+            failed: get(&c.failed),
+            released: get(&c.released),
+            release_failed: get(&c.release_failed),
+            extended: get(&c.extended),
+            lost: get(&c.lost),
+            repaired: get(&c.repaired),
+            woken: get(&c.woken),
+            notices: self.wakeups.as_ref().map_or(0, |w| w.notices()),
         }
     }
 }
@@ -386,8 +628,14 @@ pub struct Stats {
     pub released: u64,
     /// Releases a quorum did not confirm (the lock was lost or nodes failed).
     pub release_failed: u64,
-    /// Extensions a quorum confirmed.
+    /// Extensions and watchdog renewals a quorum confirmed.
     pub extended: u64,
-    /// Guards that became lost.
+    /// Guards that became lost (including fixed-TTL locks whose validity ran out unreleased).
     pub lost: u64,
+    /// Node entries restored by the watchdog's repair.
+    pub repaired: u64,
+    /// Waits that a release notice ended (the rest ended on their timer).
+    pub woken: u64,
+    /// Distinct release notices received for waited-on keys.
+    pub notices: u64,
 }

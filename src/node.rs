@@ -240,6 +240,15 @@ impl Node {
         .await
     }
 
+    /// A dedicated pub/sub connection (release notices), not bounded here.
+    pub(crate) async fn pubsub(&self) -> Result<redis::aio::PubSub, NodeFailure> {
+        self.addr
+            .client
+            .get_async_pubsub()
+            .await
+            .map_err(|e| self.classify(&e))
+    }
+
     /// Runs `fut` within `limit`, classifying failures and dropping a broken connection.
     async fn bounded<F>(&self, limit: Duration, fut: F) -> Result<Value, NodeFailure>
     where

@@ -73,25 +73,18 @@ impl Call {
 
 /// Acquire (RedLock step 2), on one node.
 ///
-/// KEYS[1] lock key. ARGV[1] holder value, ARGV[2] TTL in ms, ARGV[3] "1" when the holder is
-/// reentrant (a second acquire by the same holder increments its count), "0" when not (a
-/// repeated acquire by the same holder is idempotent: it only refreshes the TTL, so a retried
-/// attempt cannot inflate the count).
+/// KEYS[1] lock key. ARGV[1] holder value (fresh for every acquisition), ARGV[2] TTL in ms.
 ///
-/// Returns `{1, count}` when the holder holds the key now, `{0, pttl}` when another holder
-/// does (the PTTL is the waiter's wake-up hint).
+/// A repeated acquire by the same holder is idempotent (it refreshes the TTL), so a retried
+/// request cannot double-count. Reentrancy is counted in the client (see `owner`), never on
+/// the nodes: per-node counts drift apart when an attempt returns at quorum or times out.
+///
+/// Returns `{1, 1}` when the holder holds the key now, `{0, pttl}` when another holder does
+/// (the PTTL is the waiter's wake-up hint).
 pub(crate) static ACQUIRE: LockScript = LockScript::new(
     "acquire",
     r#"
-local count = redis.call('hget', KEYS[1], ARGV[1])
-if count then
-  if ARGV[3] == '1' then
-    count = redis.call('hincrby', KEYS[1], ARGV[1], 1)
-  end
-  redis.call('pexpire', KEYS[1], ARGV[2])
-  return {1, tonumber(count)}
-end
-if redis.call('exists', KEYS[1]) == 0 then
+if redis.call('hexists', KEYS[1], ARGV[1]) == 1 or redis.call('exists', KEYS[1]) == 0 then
   redis.call('hset', KEYS[1], ARGV[1], 1)
   redis.call('pexpire', KEYS[1], ARGV[2])
   return {1, 1}
@@ -100,28 +93,49 @@ return {0, redis.call('pttl', KEYS[1])}
 "#,
 );
 
-/// Release (and the rollback of a failed attempt), on one node. Compare-and-delete: acts only
+/// Release, and the rollback of a failed attempt, on one node. Compare-and-delete: acts only
 /// where the stored holder value matches.
 ///
-/// KEYS[1] lock key. ARGV[1] holder value, ARGV[2] release channel, ARGV[3] "1" to decrement a
-/// reentrant count, "0" to release whatever the count.
+/// KEYS[1] lock key. ARGV[1] holder value, ARGV[2] release channel, ARGV[3] "1" to publish the
+/// release notice (a release), "0" not to (a rollback: waking waiters for a key that another
+/// holder still has would only make them fail and roll back in turn).
 ///
-/// Returns 1 when the key was deleted (and the release notice published), 2 when a reentrant
-/// count was decremented and the holder still holds the key, 0 when the holder did not hold it.
+/// Returns 1 when the key was deleted, 0 when the holder did not hold it.
 pub(crate) static RELEASE: LockScript = LockScript::new(
     "release",
     r#"
-local count = redis.call('hget', KEYS[1], ARGV[1])
-if not count then
+if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
-if ARGV[3] == '1' and tonumber(count) > 1 then
-  redis.call('hincrby', KEYS[1], ARGV[1], -1)
-  return 2
-end
 redis.call('del', KEYS[1])
-redis.call('publish', ARGV[2], ARGV[1])
+if ARGV[3] == '1' then
+  redis.call('publish', ARGV[2], ARGV[1])
+end
 return 1
+"#,
+);
+
+/// Repair, on one node, run only right after a quorum confirmed a renewal: puts the holder's
+/// entry back where the key is absent (a node restarted empty, or one that missed the
+/// acquire), so the lock regains its fault tolerance. Set-if-absent: never touches another
+/// holder's entry.
+///
+/// KEYS[1] lock key. ARGV[1] holder value, ARGV[2] remaining validity in ms.
+///
+/// Returns 1 when the entry was put back, 0 when the holder's entry was there, -1 when another
+/// holder has the key.
+pub(crate) static REPAIR: LockScript = LockScript::new(
+    "repair",
+    r#"
+if redis.call('exists', KEYS[1]) == 0 then
+  redis.call('hset', KEYS[1], ARGV[1], 1)
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  return 1
+end
+if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
+  return 0
+end
+return -1
 "#,
 );
 
@@ -143,7 +157,7 @@ return 0
 );
 
 /// Every script, for loading on connect.
-pub(crate) static ALL_SCRIPTS: [&LockScript; 3] = [&ACQUIRE, &RELEASE, &EXTEND];
+pub(crate) static ALL_SCRIPTS: [&LockScript; 4] = [&ACQUIRE, &RELEASE, &EXTEND, &REPAIR];
 
 /// The pub/sub channel on which a release of `key` is announced.
 pub(crate) fn release_channel(key: &[u8]) -> Vec<u8> {

@@ -104,8 +104,8 @@ async fn bad_configuration_names_the_setting() {
     );
     assert_eq!(
         config_field(b().node_timeout(Duration::from_secs(60)).build().await),
-        "default_ttl",
-        "node timeout not below the default 30 s TTL"
+        "watchdog_lease",
+        "node timeout not below the default 30 s watchdog lease"
     );
 }
 

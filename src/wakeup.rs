@@ -1,0 +1,305 @@
+//! Pub/sub wake-ups for waiters (DESIGN 3, "Waiting for a held lock"): one subscriber
+//! connection per node, shared by all waiters of a client, routed by channel; a release
+//! notice from any node wakes one waiter of the key.
+//!
+//! Wake-ups are a fast path, never a correctness mechanism: a waiter also wakes after
+//! min(PTTL hint, jittered retry delay), so a lost notice, or a node whose pub/sub is down,
+//! costs at most that delay.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use futures::StreamExt;
+use redis::aio::{PubSubSink, PubSubStream};
+use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::time::Instant;
+
+use crate::node::Nodes;
+
+/// The waiters of one key's release channel.
+pub(crate) struct Channel {
+    notify: Notify,
+    /// The holder value of the last release notice acted on: every node publishes the same
+    /// release, and one release should wake one waiter, not N.
+    last: Mutex<Vec<u8>>,
+}
+
+impl Channel {
+    pub(crate) fn notify(&self) -> &Notify {
+        &self.notify
+    }
+
+    /// Wakes one waiter per distinct release (FIFO: the longest waiting first). A notice that
+    /// finds no waiter is kept as a permit for the next one.
+    fn wake(&self, holder: &[u8]) -> bool {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        if *last == holder {
+            return false;
+        }
+        last.clear();
+        last.extend_from_slice(holder);
+        self.notify.notify_one();
+        true
+    }
+}
+
+/// Channel name -> (waiters, channel).
+type Registry = HashMap<Vec<u8>, (usize, Arc<Channel>)>;
+
+enum Command {
+    Subscribe(Vec<u8>, oneshot::Sender<bool>),
+    Unsubscribe(Vec<u8>),
+}
+
+/// The registry of waited-on channels and the per-node subscriber tasks.
+pub(crate) struct Wakeups {
+    nodes: Nodes,
+    timeout: Duration,
+    channels: Mutex<Registry>,
+    workers: OnceLock<Vec<mpsc::UnboundedSender<Command>>>,
+    notices: AtomicU64,
+}
+
+impl Wakeups {
+    pub(crate) fn new(nodes: Nodes, timeout: Duration) -> Wakeups {
+        Wakeups {
+            nodes,
+            timeout,
+            channels: Mutex::new(HashMap::new()),
+            workers: OnceLock::new(),
+            notices: AtomicU64::new(0),
+        }
+    }
+
+    /// Distinct release notices that woke (or were kept for) a waiter.
+    pub(crate) fn notices(&self) -> u64 {
+        self.notices.load(Ordering::Relaxed)
+    }
+
+    fn channels(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.channels.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn workers(self: &Arc<Self>) -> &[mpsc::UnboundedSender<Command>] {
+        self.workers.get_or_init(|| {
+            (0..self.nodes.len())
+                .map(|i| {
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    tokio::spawn(worker(
+                        i,
+                        self.nodes.clone(),
+                        Arc::downgrade(self),
+                        self.timeout,
+                        rx,
+                    ));
+                    tx
+                })
+                .collect()
+        })
+    }
+
+    /// Registers a waiter on `channel`; the first waiter subscribes on every node and waits
+    /// (bounded by the node timeout) until the subscriptions are confirmed, so that a release
+    /// after this returns is seen. Returns the subscription and how many nodes confirmed (N
+    /// when the channel was already subscribed).
+    pub(crate) async fn join(self: &Arc<Self>, channel: Vec<u8>) -> (Subscription, usize) {
+        let (chan, replies) = {
+            // The map lock orders SUBSCRIBE and UNSUBSCRIBE commands per channel: a leave and a
+            // join racing each other reach every node's worker in the order they happened.
+            let mut channels = self.channels();
+            match channels.get_mut(&channel) {
+                Some((waiters, chan)) => {
+                    *waiters += 1;
+                    (chan.clone(), Vec::new())
+                }
+                None => {
+                    let chan = Arc::new(Channel {
+                        notify: Notify::new(),
+                        last: Mutex::new(Vec::new()),
+                    });
+                    channels.insert(channel.clone(), (1, chan.clone()));
+                    let replies = self
+                        .workers()
+                        .iter()
+                        .filter_map(|w| {
+                            let (tx, rx) = oneshot::channel();
+                            w.send(Command::Subscribe(channel.clone(), tx))
+                                .ok()
+                                .map(|()| rx)
+                        })
+                        .collect::<Vec<_>>();
+                    (chan, replies)
+                }
+            }
+        };
+        let confirmed = if replies.is_empty() {
+            self.nodes.len()
+        } else {
+            let all = futures::future::join_all(replies);
+            match tokio::time::timeout(self.timeout, all).await {
+                Ok(answers) => answers
+                    .into_iter()
+                    .filter(|a| matches!(a, Ok(true)))
+                    .count(),
+                Err(_) => 0,
+            }
+        };
+        let sub = Subscription {
+            wakeups: self.clone(),
+            name: channel,
+            channel: chan,
+        };
+        (sub, confirmed)
+    }
+
+    fn leave(&self, name: &[u8]) {
+        let mut channels = self.channels();
+        let Some((waiters, _)) = channels.get_mut(name) else {
+            return;
+        };
+        *waiters -= 1;
+        if *waiters == 0 {
+            channels.remove(name);
+            if let Some(workers) = self.workers.get() {
+                for w in workers {
+                    let _ = w.send(Command::Unsubscribe(name.to_vec()));
+                }
+            }
+        }
+    }
+
+    fn on_message(&self, channel: &[u8], holder: &[u8]) {
+        let chan = self.channels().get(channel).map(|(_, c)| c.clone());
+        if let Some(chan) = chan {
+            if chan.wake(holder) {
+                self.notices.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn channel_names(&self) -> Vec<Vec<u8>> {
+        self.channels().keys().cloned().collect()
+    }
+}
+
+/// A waiter's registration on a release channel; leaving (drop) unsubscribes with the last
+/// waiter.
+pub(crate) struct Subscription {
+    wakeups: Arc<Wakeups>,
+    name: Vec<u8>,
+    channel: Arc<Channel>,
+}
+
+impl Subscription {
+    pub(crate) fn channel(&self) -> &Arc<Channel> {
+        &self.channel
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.wakeups.leave(&self.name);
+    }
+}
+
+type Connection = (PubSubSink, PubSubStream);
+
+/// One node's subscriber: a pub/sub connection made on demand, re-made (and every waited-on
+/// channel re-subscribed) after it drops. Ends when the client is dropped.
+async fn worker(
+    index: usize,
+    nodes: Nodes,
+    wakeups: Weak<Wakeups>,
+    timeout: Duration,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+) {
+    let node = &nodes[index];
+    let mut conn: Option<Connection> = None;
+    let mut retry_at: Option<Instant> = None;
+    loop {
+        let reconnect = async {
+            match retry_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let message = async {
+            match conn.as_mut() {
+                Some((_, stream)) => stream.next().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            command = commands.recv() => {
+                let Some(command) = command else { return };
+                match command {
+                    Command::Subscribe(name, reply) => {
+                        if conn.is_none() {
+                            conn = connect(node, &wakeups, timeout).await;
+                        }
+                        let ok = match conn.as_mut() {
+                            Some((sink, _)) => matches!(tokio::time::timeout(timeout, sink.subscribe(&name)).await, Ok(Ok(()))),
+                            None => false,
+                        };
+                        let _ = reply.send(ok);
+                    }
+                    Command::Unsubscribe(name) => {
+                        if let Some((sink, _)) = conn.as_mut() {
+                            let _ = tokio::time::timeout(timeout, sink.unsubscribe(&name)).await;
+                        }
+                    }
+                }
+            }
+            msg = message => match msg {
+                Some(msg) => {
+                    let Some(w) = wakeups.upgrade() else { return };
+                    if let Ok(channel) = msg.get_channel::<Vec<u8>>() {
+                        w.on_message(&channel, msg.get_payload_bytes());
+                    }
+                }
+                None => {
+                    tracing::debug!(node = node.name(), "pub/sub connection dropped");
+                    conn = None;
+                    retry_at = Some(Instant::now() + Duration::from_millis(100));
+                }
+            },
+            () = reconnect => {
+                retry_at = None;
+                let wanted = wakeups.upgrade().is_some_and(|w| !w.channel_names().is_empty());
+                if wanted {
+                    conn = connect(node, &wakeups, timeout).await;
+                    if conn.is_none() {
+                        retry_at = Some(Instant::now() + Duration::from_secs(1));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Connects and subscribes every channel currently waited on.
+async fn connect(
+    node: &crate::node::Node,
+    wakeups: &Weak<Wakeups>,
+    timeout: Duration,
+) -> Option<Connection> {
+    let connected = tokio::time::timeout(timeout, node.pubsub()).await;
+    let (mut sink, stream) = match connected {
+        Ok(Ok(pubsub)) => pubsub.split(),
+        Ok(Err(e)) => {
+            tracing::debug!(node = node.name(), error = %e, "pub/sub connect failed");
+            return None;
+        }
+        Err(_) => return None,
+    };
+    let names = wakeups.upgrade()?.channel_names();
+    if !names.is_empty() {
+        let resubscribed = tokio::time::timeout(timeout, sink.subscribe(&names)).await;
+        if !matches!(resubscribed, Ok(Ok(()))) {
+            return None;
+        }
+    }
+    Some((sink, stream))
+}
