@@ -32,6 +32,10 @@ pub(crate) enum Stragglers {
     /// Let them finish in a background task, so that every node gets the call even though the
     /// caller returned at quorum (release, extend: neither can create an entry).
     Finish,
+    /// Wait for every node's answer (each bounded by its timeout) before deciding: the
+    /// watchdog's renewal, which runs in the background and needs to know which nodes lack
+    /// the entry.
+    Wait,
 }
 
 /// The result of one fan-out.
@@ -41,6 +45,8 @@ pub(crate) struct Outcome {
     pub(crate) failures: Vec<NodeFailure>,
     /// The smallest remaining TTL another holder reported (acquire only).
     pub(crate) hint: Option<Duration>,
+    /// The nodes that answered with a refusal (in answer order).
+    pub(crate) refused: Vec<usize>,
 }
 
 /// One node's part of a call, owning what it needs so that it can outlive the caller.
@@ -70,14 +76,16 @@ pub(crate) async fn fan_out(
     let mut tally = Tally::new(nodes.len(), required);
     let mut failures = Vec::new();
     let mut hint: Option<Duration> = None;
+    let mut refused = Vec::new();
     let mut decision = tally.decision();
-    while decision == Decision::Pending {
+    while decision == Decision::Pending || (stragglers == Stragglers::Wait && !pending.is_empty()) {
         let Some((i, result)) = pending.next().await else {
             break;
         };
         let vote = match result.map(|v| (read(&v), v)) {
             Ok((Some(Answer::Yes), _)) => Vote::Yes,
             Ok((Some(Answer::Refused(h)), _)) => {
+                refused.push(i);
                 hint = match (hint, h) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
@@ -113,20 +121,22 @@ pub(crate) async fn fan_out(
         tally,
         failures,
         hint,
+        refused,
     }
 }
 
-/// Runs `call` on every node and waits for all of them (each bounded by its node's timeout),
-/// returning every node's answer in node order. With [`Form::Eval`] (the rollback of a failed
+/// Runs `call` on the nodes numbered in `which` and waits for all of them (each bounded by
+/// its node's timeout), returning their answers in that order. With [`Form::Eval`] (the rollback of a failed
 /// attempt) no node can answer NOSCRIPT, so the call cannot fail late on a node where the
 /// attempt's acquire ran (DESIGN 3, "ordering trap").
 pub(crate) async fn broadcast(
     nodes: &Nodes,
+    which: impl IntoIterator<Item = usize>,
     call: Call,
     form: Form,
 ) -> Vec<Result<Value, NodeFailure>> {
     let call = Arc::new(call);
-    futures::future::join_all((0..nodes.len()).map(|i| node_call(nodes, i, &call, form)))
+    futures::future::join_all(which.into_iter().map(|i| node_call(nodes, i, &call, form)))
         .await
         .into_iter()
         .map(|(_, r)| r)

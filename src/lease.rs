@@ -169,8 +169,8 @@ impl Lease {
                     s.deadline = start + ttl - drift;
                 }
                 shared.counters.extended.fetch_add(1, Ordering::Relaxed);
-                if repair {
-                    self.repair(shared).await;
+                if repair && !outcome.refused.is_empty() {
+                    self.repair(shared, &outcome.refused).await;
                 }
                 Ok(())
             }
@@ -190,9 +190,10 @@ impl Lease {
         }
     }
 
-    /// Puts the entry back on nodes where the key is absent, for the remaining validity
-    /// (DESIGN 3, "Repair"). Only called right after a quorum confirmed a renewal.
-    async fn repair(&self, shared: &Shared) {
+    /// Puts the entry back on `nodes` where the key is absent, for the remaining validity
+    /// (DESIGN 3, "Repair"). Only called right after a quorum confirmed a renewal, for the
+    /// nodes that answered that they lack the entry.
+    async fn repair(&self, shared: &Shared, nodes: &[usize]) {
         let Some(remaining) = self.live_deadline().map(|d| d - Instant::now()) else {
             return;
         };
@@ -202,7 +203,7 @@ impl Lease {
         }
         let ms = ms.to_string();
         let call = Call::new(&REPAIR, &self.key, &[self.holder.as_bytes(), ms.as_bytes()]);
-        let answers = broadcast(&shared.nodes, call, Form::Sha).await;
+        let answers = broadcast(&shared.nodes, nodes.iter().copied(), call, Form::Sha).await;
         let repaired = answers
             .iter()
             .filter(|a| a.as_ref().ok().and_then(int) == Some(1))

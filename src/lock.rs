@@ -363,6 +363,7 @@ impl QuorumLock {
         let deadline = start + wait;
         let mut attempts: u32 = 0;
         let mut subscription: Option<Subscription> = None;
+        let mut quick_retries = 0;
         loop {
             if let Some(guard) = self.reenter(&key, &plan) {
                 return Ok(guard);
@@ -404,10 +405,20 @@ impl QuorumLock {
                 // The holder's key expires by then: no point sleeping past it.
                 delay = delay.min(hint);
             }
+            if error.is_none() && quick_retries > 0 {
+                // Woken by a release notice, but some nodes had not applied that release yet
+                // (the notice comes from the first node that did): try again in a moment
+                // rather than waiting for a notice that, for this release, already came.
+                quick_retries -= 1;
+                delay = delay.min(QUICK_RETRY * (1 << (QUICK_RETRIES - 1 - quick_retries)));
+            }
             let sleep = tokio::time::sleep_until((now + delay).min(deadline));
             match notified.as_mut().as_pin_mut() {
                 Some(n) => tokio::select! {
-                    () = n => { self.shared.counters.woken.fetch_add(1, Ordering::Relaxed); }
+                    () = n => {
+                        self.shared.counters.woken.fetch_add(1, Ordering::Relaxed);
+                        quick_retries = QUICK_RETRIES;
+                    }
                     () = sleep => {}
                 },
                 None => sleep.await,
@@ -416,12 +427,17 @@ impl QuorumLock {
     }
 }
 
+/// After a release notice, up to this many contended attempts are retried after
+/// `QUICK_RETRY`, doubling: the release is still reaching the other nodes.
+const QUICK_RETRIES: u32 = 3;
+const QUICK_RETRY: Duration = Duration::from_millis(2);
+
 /// Releases an attempt's entries on every node, by plain EVAL (DESIGN 3, "ordering trap"),
 /// without a release notice (see the release script).
 async fn rollback(shared: Arc<Shared>, key: Arc<[u8]>, holder: String) {
     let channel = release_channel(&key);
     let call = Call::new(&RELEASE, &key, &[holder.as_bytes(), &channel, b"0"]);
-    broadcast(&shared.nodes, call, Form::Eval).await;
+    broadcast(&shared.nodes, 0..shared.nodes.len(), call, Form::Eval).await;
 }
 
 fn jitter(max: Duration) -> Duration {

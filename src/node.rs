@@ -205,13 +205,14 @@ impl Node {
         cmd: &Cmd,
         limit: Duration,
     ) -> Result<Value, NodeFailure> {
-        self.bounded(limit, async {
-            let (generation, mut conn) = self.connection().await.map_err(|e| (0, e))?;
-            conn.send_packed_command(cmd)
-                .await
-                .and_then(top_level_error)
-                .map_err(|e| (generation, e))
-        })
+        self.bounded(
+            limit,
+            self.on_connection(|mut conn| async move {
+                conn.send_packed_command(cmd)
+                    .await
+                    .and_then(top_level_error)
+            }),
+        )
         .await
     }
 
@@ -220,8 +221,7 @@ impl Node {
     /// fallback is sent from the same future: a caller that drops the future (decided, or
     /// timed out) can be sure no EVAL follows its rollback.
     pub(crate) async fn run(&self, call: &Call, form: Form) -> Result<Value, NodeFailure> {
-        self.bounded(self.timeout, async {
-            let (generation, mut conn) = self.connection().await.map_err(|e| (0, e))?;
+        self.bounded(self.timeout, self.on_connection(|mut conn| async move {
             let first = match form {
                 Form::Sha => conn.send_packed_command(call.evalsha()).await,
                 Form::Eval => conn.send_packed_command(&call.eval()).await,
@@ -232,12 +232,34 @@ impl Node {
                     conn.send_packed_command(&call.eval())
                         .await
                         .and_then(top_level_error)
-                        .map_err(|e| (generation, e))
                 }
-                other => other.map_err(|e| (generation, e)),
+                other => other,
             }
-        })
+        }))
         .await
+    }
+
+    /// Runs `op` on the node's connection. When a connection that was already open turns out
+    /// to be dead (the server restarted, or the connection was reset), `op` runs once more on
+    /// a fresh connection (with the scripts loaded again): otherwise every client would fail
+    /// its first call to each restarted node. Every lock script is safe to repeat: acquire,
+    /// extend and repair are idempotent for one holder value, and a repeated release can only
+    /// under-report (answer "not held" for an entry it already deleted).
+    async fn on_connection<'a, F, Fut>(&'a self, op: F) -> Result<Value, (u64, RedisError)>
+    where
+        F: Fn(MultiplexedConnection) -> Fut + 'a,
+        Fut: std::future::Future<Output = Result<Value, RedisError>> + 'a,
+    {
+        let (generation, conn) = self.connection().await.map_err(|e| (0, e))?;
+        match op(conn).await {
+            Err(e) if e.is_io_error() => {
+                self.forget(generation);
+                tracing::debug!(node = %self.name(), error = %e, "connection dropped; reconnecting once");
+                let (generation, conn) = self.connection().await.map_err(|e| (0, e))?;
+                op(conn).await.map_err(|e| (generation, e))
+            }
+            other => other.map_err(|e| (generation, e)),
+        }
     }
 
     /// A dedicated pub/sub connection (release notices), not bounded here.

@@ -100,18 +100,25 @@ return {0, redis.call('pttl', KEYS[1])}
 /// release notice (a release), "0" not to (a rollback: waking waiters for a key that another
 /// holder still has would only make them fail and roll back in turn).
 ///
+/// A release publishes wherever the key is now free, also on a node that never had this
+/// holder's entry (a quorum returns before every node answers): waiters may be subscribed
+/// only there.
+///
 /// Returns 1 when the key was deleted, 0 when the holder did not hold it.
 pub(crate) static RELEASE: LockScript = LockScript::new(
     "release",
     r#"
-if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
-  return 0
+local held = redis.call('hexists', KEYS[1], ARGV[1]) == 1
+if held then
+  redis.call('del', KEYS[1])
 end
-redis.call('del', KEYS[1])
-if ARGV[3] == '1' then
+if ARGV[3] == '1' and (held or redis.call('exists', KEYS[1]) == 0) then
   redis.call('publish', ARGV[2], ARGV[1])
 end
-return 1
+if held then
+  return 1
+end
+return 0
 "#,
 );
 

@@ -206,6 +206,9 @@ impl Drop for Subscription {
 
 type Connection = (PubSubSink, PubSubStream);
 
+/// Pause between attempts to (re)connect a subscriber while channels are waited on.
+const RECONNECT_DELAY: Duration = Duration::from_millis(250);
+
 /// One node's subscriber: a pub/sub connection made on demand, re-made (and every waited-on
 /// channel re-subscribed) after it drops. Ends when the client is dropped.
 async fn worker(
@@ -216,6 +219,9 @@ async fn worker(
     mut commands: mpsc::UnboundedReceiver<Command>,
 ) {
     let node = &nodes[index];
+    // Connecting happens here, off every caller's path (callers wait at most the node timeout
+    // for a confirmation), so it may take longer than one lock call.
+    let connect_timeout = timeout.max(Duration::from_secs(2));
     let mut conn: Option<Connection> = None;
     let mut retry_at: Option<Instant> = None;
     loop {
@@ -237,7 +243,12 @@ async fn worker(
                 match command {
                     Command::Subscribe(name, reply) => {
                         if conn.is_none() {
-                            conn = connect(node, &wakeups, timeout).await;
+                            conn = connect(node, &wakeups, connect_timeout).await;
+                            if conn.is_none() {
+                                // Keep trying while the channel is waited on: its waiters are
+                                // on their timers meanwhile.
+                                retry_at = Some(Instant::now() + RECONNECT_DELAY);
+                            }
                         }
                         let ok = match conn.as_mut() {
                             Some((sink, _)) => matches!(tokio::time::timeout(timeout, sink.subscribe(&name)).await, Ok(Ok(()))),
@@ -262,16 +273,16 @@ async fn worker(
                 None => {
                     tracing::debug!(node = node.name(), "pub/sub connection dropped");
                     conn = None;
-                    retry_at = Some(Instant::now() + Duration::from_millis(100));
+                    retry_at = Some(Instant::now());
                 }
             },
             () = reconnect => {
                 retry_at = None;
                 let wanted = wakeups.upgrade().is_some_and(|w| !w.channel_names().is_empty());
-                if wanted {
-                    conn = connect(node, &wakeups, timeout).await;
+                if wanted && conn.is_none() {
+                    conn = connect(node, &wakeups, connect_timeout).await;
                     if conn.is_none() {
-                        retry_at = Some(Instant::now() + Duration::from_secs(1));
+                        retry_at = Some(Instant::now() + RECONNECT_DELAY);
                     }
                 }
             }

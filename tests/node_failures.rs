@@ -129,16 +129,12 @@ async fn a_restarted_node_is_reconnected() {
     for i in 0..3 {
         fleet.restart(i).unwrap();
     }
-    // The first call on each node sees the dropped connection and reconnects on the next.
-    let mut attempts = 0;
-    let guard = loop {
-        attempts += 1;
-        match locks.try_acquire(&key, TTL).await {
-            Ok(Some(g)) => break g,
-            Ok(None) => panic!("nobody else holds the key"),
-            Err(e) if attempts < 3 => assert!(matches!(e, Error::NoQuorum { .. }), "{e}"),
-            Err(e) => panic!("not reconnected: {e}\n{}", fleet.all_logs()),
-        }
-    };
+    // Each node's first call finds its connection dead and retries on a fresh one (with the
+    // scripts loaded again): no call fails because of the restarts.
+    let guard = locks
+        .try_acquire(&key, TTL)
+        .await
+        .unwrap_or_else(|e| panic!("not reconnected: {e}\n{}", fleet.all_logs()))
+        .expect("nobody else holds the key");
     guard.release().await.unwrap();
 }

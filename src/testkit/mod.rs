@@ -39,6 +39,8 @@ pub struct FleetBuilder {
     nodes: usize,
     password: Option<String>,
     persistence: Persistence,
+    /// Extra server arguments: for every node (`None`) or one.
+    args: Vec<(Option<usize>, Vec<String>)>,
 }
 
 impl FleetBuilder {
@@ -57,6 +59,29 @@ impl FleetBuilder {
     /// The persistence mode of every node. Defaults to [`Persistence::None`].
     pub fn persistence(mut self, persistence: Persistence) -> Self {
         self.persistence = persistence;
+        self
+    }
+
+    /// Extra `redis-server` command-line arguments for every node, e.g.
+    /// `["--rename-command", "SUBSCRIBE", ""]` to disable SUBSCRIBE.
+    pub fn server_args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.args
+            .push((None, args.into_iter().map(Into::into).collect()));
+        self
+    }
+
+    /// Extra `redis-server` command-line arguments for node `i` only.
+    pub fn node_server_args<I, S>(mut self, i: usize, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.args
+            .push((Some(i), args.into_iter().map(Into::into).collect()));
         self
     }
 
@@ -79,6 +104,12 @@ impl FleetBuilder {
                 dir: node_dir,
                 password: self.password.clone(),
                 persistence: self.persistence,
+                args: self
+                    .args
+                    .iter()
+                    .filter(|(node, _)| node.is_none_or(|n| n == i))
+                    .flat_map(|(_, args)| args.iter().cloned())
+                    .collect(),
             };
             nodes.push(RedisProcess::start(settings)?);
         }

@@ -19,6 +19,7 @@ pub(crate) struct Settings {
     pub(crate) dir: PathBuf,
     pub(crate) password: Option<String>,
     pub(crate) persistence: Persistence,
+    pub(crate) args: Vec<String>,
 }
 
 /// Finds the server binary, or explains how to install it.
@@ -252,6 +253,7 @@ fn launch(
     if let Some(p) = &settings.password {
         set("requirepass", p);
     }
+    args.extend(settings.args.iter().map(OsString::from));
     let mut child = spawn(settings.binary.clone(), args)?;
     let (tx, rx) = mpsc::channel();
     if let Some(out) = child.stdout.take() {

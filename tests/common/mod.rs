@@ -106,3 +106,11 @@ where
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// Logs of the crate (RUST_LOG, e.g. `quorum_lock=debug`) in the test's captured output.
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
