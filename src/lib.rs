@@ -36,9 +36,16 @@
 //! quorum, returning as soon as the outcome is decided. The lock's validity is
 //! `ttl - elapsed - (ttl * drift_factor + 2 ms)`, measured from before the first request was
 //! sent; without a quorum, or without validity left, the attempt is rolled back on **every**
-//! node (also those that timed out: they may still apply it), and retried after a jittered
-//! delay until the wait time runs out. Release and extend act only where the stored holder
-//! value matches; extend never re-creates an expired entry.
+//! node (also those that timed out: they may still apply it). A waiter then sleeps until the
+//! key's release notice (pub/sub, one connection per node shared by the client's waiters, one
+//! waiter woken per release) or a jittered fallback delay. Release and extend act only where
+//! the stored holder value matches; extend never re-creates an expired entry.
+//!
+//! A lock taken without a fixed TTL ([`QuorumLock::lock`]) is kept by a watchdog that renews
+//! its lease every third of it, needs a quorum each time, repairs nodes that lost the entry,
+//! and marks the lock lost ([`LockGuard::lost`], [`LostSignal`]) once the validity runs out
+//! without a confirmed renewal. [`QuorumLock::with_lock`] runs work under such a lock and
+//! cancels it on loss. Reentrancy is an explicit [`Owner`].
 //!
 //! # Guarantees and limits
 //!
@@ -68,17 +75,18 @@
 //!
 //! # Not built yet
 //!
-//! The lease watchdog and loss signal, reentrancy, pub/sub wake-ups, fencing tokens, the fault
-//! proxy and the CLI are planned (see the README); this release has explicit
-//! [`LockGuard::extend`] and retry-based waiting.
+//! Fencing tokens, the fault proxy, the CLI and the peer benchmarks are planned (see the
+//! README).
 //!
 //! # Layout
 //!
 //! `quorum` is the pure arithmetic (quorum sizes, drift, validity, the tally); `scripts` the
 //! Lua run on the nodes; `node` one connection per node with its timeout and error
 //! classification; `fanout` the concurrent call to all nodes with early decision; `lock` the
-//! client and the acquire loop; `guard` the held lock; `builder` configuration and build-time
-//! checks; `error` the error type.
+//! client and the acquire/wait loop; `lease` one acquisition's shared state with renew,
+//! repair and release; `guard` the caller's handle on it; `watchdog` renewal; `wakeup` the
+//! pub/sub wake-ups; `owner` reentrancy; `builder` configuration and build-time checks;
+//! `error` the error type.
 
 #![warn(missing_docs)]
 #![deny(unsafe_code)]

@@ -275,3 +275,29 @@ async fn scoped_work_that_completes_reports_its_value_and_releases() {
         "released"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_hold_bounds_the_renewals() {
+    let fleet = shared_fleet();
+    let locks = client(fleet, Quorum::Majority).await;
+    let key = unique_key("max-hold");
+    let started = Instant::now();
+    let guard = locks
+        .lock(&key)
+        .watchdog(Duration::from_millis(600))
+        .max_hold(Duration::from_millis(1500))
+        .acquire()
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("renewals stopped, so the lock ran out");
+    let held = started.elapsed();
+    // Renewed past one lease (600 ms), never past the maximum hold (plus scheduling slack).
+    assert!(held >= Duration::from_millis(1000), "held only {held:?}");
+    assert!(
+        held <= Duration::from_millis(2000),
+        "held {held:?}, beyond max_hold"
+    );
+    assert!(!guard.is_held());
+}
