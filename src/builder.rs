@@ -77,6 +77,7 @@ pub struct Builder {
     watchdog_lease: Duration,
     pubsub: bool,
     lazy: bool,
+    unchecked_quorum: Option<usize>,
 }
 
 impl Default for Builder {
@@ -95,6 +96,7 @@ impl Default for Builder {
             watchdog_lease: Duration::from_secs(30),
             pubsub: true,
             lazy: false,
+            unchecked_quorum: None,
         }
     }
 }
@@ -200,15 +202,29 @@ impl Builder {
         self
     }
 
+    /// **Unsafe, for negative tests only** (feature `testkit`): requires exactly `k`
+    /// confirmations without checking that `k` is a majority. With `k <= N/2` two holders can
+    /// both reach "quorum"; the torture suite uses this to prove that its checker catches it.
+    #[cfg(feature = "testkit")]
+    pub fn unchecked_quorum_for_tests(mut self, k: usize) -> Self {
+        self.unchecked_quorum = Some(k);
+        self
+    }
+
     fn validate(&self) -> Result<Config> {
         let invalid =
             |field: &'static str, reason: String| Err(Error::InvalidConfig { field, reason });
         if self.nodes.is_empty() {
             return invalid("nodes", "at least one node is required".into());
         }
-        let required = match self.quorum.required(self.nodes.len()) {
-            Ok(q) => q,
-            Err(reason) => return invalid("quorum", reason),
+        let required = match (
+            self.unchecked_quorum,
+            self.quorum.required(self.nodes.len()),
+        ) {
+            (Some(k), _) if (1..=self.nodes.len()).contains(&k) => k,
+            (Some(k), _) => return invalid("quorum", format!("{k} of {} nodes", self.nodes.len())),
+            (None, Ok(q)) => q,
+            (None, Err(reason)) => return invalid("quorum", reason),
         };
         if self.node_timeout.is_zero() {
             return invalid("node_timeout", "must be positive".into());

@@ -16,8 +16,9 @@ use crate::scripts::Call;
 
 /// What a node's script answer means for the operation.
 pub(crate) enum Answer {
-    /// Counts toward the quorum.
-    Yes,
+    /// Counts toward the quorum, with the script's value (the fencing counter for a fenced
+    /// acquire; otherwise not meaningful).
+    Yes(i64),
     /// Refused; for acquire, with the holder's remaining TTL as a wake-up hint.
     Refused(Option<Duration>),
 }
@@ -25,13 +26,16 @@ pub(crate) enum Answer {
 /// What happens to the calls still in flight once the outcome is decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Stragglers {
-    /// Drop them. A request already written stays queued on its node's connection (in order
-    /// before anything sent later); one not yet written is never sent, nor is a NOSCRIPT
-    /// fallback. Required for acquire: its rollback must not be overtaken.
-    Drop,
     /// Let them finish in a background task, so that every node gets the call even though the
     /// caller returned at quorum (release, extend: neither can create an entry).
     Finish,
+    /// On success, let them finish in a background task whose handle is returned (acquire:
+    /// every reachable node should get the entry, so one node that later forgets it cannot
+    /// leave the lock on a bare majority; the release waits for this task, so it cannot be
+    /// overtaken). On failure, drop them: a request already written stays queued on its
+    /// node's connection, ahead of the rollback; one not yet written is never sent, nor is a
+    /// NOSCRIPT fallback that could land after the rollback.
+    FinishIfReached,
     /// Wait for every node's answer (each bounded by its timeout) before deciding: the
     /// watchdog's renewal, which runs in the background and needs to know which nodes lack
     /// the entry.
@@ -47,6 +51,10 @@ pub(crate) struct Outcome {
     pub(crate) hint: Option<Duration>,
     /// The nodes that answered with a refusal (in answer order).
     pub(crate) refused: Vec<usize>,
+    /// The largest value among the yes answers counted.
+    pub(crate) max_yes: Option<i64>,
+    /// The task finishing the stragglers ([`Stragglers::FinishIfReached`]).
+    pub(crate) background: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// One node's part of a call, owning what it needs so that it can outlive the caller.
@@ -77,13 +85,17 @@ pub(crate) async fn fan_out(
     let mut failures = Vec::new();
     let mut hint: Option<Duration> = None;
     let mut refused = Vec::new();
+    let mut max_yes: Option<i64> = None;
     let mut decision = tally.decision();
     while decision == Decision::Pending || (stragglers == Stragglers::Wait && !pending.is_empty()) {
         let Some((i, result)) = pending.next().await else {
             break;
         };
         let vote = match result.map(|v| (read(&v), v)) {
-            Ok((Some(Answer::Yes), _)) => Vote::Yes,
+            Ok((Some(Answer::Yes(value)), _)) => {
+                max_yes = max_yes.max(Some(value));
+                Vote::Yes
+            }
             Ok((Some(Answer::Refused(h)), _)) => {
                 refused.push(i);
                 hint = match (hint, h) {
@@ -113,15 +125,21 @@ pub(crate) async fn fan_out(
             script = call.script.name()
         );
     }
-    if stragglers == Stragglers::Finish && !pending.is_empty() {
-        tokio::spawn(async move { while pending.next().await.is_some() {} });
-    }
+    let finish = match stragglers {
+        Stragglers::Finish => true,
+        Stragglers::FinishIfReached => decision == Decision::Reached,
+        Stragglers::Wait => false,
+    };
+    let background = (finish && !pending.is_empty())
+        .then(|| tokio::spawn(async move { while pending.next().await.is_some() {} }));
     Outcome {
         decision,
         tally,
         failures,
         hint,
         refused,
+        max_yes,
+        background,
     }
 }
 
@@ -151,11 +169,12 @@ pub(crate) fn int(v: &Value) -> Option<i64> {
     }
 }
 
-/// Reads the acquire script's `{1, 1}` / `{0, pttl}` reply.
+/// Reads the acquire scripts' `{1, value}` / `{0, pttl}` reply (value: 1, or the fencing
+/// counter).
 pub(crate) fn read_acquire(v: &Value) -> Option<Answer> {
     let Value::Array(items) = v else { return None };
     match (items.first().and_then(int), items.get(1).and_then(int)) {
-        (Some(1), Some(_)) => Some(Answer::Yes),
+        (Some(1), Some(value)) => Some(Answer::Yes(value)),
         (Some(0), Some(pttl)) => Some(Answer::Refused(
             u64::try_from(pttl).ok().map(Duration::from_millis),
         )),
@@ -166,7 +185,7 @@ pub(crate) fn read_acquire(v: &Value) -> Option<Answer> {
 /// Reads the release script's reply: 1 deleted, 0 not ours.
 pub(crate) fn read_release(v: &Value) -> Option<Answer> {
     match int(v)? {
-        1 => Some(Answer::Yes),
+        1 => Some(Answer::Yes(1)),
         0 => Some(Answer::Refused(None)),
         _ => None,
     }
@@ -175,8 +194,13 @@ pub(crate) fn read_release(v: &Value) -> Option<Answer> {
 /// Reads the extend script's reply: 1 extended, 0 not ours.
 pub(crate) fn read_extend(v: &Value) -> Option<Answer> {
     match int(v)? {
-        1 => Some(Answer::Yes),
+        1 => Some(Answer::Yes(1)),
         0 => Some(Answer::Refused(None)),
         _ => None,
     }
+}
+
+/// Reads a reply that is 1 for yes (the fencing write-back).
+pub(crate) fn read_one(v: &Value) -> Option<Answer> {
+    (int(v)? == 1).then_some(Answer::Yes(1))
 }

@@ -49,6 +49,10 @@ impl LockGuard {
         }
     }
 
+    pub(crate) fn lease(&self) -> &Arc<Lease> {
+        &self.lease
+    }
+
     /// The lock key.
     pub fn key(&self) -> &[u8] {
         &self.lease.key
@@ -58,6 +62,14 @@ impl LockGuard {
     /// Anyone who knows it can release the lock: do not publish it.
     pub fn holder(&self) -> &str {
         &self.lease.holder
+    }
+
+    /// The fencing token, if the lock was requested with
+    /// [`fencing(true)`](crate::LockRequest::fencing): larger than every token handed out for
+    /// this key before (under the safety assumptions). Pass it to storage that rejects writes
+    /// with a token lower than one it has seen.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.lease.token
     }
 
     /// The TTL of the latest acquire, extend or renewal.

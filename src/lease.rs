@@ -28,6 +28,11 @@ pub(crate) struct Lease {
     ops: tokio::sync::Mutex<()>,
     /// Guards sharing this lease (more than one only for a reentrant owner).
     pub(crate) holds: AtomicUsize,
+    /// The fencing token, when asked for.
+    pub(crate) token: Option<u64>,
+    /// The acquire's calls still in flight to slower nodes when the quorum was reached; the
+    /// release waits for them so that it reaches each node after the acquire.
+    stragglers: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 struct State {
@@ -38,7 +43,13 @@ struct State {
 }
 
 impl Lease {
-    pub(crate) fn new(key: Arc<[u8]>, holder: String, ttl: Duration, deadline: Instant) -> Lease {
+    pub(crate) fn new(
+        key: Arc<[u8]>,
+        holder: String,
+        ttl: Duration,
+        deadline: Instant,
+        token: Option<u64>,
+    ) -> Lease {
         Lease {
             key,
             holder,
@@ -51,7 +62,13 @@ impl Lease {
             signal: CancellationToken::new(),
             ops: tokio::sync::Mutex::new(()),
             holds: AtomicUsize::new(1),
+            token,
+            stragglers: Mutex::new(None),
         }
+    }
+
+    pub(crate) fn set_stragglers(&self, task: Option<tokio::task::JoinHandle<()>>) {
+        *self.stragglers.lock().unwrap_or_else(|p| p.into_inner()) = task;
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -222,6 +239,15 @@ impl Lease {
         let span = tracing::debug_span!("release", key = %key_display(&self.key));
         async {
             let _ops = self.ops.lock().await;
+            let stragglers = self
+                .stragglers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            if let Some(task) = stragglers {
+                // Bounded: each straggling call ends within its node timeout.
+                let _ = task.await;
+            }
             let channel = release_channel(&self.key);
             let call = Call::new(&RELEASE, &self.key, &[self.holder.as_bytes(), &channel, b"1"]);
             let outcome =

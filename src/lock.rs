@@ -13,13 +13,15 @@ use tracing::Instrument;
 
 use crate::builder::{Builder, Config};
 use crate::error::{key_display, Error, Op, Result};
-use crate::fanout::{broadcast, fan_out, read_acquire, Stragglers};
+use crate::fanout::{broadcast, fan_out, read_acquire, read_one, Stragglers};
 use crate::guard::LockGuard;
 use crate::lease::{Lease, LostSignal};
 use crate::node::{Form, Nodes};
 use crate::owner::Owner;
 use crate::quorum::{self, Decision};
-use crate::scripts::{release_channel, Call, ACQUIRE, RELEASE};
+use crate::scripts::{
+    fence_key, release_channel, Call, ACQUIRE, ACQUIRE_FENCED, FENCE_MAX, RELEASE,
+};
 use crate::wakeup::{Subscription, Wakeups};
 
 /// The longest key accepted (64 KiB). Redis allows more, but a lock key is a name, and it is
@@ -122,6 +124,7 @@ impl QuorumLock {
             lease: LeaseMode::Watchdog(None),
             max_hold: None,
             wait: None,
+            fencing: false,
         }
     }
 
@@ -217,7 +220,12 @@ impl QuorumLock {
         let ttl = plan.ttl;
         let holder = self.holder_value(plan.owner);
         let ttl_ms = ttl.as_millis().to_string();
-        let call = Call::new(&ACQUIRE, key, &[holder.as_bytes(), ttl_ms.as_bytes()]);
+        let fence = plan.fencing.then(|| fence_key(key));
+        let argv: [&[u8]; 2] = [holder.as_bytes(), ttl_ms.as_bytes()];
+        let call = match &fence {
+            Some(fence) => Call::with_keys(&ACQUIRE_FENCED, &[key, fence], &argv),
+            None => Call::new(&ACQUIRE, key, &argv),
+        };
         shared.counters.attempts.fetch_add(1, Ordering::Relaxed);
 
         // Step 1: the validity is measured from before the first request is sent.
@@ -227,26 +235,46 @@ impl QuorumLock {
             config.required,
             call,
             read_acquire,
-            Stragglers::Drop,
+            Stragglers::FinishIfReached,
         )
         .await;
-        let elapsed = t0.elapsed();
         let drift = quorum::drift(ttl, config.drift_factor);
-        tracing::debug!(yes = outcome.tally.yes(), refused = outcome.tally.refused(), failed = outcome.tally.failed(), failures = ?outcome.failures, ?elapsed, "acquire tallied");
+        tracing::debug!(yes = outcome.tally.yes(), refused = outcome.tally.refused(), failed = outcome.tally.failed(), failures = ?outcome.failures, elapsed = ?t0.elapsed(), "acquire tallied");
 
         let miss = match outcome.decision {
-            Decision::Reached => match quorum::validity(ttl, elapsed, drift) {
-                Some(v) if v > config.min_validity => {
-                    shared.counters.acquired.fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(validity = ?v, "acquired");
-                    return Ok(self.hold(key, holder, plan, t0 + ttl - drift));
+            Decision::Reached => {
+                let token = match &fence {
+                    Some(fence) => self.fence(key, fence, outcome.max_yes).await,
+                    None => Ok(None),
+                };
+                let elapsed = t0.elapsed();
+                match (token, quorum::validity(ttl, elapsed, drift)) {
+                    (Ok(token), Some(v)) if v > config.min_validity => {
+                        shared.counters.acquired.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(validity = ?v, ?token, "acquired");
+                        let guard = self.hold(key, holder, plan, t0 + ttl - drift, token);
+                        guard.lease().set_stragglers(outcome.background);
+                        return Ok(guard);
+                    }
+                    (Err(e), _) => {
+                        // The rollback must not overtake the stragglers of the acquire.
+                        if let Some(task) = outcome.background {
+                            let _ = task.await;
+                        }
+                        Miss::Failed(e)
+                    }
+                    _ => {
+                        if let Some(task) = outcome.background {
+                            let _ = task.await;
+                        }
+                        Miss::Failed(Error::ValidityExhausted {
+                            key: key_display(key),
+                            elapsed,
+                            ttl,
+                        })
+                    }
                 }
-                _ => Miss::Failed(Error::ValidityExhausted {
-                    key: key_display(key),
-                    elapsed,
-                    ttl,
-                }),
-            },
+            }
             // Contention: with every refusal turned into a yes, the failed nodes alone would
             // not have prevented the quorum.
             _ if shared.nodes.len() - outcome.tally.failed() >= config.required => {
@@ -277,6 +305,46 @@ impl QuorumLock {
         Err(miss)
     }
 
+    /// The fencing token of an acquisition (DESIGN 3, "Fencing tokens"): the largest counter
+    /// among the confirming nodes, written back (`max`) to a quorum before the guard exists,
+    /// so that any later quorum sees it and hands out a larger one.
+    async fn fence(&self, key: &[u8], fence: &[u8], max: Option<i64>) -> Result<Option<u64>> {
+        let shared = &self.shared;
+        let token = max.and_then(|m| u64::try_from(m).ok()).filter(|&t| t > 0);
+        let Some(token) = token else {
+            return Err(Error::NoQuorum {
+                op: Op::Acquire,
+                key: key_display(key),
+                confirmed: 0,
+                required: shared.config.required,
+                refused: 0,
+                failures: Vec::new(),
+            });
+        };
+        let token_arg = token.to_string();
+        let call = Call::new(&FENCE_MAX, fence, &[token_arg.as_bytes()]);
+        let written = fan_out(
+            &shared.nodes,
+            shared.config.required,
+            call,
+            read_one,
+            Stragglers::Finish,
+        )
+        .await;
+        if written.decision == Decision::Reached {
+            Ok(Some(token))
+        } else {
+            Err(Error::NoQuorum {
+                op: Op::Acquire,
+                key: key_display(key),
+                confirmed: written.tally.yes(),
+                required: shared.config.required,
+                refused: written.tally.refused(),
+                failures: written.failures,
+            })
+        }
+    }
+
     /// Wraps a confirmed acquisition in its guard, starting the watchdog if asked.
     fn hold(
         &self,
@@ -284,8 +352,9 @@ impl QuorumLock {
         holder: String,
         plan: &Plan<'_>,
         deadline: Instant,
+        token: Option<u64>,
     ) -> LockGuard {
-        let lease = Arc::new(Lease::new(key.clone(), holder, plan.ttl, deadline));
+        let lease = Arc::new(Lease::new(key.clone(), holder, plan.ttl, deadline, token));
         if plan.watchdog {
             tokio::spawn(crate::watchdog::run(
                 self.shared.clone(),
@@ -324,6 +393,7 @@ impl QuorumLock {
         let plan = Plan {
             ttl,
             watchdog,
+            fencing: req.fencing,
             max_hold: req.max_hold,
             owner: req.owner,
         };
@@ -461,6 +531,7 @@ enum LeaseMode {
 struct Plan<'a> {
     ttl: Duration,
     watchdog: bool,
+    fencing: bool,
     max_hold: Option<Duration>,
     owner: Option<&'a Owner>,
 }
@@ -494,6 +565,7 @@ pub struct LockRequest<'a> {
     lease: LeaseMode,
     max_hold: Option<Duration>,
     wait: Option<Duration>,
+    fencing: bool,
 }
 
 impl<'a> LockRequest<'a> {
@@ -532,6 +604,15 @@ impl<'a> LockRequest<'a> {
     /// [`wait_timeout`](Builder::wait_timeout) (10 s).
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(wait);
+        self
+    }
+
+    /// Hands out a fencing token with the lock ([`LockGuard::fencing_token`]): strictly
+    /// increasing across successive holders of the key, for storage that rejects writes
+    /// carrying an older token. Costs one more round trip (the token is written back to a
+    /// quorum before the guard is returned). Defaults to `false`.
+    pub fn fencing(mut self, enabled: bool) -> Self {
+        self.fencing = enabled;
         self
     }
 

@@ -44,10 +44,18 @@ pub(crate) struct Call {
 }
 
 impl Call {
-    /// `EVALSHA sha 1 key ARGV...`: every lock script takes exactly one key.
+    /// `EVALSHA sha 1 key ARGV...`.
     pub(crate) fn new(script: &'static LockScript, key: &[u8], argv: &[&[u8]]) -> Call {
+        Call::with_keys(script, &[key], argv)
+    }
+
+    /// `EVALSHA sha numkeys KEYS... ARGV...`.
+    pub(crate) fn with_keys(script: &'static LockScript, keys: &[&[u8]], argv: &[&[u8]]) -> Call {
         let mut evalsha = redis::cmd("EVALSHA");
-        evalsha.arg(script.hash()).arg(1).arg(key);
+        evalsha.arg(script.hash()).arg(keys.len());
+        for k in keys {
+            evalsha.arg(*k);
+        }
         for a in argv {
             evalsha.arg(*a);
         }
@@ -90,6 +98,40 @@ if redis.call('hexists', KEYS[1], ARGV[1]) == 1 or redis.call('exists', KEYS[1])
   return {1, 1}
 end
 return {0, redis.call('pttl', KEYS[1])}
+"#,
+);
+
+/// Fenced acquire (DESIGN 3, "Fencing tokens"), on one node: as [`ACQUIRE`], and when the
+/// holder holds the key it also increments the key's fencing counter, a separate key that
+/// never expires, and returns it.
+///
+/// KEYS[1] lock key, KEYS[2] fencing counter. ARGV[1] holder value, ARGV[2] TTL in ms.
+///
+/// Returns `{1, counter}` or `{0, pttl}`.
+pub(crate) static ACQUIRE_FENCED: LockScript = LockScript::new(
+    "acquire-fenced",
+    r#"
+if redis.call('hexists', KEYS[1], ARGV[1]) == 1 or redis.call('exists', KEYS[1]) == 0 then
+  redis.call('hset', KEYS[1], ARGV[1], 1)
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  return {1, redis.call('incr', KEYS[2])}
+end
+return {0, redis.call('pttl', KEYS[1])}
+"#,
+);
+
+/// Fencing write-back, on one node: raises the counter to the token (never lowers it), so
+/// that every later quorum, which intersects this write's quorum, sees at least the token.
+///
+/// KEYS[1] fencing counter. ARGV[1] token. Returns 1.
+pub(crate) static FENCE_MAX: LockScript = LockScript::new(
+    "fence-max",
+    r#"
+local current = tonumber(redis.call('get', KEYS[1]) or '0')
+if current < tonumber(ARGV[1]) then
+  redis.call('set', KEYS[1], ARGV[1])
+end
+return 1
 "#,
 );
 
@@ -164,13 +206,28 @@ return 0
 );
 
 /// Every script, for loading on connect.
-pub(crate) static ALL_SCRIPTS: [&LockScript; 4] = [&ACQUIRE, &RELEASE, &EXTEND, &REPAIR];
+pub(crate) static ALL_SCRIPTS: [&LockScript; 6] = [
+    &ACQUIRE,
+    &ACQUIRE_FENCED,
+    &FENCE_MAX,
+    &RELEASE,
+    &EXTEND,
+    &REPAIR,
+];
 
 /// The pub/sub channel on which a release of `key` is announced.
 pub(crate) fn release_channel(key: &[u8]) -> Vec<u8> {
-    const PREFIX: &[u8] = b"quorum-lock:released:";
-    let mut channel = Vec::with_capacity(PREFIX.len() + key.len());
-    channel.extend_from_slice(PREFIX);
-    channel.extend_from_slice(key);
-    channel
+    prefixed(b"quorum-lock:released:", key)
+}
+
+/// The key of `key`'s fencing counter.
+pub(crate) fn fence_key(key: &[u8]) -> Vec<u8> {
+    prefixed(b"quorum-lock:fence:", key)
+}
+
+fn prefixed(prefix: &[u8], key: &[u8]) -> Vec<u8> {
+    let mut name = Vec::with_capacity(prefix.len() + key.len());
+    name.extend_from_slice(prefix);
+    name.extend_from_slice(key);
+    name
 }

@@ -7,19 +7,25 @@
 //!
 //! Per node: [`kill`](Fleet::kill), [`pause`](Fleet::pause) / [`resume`](Fleet::resume)
 //! (SIGSTOP / SIGCONT), [`restart`](Fleet::restart) (with or without persistence, see
-//! [`Persistence`]). The fault proxy (latency, black hole, reset) and clock-jump emulation are
-//! not part of the kit yet.
+//! [`Persistence`]), a [`FaultProxy`] in front of each node when asked for (added latency,
+//! black hole, connection reset, heal), and [`expire_early`](Fleet::expire_early), the
+//! emulation of a node clock jumping forward (libfaketime cannot run Debian's redis-server).
+//! [`history`] records who believed it held which lock when, and checks that no two such
+//! intervals overlap.
 //!
 //! The server binary is `$QUORUM_LOCK_REDIS_SERVER` if set, else `redis-server` on `PATH`. If
 //! it is missing, [`Fleet::start`] fails with a message saying how to install it.
 
+pub mod history;
 mod process;
+mod proxy;
 
 use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
 pub use process::RedisProcess;
+pub use proxy::{Fault, FaultProxy};
 
 /// What a node keeps across a restart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -39,6 +45,8 @@ pub struct FleetBuilder {
     nodes: usize,
     password: Option<String>,
     persistence: Persistence,
+    node_persistence: Vec<(usize, Persistence)>,
+    proxied: bool,
     /// Extra server arguments: for every node (`None`) or one.
     args: Vec<(Option<usize>, Vec<String>)>,
 }
@@ -59,6 +67,19 @@ impl FleetBuilder {
     /// The persistence mode of every node. Defaults to [`Persistence::None`].
     pub fn persistence(mut self, persistence: Persistence) -> Self {
         self.persistence = persistence;
+        self
+    }
+
+    /// The persistence mode of node `i`, overriding [`persistence`](Self::persistence).
+    pub fn node_persistence(mut self, i: usize, persistence: Persistence) -> Self {
+        self.node_persistence.push((i, persistence));
+        self
+    }
+
+    /// Puts a [`FaultProxy`] in front of every node; [`Fleet::urls`] then name the proxies.
+    /// Defaults to `false`.
+    pub fn proxied(mut self, proxied: bool) -> Self {
+        self.proxied = proxied;
         self
     }
 
@@ -103,7 +124,12 @@ impl FleetBuilder {
                 binary: binary.clone(),
                 dir: node_dir,
                 password: self.password.clone(),
-                persistence: self.persistence,
+                persistence: self
+                    .node_persistence
+                    .iter()
+                    .rev()
+                    .find(|(n, _)| *n == i)
+                    .map_or(self.persistence, |(_, p)| *p),
                 args: self
                     .args
                     .iter()
@@ -113,8 +139,17 @@ impl FleetBuilder {
             };
             nodes.push(RedisProcess::start(settings)?);
         }
+        let proxies = if self.proxied {
+            nodes
+                .iter()
+                .map(|n| FaultProxy::start(n.port()))
+                .collect::<io::Result<Vec<_>>>()?
+        } else {
+            Vec::new()
+        };
         Ok(Fleet {
             nodes,
+            proxies,
             password: self.password,
             _dir: dir,
         })
@@ -125,6 +160,7 @@ impl FleetBuilder {
 #[derive(Debug)]
 pub struct Fleet {
     nodes: Vec<RedisProcess>,
+    proxies: Vec<FaultProxy>,
     password: Option<String>,
     _dir: tempfile::TempDir,
 }
@@ -161,29 +197,70 @@ impl Fleet {
         &self.nodes[i]
     }
 
-    /// Every node's URL (with the password, if any), in node order.
+    /// Every node's URL for lock clients (through its proxy, if the fleet is proxied; with
+    /// the password, if any), in node order.
     pub fn urls(&self) -> Vec<String> {
-        self.nodes.iter().map(|n| self.url_of(n)).collect()
+        (0..self.len()).map(|i| self.url(i)).collect()
     }
 
-    /// Node `i`'s URL (with the password, if any).
+    /// Node `i`'s URL for lock clients (through its proxy, if any).
     pub fn url(&self, i: usize) -> String {
-        self.url_of(&self.nodes[i])
+        self.url_at(
+            self.proxies
+                .get(i)
+                .map_or(self.nodes[i].port(), FaultProxy::port),
+        )
     }
 
-    fn url_of(&self, n: &RedisProcess) -> String {
+    /// Node `i`'s URL bypassing any proxy.
+    pub fn direct_url(&self, i: usize) -> String {
+        self.url_at(self.nodes[i].port())
+    }
+
+    fn url_at(&self, port: u16) -> String {
         match &self.password {
-            Some(p) => format!("redis://:{p}@127.0.0.1:{}", n.port()),
-            None => format!("redis://127.0.0.1:{}", n.port()),
+            Some(p) => format!("redis://:{p}@127.0.0.1:{port}"),
+            None => format!("redis://127.0.0.1:{port}"),
         }
     }
 
-    /// A plain redis client for node `i`, for checks and fault setup in tests.
+    /// A plain redis client for node `i`, bypassing any proxy: for checks and fault setup.
     ///
     /// # Panics
     /// If `i` is out of range.
     pub fn client(&self, i: usize) -> redis::Client {
-        redis::Client::open(self.url(i)).expect("fleet URLs are valid")
+        redis::Client::open(self.direct_url(i)).expect("fleet URLs are valid")
+    }
+
+    /// The fault proxy in front of node `i`.
+    ///
+    /// # Panics
+    /// If the fleet is not [`proxied`](FleetBuilder::proxied), or `i` is out of range.
+    pub fn proxy(&self, i: usize) -> &FaultProxy {
+        &self.proxies[i]
+    }
+
+    /// Emulates node `i`'s clock jumping forward: every key matching `pattern` that has a
+    /// TTL (lock entries; fencing counters have none) expires within a millisecond. Returns
+    /// how many keys it cut short.
+    ///
+    /// # Errors
+    /// The node could not be reached.
+    pub fn expire_early(&self, i: usize, pattern: &str) -> io::Result<usize> {
+        const SCRIPT: &str = "local n = 0 \
+            for _, k in ipairs(redis.call('keys', ARGV[1])) do \
+              if redis.call('pttl', k) > 0 then redis.call('pexpire', k, 1) n = n + 1 end \
+            end return n";
+        let mut conn = self
+            .client(i)
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .map_err(io::Error::other)?;
+        redis::cmd("EVAL")
+            .arg(SCRIPT)
+            .arg(0)
+            .arg(pattern)
+            .query::<usize>(&mut conn)
+            .map_err(io::Error::other)
     }
 
     /// Kills node `i` (SIGKILL) and reaps it. Its port stays reserved for a restart.
@@ -241,6 +318,18 @@ impl Fleet {
 
 /// How long a node may take to start before [`Fleet::start`] gives up.
 pub const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Nanoseconds on the machine's monotonic clock (`CLOCK_MONOTONIC`): comparable across the
+/// processes of one machine, unlike `Instant`. For histories recorded by several processes.
+pub fn monotonic_nanos() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
+}
 
 pub(crate) fn install_hint() -> String {
     "redis-server was not found on PATH (and QUORUM_LOCK_REDIS_SERVER is not set). Install it, \
