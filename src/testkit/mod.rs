@@ -16,14 +16,17 @@
 //! The server binary is `$QUORUM_LOCK_REDIS_SERVER` if set, else `redis-server` on `PATH`. If
 //! it is missing, [`Fleet::start`] fails with a message saying how to install it.
 
+mod fenced_store;
 pub mod history;
 mod process;
 mod proxy;
+pub mod torture;
 
 use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use fenced_store::FencedStore;
 pub use process::RedisProcess;
 pub use proxy::{Fault, FaultProxy};
 
@@ -241,7 +244,7 @@ impl Fleet {
     }
 
     /// Emulates node `i`'s clock jumping forward: every key matching `pattern` that has a
-    /// TTL (lock entries; fencing counters have none) expires within a millisecond. Returns
+    /// TTL (lock entries; fencing counters have none) expires at once. Returns
     /// how many keys it cut short.
     ///
     /// # Errors
@@ -249,7 +252,7 @@ impl Fleet {
     pub fn expire_early(&self, i: usize, pattern: &str) -> io::Result<usize> {
         const SCRIPT: &str = "local n = 0 \
             for _, k in ipairs(redis.call('keys', ARGV[1])) do \
-              if redis.call('pttl', k) > 0 then redis.call('pexpire', k, 1) n = n + 1 end \
+              if redis.call('pttl', k) > 0 then redis.call('pexpire', k, 0) n = n + 1 end \
             end return n";
         let mut conn = self
             .client(i)

@@ -1,0 +1,429 @@
+//! The safety torture suite: several client tasks in several processes contend for a few
+//! keys, with fencing, while a seeded fault schedule kills, restarts, pauses, partitions,
+//! slows and resets a minority of the nodes and makes one node's clock jump (early expiry).
+//! Every client records when it believed it held a lock; the checker verifies that no two
+//! such intervals overlap and that fencing tokens increase. Negative controls prove that the
+//! checker fails when the assumptions are broken.
+//!
+//! Short mode (CI): 30 s per run. Long mode: `QUORUM_LOCK_TORTURE_SECS=600 cargo test
+//! --all-features --test torture torture_ -- --nocapture --test-threads=1`. Re-run a schedule
+//! with `QUORUM_LOCK_TORTURE_SEED` (the fault schedule and the clients' choices are seeded;
+//! timing is not, so a re-run replays the same plan, not the same interleaving).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+use quorum_lock::testkit::history::{check, Interval};
+use quorum_lock::testkit::torture::ClientPlan;
+use quorum_lock::testkit::{Fleet, Persistence};
+use quorum_lock::{Quorum, QuorumLock};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::time::Instant;
+
+const INTERVAL_PREFIX: &str = "TORTURE-INTERVAL ";
+const WORKER_PROCESSES: usize = 2;
+const TASKS_PER_PROCESS: usize = 4;
+/// The node whose clock jumps (early expiry); the other faults hit nodes 0..SKEWED, one at a
+/// time, so at most two of five nodes are faulty at once.
+const SKEWED: usize = 4;
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Outage {
+    Killed,
+    Paused,
+    Partitioned,
+    Slowed,
+}
+
+/// One torture run: `at_least` confirmations (`None`: majority), and whether node SKEWED's
+/// clock jumps. `test` is the name of the calling test, which its worker processes re-enter.
+async fn torture(test: &str, at_least: Option<usize>, clock_jumps: bool) {
+    // A worker process started by the run below: run the clients, print the history.
+    if let Some(plan) = ClientPlan::from_env() {
+        let report = plan.run().await.expect("worker clients");
+        for i in &report.intervals {
+            println!("{INTERVAL_PREFIX}{}", i.to_line());
+        }
+        assert!(
+            !report.intervals.is_empty(),
+            "worker {} never held a lock",
+            plan.name
+        );
+        return;
+    }
+
+    let secs = env_u64("QUORUM_LOCK_TORTURE_SECS").unwrap_or(30);
+    let seed = env_u64("QUORUM_LOCK_TORTURE_SEED").unwrap_or_else(rand::random);
+    println!("{test}: {secs} s, seed {seed} (re-run with QUORUM_LOCK_TORTURE_SEED={seed})");
+    let fleet = Fleet::builder()
+        .nodes(5)
+        .persistence(Persistence::AofAlways)
+        .proxied(true)
+        .start()
+        .expect("fleet");
+    let run = uuid::Uuid::new_v4().simple().to_string();
+    let keys: Vec<String> = (0..3).map(|k| format!("torture:{run}:{k}")).collect();
+    let plan = |name: String, seed: u64| ClientPlan {
+        urls: fleet.urls(),
+        keys: keys.clone(),
+        seed,
+        duration: Duration::from_secs(secs),
+        tasks: TASKS_PER_PROCESS,
+        name,
+        at_least,
+    };
+
+    let exe = std::env::current_exe().expect("test binary");
+    let workers: Vec<_> = (0..WORKER_PROCESSES)
+        .map(|w| {
+            let (var, value) = plan(format!("w{w}"), seed + 1 + w as u64).to_env();
+            Command::new(&exe)
+                .args([test, "--exact", "--nocapture", "--test-threads=1"])
+                .env(var, value)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawning a worker process")
+        })
+        .collect();
+    let local = tokio::spawn({
+        let plan = plan("p".into(), seed);
+        async move { plan.run().await }
+    });
+
+    let faults = inject_faults(&fleet, seed, Duration::from_secs(secs), clock_jumps).await;
+
+    let mut history = local.await.unwrap().expect("local clients").intervals;
+    let local_intervals = history.len();
+    for (w, worker) in workers.into_iter().enumerate() {
+        let out = tokio::task::spawn_blocking(move || worker.wait_with_output())
+            .await
+            .unwrap()
+            .expect("worker output");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "worker {w} failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        history.extend(
+            stdout
+                .lines()
+                .filter_map(|l| l.strip_prefix(INTERVAL_PREFIX))
+                .filter_map(Interval::from_line),
+        );
+    }
+    let report = check(&history);
+    let processes = history
+        .iter()
+        .map(|i| i.client.split('-').next().unwrap_or_default().to_string())
+        .collect::<std::collections::BTreeSet<_>>();
+    println!(
+        "{test}: {} acquisitions ({} in this process, {} processes, {} tasks), faults {:?}, violations {}",
+        history.len(),
+        local_intervals,
+        processes.len(),
+        (WORKER_PROCESSES + 1) * TASKS_PER_PROCESS,
+        faults,
+        report.violations()
+    );
+    assert!(
+        report.is_safe(),
+        "seed {seed}: {report}\n{}",
+        fleet.all_logs()
+    );
+    assert_eq!(
+        processes.len(),
+        WORKER_PROCESSES + 1,
+        "every process held locks"
+    );
+    assert!(
+        history.len() >= 50,
+        "too few acquisitions to mean anything: {}",
+        history.len()
+    );
+    assert!(
+        faults.values().sum::<u32>() >= 10,
+        "too few faults: {faults:?}"
+    );
+}
+
+/// RedLock as configured by default: kills (with AOF restarts), pauses, partitions, slow
+/// links and resets on one node at a time. No node forgets a lock, so a majority is safe
+/// however the outages move.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn torture_majority_under_outages() {
+    torture("torture_majority_under_outages", None, false).await;
+}
+
+/// Majority plus one (4 of 5) with the same outages and, on top, one node whose clock keeps
+/// jumping (it drops every lock entry early). One forgetful node needs one confirmation more
+/// than a majority: see `one_jumping_clock_breaks_a_bare_majority` for why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn torture_majority_plus_one_with_a_jumping_clock() {
+    torture(
+        "torture_majority_plus_one_with_a_jumping_clock",
+        Some(4),
+        true,
+    )
+    .await;
+}
+
+/// The seeded fault schedule: at most one outage at a time on nodes 0..SKEWED, and, with
+/// `clock_jumps`, early expiry on node SKEWED. Returns the faults injected per kind.
+async fn inject_faults(
+    fleet: &Fleet,
+    seed: u64,
+    duration: Duration,
+    clock_jumps: bool,
+) -> BTreeMap<&'static str, u32> {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed);
+    let mut counts: BTreeMap<&'static str, u32> = BTreeMap::new();
+    let mut outage: Option<(usize, Outage, Instant)> = None;
+    let end = Instant::now() + duration;
+    while Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(rng.random_range(50..250))).await;
+        if let Some((node, kind, until)) = outage {
+            if Instant::now() >= until {
+                end_outage(fleet, node, kind);
+                outage = None;
+            }
+        }
+        if outage.is_none() && rng.random_bool(0.6) {
+            let node = rng.random_range(0..SKEWED);
+            let until = Instant::now() + Duration::from_millis(rng.random_range(100..1200));
+            let kind = match rng.random_range(0..5) {
+                0 => {
+                    tokio::task::block_in_place(|| fleet.kill(node)).expect("kill");
+                    Some(Outage::Killed)
+                }
+                1 => {
+                    fleet.pause(node).expect("pause");
+                    Some(Outage::Paused)
+                }
+                2 => {
+                    fleet.proxy(node).black_hole();
+                    Some(Outage::Partitioned)
+                }
+                3 => {
+                    fleet
+                        .proxy(node)
+                        .latency(Duration::from_millis(rng.random_range(20..300)));
+                    Some(Outage::Slowed)
+                }
+                _ => {
+                    fleet.proxy(node).reset();
+                    *counts.entry("reset").or_default() += 1;
+                    None
+                }
+            };
+            if let Some(kind) = kind {
+                *counts
+                    .entry(match kind {
+                        Outage::Killed => "kill+restart",
+                        Outage::Paused => "pause",
+                        Outage::Partitioned => "partition",
+                        Outage::Slowed => "slow",
+                    })
+                    .or_default() += 1;
+                outage = Some((node, kind, until));
+            }
+        }
+        if clock_jumps && rng.random_bool(0.3) {
+            tokio::task::block_in_place(|| fleet.expire_early(SKEWED, "torture:*")).expect("skew");
+            *counts.entry("clock-jump").or_default() += 1;
+        }
+    }
+    if let Some((node, kind, _)) = outage {
+        end_outage(fleet, node, kind);
+    }
+    counts
+}
+
+fn end_outage(fleet: &Fleet, node: usize, kind: Outage) {
+    match kind {
+        Outage::Killed => tokio::task::block_in_place(|| fleet.restart(node)).expect("restart"),
+        Outage::Paused => fleet.resume(node).expect("resume"),
+        Outage::Partitioned | Outage::Slowed => fleet.proxy(node).heal(),
+    }
+}
+
+// ---- controls: the checker must see these ------------------------------------------------
+
+async fn hold(locks: &QuorumLock, key: &str, who: &str) -> (Interval, quorum_lock::LockGuard) {
+    let guard = locks
+        .lock(key)
+        .ttl(Duration::from_secs(10))
+        .fencing(true)
+        .try_acquire()
+        .await
+        .expect("acquire")
+        .expect("the key looked free");
+    (Interval::begin(&guard, who), guard)
+}
+
+/// Waits until the acquire's calls to every node have landed (they finish in the background).
+async fn on_all_nodes(fleet: &Fleet, key: &str, holder: &str) {
+    eventually(
+        fleet,
+        Duration::from_secs(5),
+        "entry on every node",
+        || async { nodes_holding(fleet, key, holder).await == fleet.len() },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn negative_control_a_majority_restarted_without_persistence_admits_a_second_holder() {
+    let fleet = own_fleet(5);
+    let a = client(&fleet, Quorum::Majority).await;
+    let b = client(&fleet, Quorum::Majority).await;
+    let key = unique_key("control-restart");
+    let (first, guard_a) = hold(&a, &key, "a").await;
+    on_all_nodes(&fleet, &key, guard_a.holder()).await;
+    for i in 0..3 {
+        fleet.restart(i).unwrap();
+    }
+    let (second, guard_b) = hold(&b, &key, "b").await;
+    let report = check(&[first.finish(&guard_a), second.finish(&guard_b)]);
+    assert_eq!(
+        report.overlaps.len(),
+        1,
+        "the checker missed the overlap: {report}"
+    );
+    assert_eq!(
+        report.token_regressions.len(),
+        1,
+        "lost counters repeat tokens: {report}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn negative_control_a_minority_quorum_admits_a_second_holder() {
+    let fleet = own_fleet(5);
+    let minority = |f: &Fleet| {
+        builder(f, Quorum::Majority)
+            .unchecked_quorum_for_tests(2)
+            .lazy(true)
+            .build()
+    };
+    for i in 2..5 {
+        fleet.kill(i).unwrap();
+    }
+    let a = minority(&fleet).await.unwrap();
+    let key = unique_key("control-minority");
+    let (first, guard_a) = hold(&a, &key, "a").await;
+    for i in 2..5 {
+        fleet.restart(i).unwrap();
+    }
+    let b = minority(&fleet).await.unwrap();
+    let (second, guard_b) = hold(&b, &key, "b").await;
+    let report = check(&[first.finish(&guard_a), second.finish(&guard_b)]);
+    assert_eq!(
+        report.overlaps.len(),
+        1,
+        "the checker missed the overlap: {report}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn negative_control_a_majority_of_jumping_clocks_admits_a_second_holder() {
+    let fleet = own_fleet(5);
+    let a = client(&fleet, Quorum::Majority).await;
+    let b = client(&fleet, Quorum::Majority).await;
+    let key = unique_key("control-clocks");
+    let (first, guard_a) = hold(&a, &key, "a").await;
+    on_all_nodes(&fleet, &key, guard_a.holder()).await;
+    for i in 0..3 {
+        assert_eq!(fleet.expire_early(i, &key).unwrap(), 1);
+    }
+    let (second, guard_b) = hold(&b, &key, "b").await;
+    let report = check(&[first.finish(&guard_a), second.finish(&guard_b)]);
+    assert_eq!(
+        report.overlaps.len(),
+        1,
+        "the checker missed the overlap: {report}"
+    );
+}
+
+/// Takes `key` on exactly nodes 0..3 (nodes 3 and 4 are down meanwhile), then brings
+/// nodes 3 and 4 back empty: the lock sits on a bare majority.
+async fn hold_on_a_bare_majority(
+    fleet: &Fleet,
+    locks: &QuorumLock,
+    key: &str,
+) -> (Interval, quorum_lock::LockGuard) {
+    fleet.kill(3).unwrap();
+    fleet.kill(4).unwrap();
+    let held = hold(locks, key, "a").await;
+    fleet.restart(3).unwrap();
+    fleet.restart(4).unwrap();
+    held
+}
+
+/// RedLock's known limit, shown: with a plain majority, a lock held on a bare majority is
+/// broken by ONE node whose clock jumps (or that restarts empty).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_jumping_clock_breaks_a_bare_majority() {
+    let fleet = own_fleet(5);
+    let a = builder(&fleet, Quorum::Majority)
+        .lazy(true)
+        .build()
+        .await
+        .unwrap();
+    let b = client(&fleet, Quorum::Majority).await;
+    let key = unique_key("bare-majority");
+    let (first, guard_a) = hold_on_a_bare_majority(&fleet, &a, &key).await;
+    assert_eq!(fleet.expire_early(0, &key).unwrap(), 1);
+    let (second, guard_b) = hold(&b, &key, "b").await;
+    let report = check(&[first.finish(&guard_a), second.finish(&guard_b)]);
+    assert_eq!(
+        report.overlaps.len(),
+        1,
+        "the checker missed the overlap: {report}"
+    );
+}
+
+/// One confirmation more than a majority (4 of 5) tolerates one node that forgets: the lock
+/// keeps 3 entries, and a second holder would need 4 free nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn majority_plus_one_survives_one_jumping_clock() {
+    let fleet = own_fleet(5);
+    let plus_one = |f: &Fleet| builder(f, Quorum::AtLeast(4)).lazy(true).build();
+    let a = plus_one(&fleet).await.unwrap();
+    let b = plus_one(&fleet).await.unwrap();
+    let key = unique_key("plus-one");
+    fleet.kill(4).unwrap();
+    let (_, guard_a) = hold(&a, &key, "a").await; // on exactly nodes 0..4
+    fleet.restart(4).unwrap();
+    assert_eq!(fleet.expire_early(0, &key).unwrap(), 1);
+    assert!(b
+        .try_acquire(&key, Duration::from_secs(10))
+        .await
+        .unwrap()
+        .is_none());
+    assert!(guard_a.is_held());
+    // The release finds 3 entries, fewer than the 4 this quorum needs, and says so: a
+    // conservative report (nobody else could have held 4 nodes meanwhile).
+    let err = guard_a.release().await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            quorum_lock::Error::NotHeld {
+                confirmed: 3,
+                required: 4,
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
