@@ -50,15 +50,16 @@
 //! # Guarantees and limits
 //!
 //! - A guard is returned only if a quorum confirmed within the validity window; while
-//!   [`LockGuard::validity`] is positive no other guard for the key exists, provided at most a
-//!   minority of nodes break the assumptions below.
-//! - The assumptions (RedLock's): node clocks run at about the same rate (the drift factor
-//!   covers rate differences, not jumps: a node whose clock jumps forward expires locks early);
-//!   a node does not forget locks on restart (AOF with `appendfsync always`, or restart delayed
-//!   by more than the longest TTL); the client's own pauses (GC-like stalls, swapping) end
-//!   before the validity does: check [`LockGuard::validity`] or `is_held` before side effects.
-//! - [`Quorum::All`] (MultiLock) stays exclusive even if a node forgets its locks, but
-//!   refuses service while any node is down.
+//!   [`LockGuard::validity`] is positive no other guard for the key exists, under the
+//!   assumptions below.
+//! - Node clocks run at about the same rate (the drift factor covers rate differences, not
+//!   jumps); the client does not stall past its validity (check [`LockGuard::is_held`] before
+//!   side effects, or use fencing tokens, [`LockRequest::fencing`]).
+//! - Unavailable nodes never break exclusion; nodes that *forget* a held lock (restart without
+//!   persistence, clock jump, eviction) do, beyond `q - (N/2 + 1)` of them. A plain
+//!   [`Quorum::Majority`] tolerates none; [`Quorum::AtLeast`]`(N/2 + 2)` tolerates one;
+//!   [`Quorum::All`] (MultiLock) tolerates N - 1 but refuses service while any node is down.
+//!   See docs/SAFETY.md.
 //! - One node (N = 1) is allowed and has no fault tolerance.
 //!
 //! # Cancellation
@@ -71,12 +72,12 @@
 //! # Feature flags
 //!
 //! - `tls`: `rediss://` nodes, through rustls.
-//! - `testkit`: [`testkit`], real `redis-server` fleets with failure injection for tests.
+//! - `testkit`: [`testkit`], real `redis-server` fleets with failure injection (kill, pause,
+//!   restart, fault proxy, clock jumps), history checking and the torture clients.
 //!
 //! # Not built yet
 //!
-//! Fencing tokens, the fault proxy, the CLI and the peer benchmarks are planned (see the
-//! README).
+//! The CLI and the peer benchmarks are planned (see the README).
 //!
 //! # Layout
 //!
