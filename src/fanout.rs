@@ -53,8 +53,25 @@ pub(crate) struct Outcome {
     pub(crate) refused: Vec<usize>,
     /// The largest value among the yes answers counted.
     pub(crate) max_yes: Option<i64>,
-    /// The task finishing the stragglers ([`Stragglers::FinishIfReached`]).
-    pub(crate) background: Option<tokio::task::JoinHandle<()>>,
+    /// The stragglers finishing in the background ([`Stragglers::FinishIfReached`]).
+    pub(crate) background: Option<Background>,
+}
+
+/// Calls of an operation still running after it returned.
+pub(crate) struct Background {
+    call: Arc<Call>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Background {
+    /// Makes sure no straggler can land after what the caller sends next: stops the ones not
+    /// yet queued, and waits for the task if one may still be on its way.
+    pub(crate) async fn settle(self) {
+        let maybe_on_its_way = self.call.progress.as_ref().is_none_or(|p| p.stop());
+        if maybe_on_its_way {
+            let _ = self.task.await;
+        }
+    }
 }
 
 /// One node's part of a call, owning what it needs so that it can outlive the caller.
@@ -65,7 +82,7 @@ fn node_call(
     form: Form,
 ) -> impl Future<Output = (usize, Result<Value, NodeFailure>)> + Send + 'static {
     let (nodes, call) = (nodes.clone(), call.clone());
-    async move { (i, nodes[i].run(&call, form).await) }
+    async move { (i, nodes[i].run(&call, form, i).await) }
 }
 
 /// Runs `call` on all `nodes` concurrently, each bounded by its node's timeout, and stops as
@@ -130,8 +147,10 @@ pub(crate) async fn fan_out(
         Stragglers::FinishIfReached => decision == Decision::Reached,
         Stragglers::Wait => false,
     };
-    let background = (finish && !pending.is_empty())
-        .then(|| tokio::spawn(async move { while pending.next().await.is_some() {} }));
+    let background = (finish && !pending.is_empty()).then(|| Background {
+        call: call.clone(),
+        task: tokio::spawn(async move { while pending.next().await.is_some() {} }),
+    });
     Outcome {
         decision,
         tally,

@@ -11,7 +11,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::error::{key_display, Error, Op, Result};
-use crate::fanout::{broadcast, fan_out, int, read_extend, read_release, Outcome, Stragglers};
+use crate::fanout::{
+    broadcast, fan_out, int, read_extend, read_release, Background, Outcome, Stragglers,
+};
 use crate::lock::Shared;
 use crate::node::Form;
 use crate::quorum::{self, Decision};
@@ -31,8 +33,8 @@ pub(crate) struct Lease {
     /// The fencing token, when asked for.
     pub(crate) token: Option<u64>,
     /// The acquire's calls still in flight to slower nodes when the quorum was reached; the
-    /// release waits for them so that it reaches each node after the acquire.
-    stragglers: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// release settles them first, so that it reaches each node after the acquire.
+    stragglers: Mutex<Option<Background>>,
 }
 
 struct State {
@@ -67,8 +69,8 @@ impl Lease {
         }
     }
 
-    pub(crate) fn set_stragglers(&self, task: Option<tokio::task::JoinHandle<()>>) {
-        *self.stragglers.lock().unwrap_or_else(|p| p.into_inner()) = task;
+    pub(crate) fn set_stragglers(&self, background: Option<Background>) {
+        *self.stragglers.lock().unwrap_or_else(|p| p.into_inner()) = background;
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -244,9 +246,9 @@ impl Lease {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .take();
-            if let Some(task) = stragglers {
-                // Bounded: each straggling call ends within its node timeout.
-                let _ = task.await;
+            if let Some(background) = stragglers {
+                // Usually immediate; at worst bounded by the node timeout.
+                background.settle().await;
             }
             let channel = release_channel(&self.key);
             let call = Call::new(&RELEASE, &self.key, &[self.holder.as_bytes(), &channel, b"1"]);

@@ -41,9 +41,13 @@ pub(crate) struct Shared {
 
 impl Shared {
     pub(crate) fn new(nodes: Nodes, config: Config) -> Shared {
-        let wakeups = config
-            .pubsub
-            .then(|| Arc::new(Wakeups::new(nodes.clone(), config.node_timeout)));
+        let wakeups = config.pubsub.then(|| {
+            Arc::new(Wakeups::new(
+                nodes.clone(),
+                config.required,
+                config.node_timeout,
+            ))
+        });
         Shared {
             nodes,
             config,
@@ -225,7 +229,8 @@ impl QuorumLock {
         let call = match &fence {
             Some(fence) => Call::with_keys(&ACQUIRE_FENCED, &[key, fence], &argv),
             None => Call::new(&ACQUIRE, key, &argv),
-        };
+        }
+        .tracked(shared.nodes.len());
         shared.counters.attempts.fetch_add(1, Ordering::Relaxed);
 
         // Step 1: the validity is measured from before the first request is sent.
@@ -258,14 +263,14 @@ impl QuorumLock {
                     }
                     (Err(e), _) => {
                         // The rollback must not overtake the stragglers of the acquire.
-                        if let Some(task) = outcome.background {
-                            let _ = task.await;
+                        if let Some(background) = outcome.background {
+                            background.settle().await;
                         }
                         Miss::Failed(e)
                     }
                     _ => {
-                        if let Some(task) = outcome.background {
-                            let _ = task.await;
+                        if let Some(background) = outcome.background {
+                            background.settle().await;
                         }
                         Miss::Failed(Error::ValidityExhausted {
                             key: key_display(key),
@@ -476,9 +481,9 @@ impl QuorumLock {
                 delay = delay.min(hint);
             }
             if error.is_none() && quick_retries > 0 {
-                // Woken by a release notice, but some nodes had not applied that release yet
-                // (the notice comes from the first node that did): try again in a moment
-                // rather than waiting for a notice that, for this release, already came.
+                // Woken by release notices, but the attempt lost (another client raced for the
+                // freed nodes, or a split vote): try again in a moment rather than waiting
+                // for notices that, for this release, already came.
                 quick_retries -= 1;
                 delay = delay.min(QUICK_RETRY * (1 << (QUICK_RETRIES - 1 - quick_retries)));
             }
@@ -497,16 +502,16 @@ impl QuorumLock {
     }
 }
 
-/// After a release notice, up to this many contended attempts are retried after
-/// `QUICK_RETRY`, doubling: the release is still reaching the other nodes.
+/// After a wake-up, up to this many contended attempts are retried after `QUICK_RETRY`,
+/// doubling: another client may have raced for the nodes the release freed.
 const QUICK_RETRIES: u32 = 3;
-const QUICK_RETRY: Duration = Duration::from_millis(2);
+const QUICK_RETRY: Duration = Duration::from_millis(1);
 
 /// Releases an attempt's entries on every node, by plain EVAL (DESIGN 3, "ordering trap"),
-/// without a release notice (see the release script).
+/// announcing only the nodes it gave back (see the release script).
 async fn rollback(shared: Arc<Shared>, key: Arc<[u8]>, holder: String) {
     let channel = release_channel(&key);
-    let call = Call::new(&RELEASE, &key, &[holder.as_bytes(), &channel, b"0"]);
+    let call = Call::new(&RELEASE, &key, &[holder.as_bytes(), &channel, b"2"]);
     broadcast(&shared.nodes, 0..shared.nodes.len(), call, Form::Eval).await;
 }
 
@@ -733,6 +738,7 @@ pub struct Stats {
     pub repaired: u64,
     /// Waits that a release notice ended (the rest ended on their timer).
     pub woken: u64,
-    /// Distinct release notices received for waited-on keys.
+    /// Wake-ups from release notices: each time a quorum of nodes reported a waited-on key
+    /// free.
     pub notices: u64,
 }

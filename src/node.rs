@@ -1,6 +1,7 @@
 //! One Redis master: its (redacted) address, one multiplexed connection with reconnect, the
 //! per-node timeout, script calls with NOSCRIPT fallback, and error classification.
 
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -220,16 +221,21 @@ impl Node {
     /// by EVALSHA, falling back to EVAL when the node answers NOSCRIPT (scripts flushed). The
     /// fallback is sent from the same future: a caller that drops the future (decided, or
     /// timed out) can be sure no EVAL follows its rollback.
-    pub(crate) async fn run(&self, call: &Call, form: Form) -> Result<Value, NodeFailure> {
+    pub(crate) async fn run(
+        &self,
+        call: &Call,
+        form: Form,
+        slot: usize,
+    ) -> Result<Value, NodeFailure> {
         self.bounded(self.timeout, self.on_connection(|mut conn| async move {
             let first = match form {
-                Form::Sha => conn.send_packed_command(call.evalsha()).await,
-                Form::Eval => conn.send_packed_command(&call.eval()).await,
+                Form::Sha => send(&mut conn, call.evalsha(), call, slot).await,
+                Form::Eval => send(&mut conn, &call.eval(), call, slot).await,
             };
             match first.and_then(top_level_error) {
                 Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                     tracing::debug!(node = %self.name(), script = call.script.name(), "NOSCRIPT, falling back to EVAL");
-                    conn.send_packed_command(&call.eval())
+                    send(&mut conn, &call.eval(), call, slot)
                         .await
                         .and_then(top_level_error)
                 }
@@ -304,6 +310,33 @@ impl Node {
             _ => FailureKind::Connection,
         };
         NodeFailure::new(self.name(), kind, msg)
+    }
+}
+
+/// Sends one command of `call`, recording (for tracked calls) when it holds its place in the
+/// connection's queue, and refusing to start once the call was stopped (see
+/// [`Progress`](crate::scripts::Progress)).
+async fn send(
+    conn: &mut MultiplexedConnection,
+    cmd: &Cmd,
+    call: &Call,
+    slot: usize,
+) -> Result<Value, RedisError> {
+    let Some(progress) = &call.progress else {
+        return conn.send_packed_command(cmd).await;
+    };
+    if !progress.may_send(slot) {
+        return Err(RedisError::from((
+            ErrorKind::Client,
+            "call stopped by a later release",
+        )));
+    }
+    let mut request = std::pin::pin!(conn.send_packed_command(cmd));
+    let first = std::future::poll_fn(|cx| std::task::Poll::Ready(request.as_mut().poll(cx))).await;
+    progress.queued(slot);
+    match first {
+        std::task::Poll::Ready(result) => result,
+        std::task::Poll::Pending => request.await,
     }
 }
 

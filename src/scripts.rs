@@ -2,6 +2,7 @@
 //! they implement the RedLock steps. A lock is one hash per key whose single field is the
 //! holder value and whose value is the holder's reentrancy count (Redisson's layout).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 use redis::Cmd;
@@ -41,6 +42,49 @@ impl LockScript {
 pub(crate) struct Call {
     pub(crate) script: &'static LockScript,
     evalsha: Cmd,
+    /// For calls whose stragglers may outlive the caller (acquire): which nodes' requests hold
+    /// their place on the connection, and whether the caller told the rest to stop.
+    pub(crate) progress: Option<Progress>,
+}
+
+/// Lets a later call on the same key (the release) know whether it can be sent at once: a
+/// request whose send has begun keeps its place in the connection's queue (the multiplexed
+/// connection's channel is FIFO, also when full), so anything sent later runs after it on that
+/// node. A request that has not begun (still connecting, or between a NOSCRIPT answer and its
+/// EVAL fallback, or between a dropped connection and the retry) could be overtaken, so the
+/// later call either waits for it or stops it. Both sides use sequentially consistent
+/// atomics: either the straggler sees `stopped` before it sends, or the caller sees it
+/// unqueued and waits.
+pub(crate) struct Progress {
+    queued: Box<[AtomicBool]>,
+    stopped: AtomicBool,
+}
+
+impl Progress {
+    pub(crate) fn new(nodes: usize) -> Progress {
+        Progress {
+            queued: (0..nodes).map(|_| AtomicBool::new(false)).collect(),
+            stopped: AtomicBool::new(false),
+        }
+    }
+
+    /// Before a node's request is sent: false when the caller has stopped the call.
+    pub(crate) fn may_send(&self, slot: usize) -> bool {
+        self.queued[slot].store(false, Ordering::SeqCst);
+        !self.stopped.load(Ordering::SeqCst)
+    }
+
+    /// After a node's request was first polled: it holds its place in the queue.
+    pub(crate) fn queued(&self, slot: usize) {
+        self.queued[slot].store(true, Ordering::SeqCst);
+    }
+
+    /// Stops every request not yet queued; true when one may still be on its way (the
+    /// caller must wait for the stragglers before overtaking them).
+    pub(crate) fn stop(&self) -> bool {
+        self.stopped.store(true, Ordering::SeqCst);
+        self.queued.iter().any(|q| !q.load(Ordering::SeqCst))
+    }
 }
 
 impl Call {
@@ -59,7 +103,17 @@ impl Call {
         for a in argv {
             evalsha.arg(*a);
         }
-        Call { script, evalsha }
+        Call {
+            script,
+            evalsha,
+            progress: None,
+        }
+    }
+
+    /// Tracks per-node progress (see [`Progress`]).
+    pub(crate) fn tracked(mut self, nodes: usize) -> Call {
+        self.progress = Some(Progress::new(nodes));
+        self
     }
 
     pub(crate) fn evalsha(&self) -> &Cmd {
@@ -138,13 +192,12 @@ return 1
 /// Release, and the rollback of a failed attempt, on one node. Compare-and-delete: acts only
 /// where the stored holder value matches.
 ///
-/// KEYS[1] lock key. ARGV[1] holder value, ARGV[2] release channel, ARGV[3] "1" to publish the
-/// release notice (a release), "0" not to (a rollback: waking waiters for a key that another
-/// holder still has would only make them fail and roll back in turn).
-///
-/// A release publishes wherever the key is now free, also on a node that never had this
-/// holder's entry (a quorum returns before every node answers): waiters may be subscribed
-/// only there.
+/// KEYS[1] lock key. ARGV[1] holder value, ARGV[2] release channel, ARGV[3] the notice mode:
+/// "1" (a release) publishes wherever the key is now free, also on a node that never had this
+/// holder's entry (a quorum returns before every node answers, and waiters may be subscribed
+/// only there); "2" (a rollback) publishes only where it deleted the entry, giving a node back.
+/// Waiters count the notices per holder and wake at a quorum (see `wakeup`), so the rollback
+/// of a failed attempt, which held at most a minority, wakes nobody.
 ///
 /// Returns 1 when the key was deleted, 0 when the holder did not hold it.
 pub(crate) static RELEASE: LockScript = LockScript::new(
@@ -154,7 +207,7 @@ local held = redis.call('hexists', KEYS[1], ARGV[1]) == 1
 if held then
   redis.call('del', KEYS[1])
 end
-if ARGV[3] == '1' and (held or redis.call('exists', KEYS[1]) == 0) then
+if held or (ARGV[3] == '1' and redis.call('exists', KEYS[1]) == 0) then
   redis.call('publish', ARGV[2], ARGV[1])
 end
 if held then

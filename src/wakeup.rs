@@ -7,7 +7,7 @@
 //! costs at most that delay.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
@@ -21,25 +21,53 @@ use crate::node::Nodes;
 /// The waiters of one key's release channel.
 pub(crate) struct Channel {
     notify: Notify,
-    /// The holder value of the last release notice acted on: every node publishes the same
-    /// release, and one release should wake one waiter, not N.
-    last: Mutex<Vec<u8>>,
+    /// Per recent holder value: how many nodes announced they freed the key from it, and
+    /// whether that already woke a waiter.
+    recent: Mutex<Vec<(Vec<u8>, usize, bool)>>,
+    /// How many nodes must announce one holder's release before a waiter is woken: the
+    /// quorum, or fewer when fewer nodes confirmed the subscription.
+    threshold: AtomicUsize,
 }
 
+/// Holder values tracked per channel (notices of different releases may interleave).
+const RECENT_HOLDERS: usize = 4;
+
 impl Channel {
+    fn new(quorum: usize) -> Channel {
+        Channel {
+            notify: Notify::new(),
+            recent: Mutex::new(Vec::with_capacity(RECENT_HOLDERS)),
+            threshold: AtomicUsize::new(quorum),
+        }
+    }
+
     pub(crate) fn notify(&self) -> &Notify {
         &self.notify
     }
 
-    /// Wakes one waiter per distinct release (FIFO: the longest waiting first). A notice that
-    /// finds no waiter is kept as a permit for the next one.
-    fn wake(&self, holder: &[u8]) -> bool {
-        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-        if *last == holder {
+    /// Counts one node's notice that it freed the key from `holder`. Once a quorum of nodes
+    /// did (an attempt can now succeed), wakes one waiter, the longest waiting; the remaining
+    /// notices of that release wake nobody. A failed attempt's rollback frees at most a
+    /// minority of nodes, so it wakes nobody (no ping-pong of failing attempts).
+    fn report_free(&self, holder: &[u8]) -> bool {
+        let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        let at = match recent.iter().position(|(h, _, _)| h.as_slice() == holder) {
+            Some(at) => at,
+            None => {
+                if recent.len() == RECENT_HOLDERS {
+                    recent.remove(0);
+                }
+                recent.push((holder.to_vec(), 0, false));
+                recent.len() - 1
+            }
+        };
+        let entry = &mut recent[at];
+        entry.1 += 1;
+        if entry.2 || entry.1 < self.threshold.load(Ordering::Relaxed).max(1) {
             return false;
         }
-        last.clear();
-        last.extend_from_slice(holder);
+        entry.2 = true;
+        // A wake-up that finds no waiter is kept as a permit for the next one.
         self.notify.notify_one();
         true
     }
@@ -56,6 +84,7 @@ enum Command {
 /// The registry of waited-on channels and the per-node subscriber tasks.
 pub(crate) struct Wakeups {
     nodes: Nodes,
+    quorum: usize,
     timeout: Duration,
     channels: Mutex<Registry>,
     workers: OnceLock<Vec<mpsc::UnboundedSender<Command>>>,
@@ -63,9 +92,10 @@ pub(crate) struct Wakeups {
 }
 
 impl Wakeups {
-    pub(crate) fn new(nodes: Nodes, timeout: Duration) -> Wakeups {
+    pub(crate) fn new(nodes: Nodes, quorum: usize, timeout: Duration) -> Wakeups {
         Wakeups {
             nodes,
+            quorum,
             timeout,
             channels: Mutex::new(HashMap::new()),
             workers: OnceLock::new(),
@@ -73,7 +103,7 @@ impl Wakeups {
         }
     }
 
-    /// Distinct release notices that woke (or were kept for) a waiter.
+    /// Wake-ups given (each after a quorum of nodes reported the key free).
     pub(crate) fn notices(&self) -> u64 {
         self.notices.load(Ordering::Relaxed)
     }
@@ -115,10 +145,7 @@ impl Wakeups {
                     (chan.clone(), Vec::new())
                 }
                 None => {
-                    let chan = Arc::new(Channel {
-                        notify: Notify::new(),
-                        last: Mutex::new(Vec::new()),
-                    });
+                    let chan = Arc::new(Channel::new(self.quorum));
                     channels.insert(channel.clone(), (1, chan.clone()));
                     let replies = self
                         .workers()
@@ -138,13 +165,20 @@ impl Wakeups {
             self.nodes.len()
         } else {
             let all = futures::future::join_all(replies);
-            match tokio::time::timeout(self.timeout, all).await {
+            let confirmed = match tokio::time::timeout(self.timeout, all).await {
                 Ok(answers) => answers
                     .into_iter()
                     .filter(|a| matches!(a, Ok(true)))
                     .count(),
                 Err(_) => 0,
+            };
+            // Where fewer nodes can send notices, fewer must: a wake-up is a hint that an
+            // attempt may now succeed, not a proof.
+            if confirmed > 0 {
+                chan.threshold
+                    .store(self.quorum.min(confirmed), Ordering::Relaxed);
             }
+            confirmed
         };
         let sub = Subscription {
             wakeups: self.clone(),
@@ -173,7 +207,7 @@ impl Wakeups {
     fn on_message(&self, channel: &[u8], holder: &[u8]) {
         let chan = self.channels().get(channel).map(|(_, c)| c.clone());
         if let Some(chan) = chan {
-            if chan.wake(holder) {
+            if chan.report_free(holder) {
                 self.notices.fetch_add(1, Ordering::Relaxed);
             }
         }

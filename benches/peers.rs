@@ -1,0 +1,481 @@
+//! quorum-lock against the network floor and against rslock, on local redis-server fleets,
+//! printing one table of percentiles and ratios (the machine is noisy: compare within a run).
+//!
+//! `cargo bench --bench peers` (about 3 minutes); `QUORUM_LOCK_BENCH_ITERS=N` changes the
+//! iterations per measurement (default 2000).
+//!
+//! Workloads:
+//! - uncontended acquire+release, one client, sequential, 5 nodes: quorum-lock, the floor
+//!   (`SET NX PX` to all nodes at once, then a compare-and-delete script to all nodes at once,
+//!   each step returning as soon as a majority answered, the rest finishing in the
+//!   background), the all-nodes floor (each step waits for every node), and rslock;
+//! - node scaling: the same for N = 1, 3, 5, 7, 9;
+//! - a slow node: acquire latency with one of five nodes behind 200 ms of added latency;
+//! - contention: 8 tasks on one key, 100 lock/unlock each: throughput and wait percentiles;
+//! - throughput: 64 distinct keys in flight from one client.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use quorum_lock::testkit::Fleet;
+use quorum_lock::QuorumLock;
+use redis::aio::MultiplexedConnection;
+use tokio::time::Instant;
+
+/// Counts heap allocations, to report allocations per acquire+release.
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards to the system allocator; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as ours.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as ours.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const TTL: Duration = Duration::from_secs(10);
+const TTL_MS: u64 = 10_000;
+
+fn iterations() -> usize {
+    std::env::var("QUORUM_LOCK_BENCH_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000)
+}
+
+/// Latency percentiles of one measurement.
+#[derive(Debug, Clone, Copy)]
+struct Stats {
+    p50: Duration,
+    p99: Duration,
+    mean: Duration,
+}
+
+fn stats(mut samples: Vec<Duration>) -> Stats {
+    samples.sort();
+    let at = |q: f64| samples[((samples.len() as f64 * q) as usize).min(samples.len() - 1)];
+    let total: Duration = samples.iter().sum();
+    Stats {
+        p50: at(0.50),
+        p99: at(0.99),
+        mean: total / samples.len() as u32,
+    }
+}
+
+/// Times `op` sequentially after a warm-up.
+async fn measure<F, Fut>(iters: usize, mut op: F) -> Stats
+where
+    F: FnMut(usize) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    for i in 0..iters / 10 {
+        op(i).await;
+    }
+    let mut samples = Vec::with_capacity(iters);
+    for i in 0..iters {
+        let t = Instant::now();
+        op(i).await;
+        samples.push(t.elapsed());
+    }
+    stats(samples)
+}
+
+fn us(d: Duration) -> String {
+    format!("{:.0} us", d.as_secs_f64() * 1e6)
+}
+
+/// The floor: plain commands on one multiplexed connection per node.
+struct Floor {
+    conns: Vec<MultiplexedConnection>,
+    del: String,
+}
+
+const COMPARE_AND_DELETE: &str =
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0";
+
+impl Floor {
+    async fn connect(fleet: &Fleet) -> Floor {
+        let mut conns = Vec::new();
+        for i in 0..fleet.len() {
+            let mut c = fleet
+                .client(i)
+                .get_multiplexed_async_connection()
+                .await
+                .unwrap();
+            let _: String = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(COMPARE_AND_DELETE)
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            conns.push(c);
+        }
+        Floor {
+            conns,
+            del: redis::Script::new(COMPARE_AND_DELETE)
+                .get_hash()
+                .to_string(),
+        }
+    }
+
+    /// Sends `cmd` to every node; returns after `needed` answers, the rest finishing in the
+    /// background.
+    async fn fan_out(&self, cmd: redis::Cmd, needed: usize) {
+        let cmd = Arc::new(cmd);
+        let mut pending: FuturesUnordered<_> = self
+            .conns
+            .iter()
+            .map(|c| {
+                let (mut c, cmd) = (c.clone(), cmd.clone());
+                async move { c.send_packed_command(&cmd).await }
+            })
+            .collect();
+        for _ in 0..needed {
+            pending.next().await.unwrap().unwrap();
+        }
+        if !pending.is_empty() {
+            tokio::spawn(async move { while pending.next().await.is_some() {} });
+        }
+    }
+
+    async fn lock_unlock(&self, key: &str, needed: usize) {
+        let value = uuid::Uuid::new_v4().simple().to_string();
+        let mut set = redis::cmd("SET");
+        set.arg(key).arg(&value).arg("NX").arg("PX").arg(TTL_MS);
+        self.fan_out(set, needed).await;
+        let mut del = redis::cmd("EVALSHA");
+        del.arg(&self.del).arg(1).arg(key).arg(&value);
+        self.fan_out(del, needed).await;
+    }
+}
+
+async fn ours(fleet: &Fleet) -> QuorumLock {
+    QuorumLock::builder()
+        .nodes(fleet.urls())
+        .build()
+        .await
+        .unwrap()
+}
+
+fn rslock(fleet: &Fleet) -> rslock::LockManager {
+    rslock::LockManager::new(fleet.urls())
+}
+
+/// Uncontended acquire+release on `n` nodes: (ours, floor at quorum, floor all, rslock).
+async fn uncontended(n: usize, iters: usize) -> [Stats; 4] {
+    let fleet = Fleet::start(n).unwrap();
+    let q = n / 2 + 1;
+    let locks = ours(&fleet).await;
+    let floor = Floor::connect(&fleet).await;
+    let peer = rslock(&fleet);
+    let key = format!("bench:uncontended:{n}");
+    let a = measure(iters, |_| async {
+        let g = locks.try_acquire(&key, TTL).await.unwrap().unwrap();
+        g.release().await.unwrap();
+    })
+    .await;
+    let b = measure(iters, |_| floor.lock_unlock(&key, q)).await;
+    let c = measure(iters, |_| floor.lock_unlock(&key, n)).await;
+    let d = measure(iters, |_| async {
+        let l = peer.lock(key.as_str(), TTL).await.unwrap();
+        peer.unlock(&l).await;
+    })
+    .await;
+    [a, b, c, d]
+}
+
+/// Allocations per uncontended acquire+release (5 nodes, averaged).
+async fn allocations(iters: usize) -> f64 {
+    let fleet = Fleet::start(5).unwrap();
+    let locks = ours(&fleet).await;
+    for _ in 0..100 {
+        let g = locks
+            .try_acquire("bench:alloc", TTL)
+            .await
+            .unwrap()
+            .unwrap();
+        g.release().await.unwrap();
+    }
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    for _ in 0..iters {
+        let g = locks
+            .try_acquire("bench:alloc", TTL)
+            .await
+            .unwrap()
+            .unwrap();
+        g.release().await.unwrap();
+    }
+    (ALLOCATIONS.load(Ordering::Relaxed) - before) as f64 / iters as f64
+}
+
+/// Acquire latency (acquire only) with and without one node behind 200 ms of latency.
+async fn slow_node(iters: usize) -> (Stats, Stats) {
+    let fleet = Fleet::builder().nodes(5).proxied(true).start().unwrap();
+    let locks = ours(&fleet).await;
+    let run = |tag: &'static str| {
+        let locks = locks.clone();
+        async move {
+            let mut samples = Vec::with_capacity(iters);
+            for i in 0..iters {
+                let key = format!("bench:slow:{tag}:{i}");
+                let t = Instant::now();
+                let g = locks.try_acquire(&key, TTL).await.unwrap().unwrap();
+                samples.push(t.elapsed());
+                drop(g); // released in the background, off the clock
+            }
+            stats(samples)
+        }
+    };
+    let healthy = run("healthy").await;
+    fleet.proxy(4).latency(Duration::from_millis(200));
+    let slow = run("slow").await;
+    fleet.proxy(4).heal();
+    (healthy, slow)
+}
+
+/// 8 tasks, 100 lock/unlock each on one key: (ops per second, wait stats).
+async fn contention<L, F, Fut>(make: L) -> (f64, Stats)
+where
+    L: Fn() -> F,
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = Vec<Duration>> + Send + 'static,
+{
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..8).map(|_| tokio::spawn((make())())).collect();
+    let mut waits = Vec::new();
+    for t in tasks {
+        waits.extend(t.await.unwrap());
+    }
+    let elapsed = started.elapsed();
+    (waits.len() as f64 / elapsed.as_secs_f64(), stats(waits))
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(run());
+}
+
+async fn run() {
+    let iters = iterations();
+    println!(
+        "quorum-lock peer benchmark: {iters} iterations per measurement, {} cores",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    println!();
+
+    println!("## Uncontended acquire+release, 5 nodes");
+    let [ours5, floor5, all5, rs5] = uncontended(5, iters).await;
+    println!("| client | p50 | p99 | mean |");
+    println!("|---|---|---|---|");
+    for (name, s) in [
+        ("quorum-lock", ours5),
+        ("floor (return at 3 of 5)", floor5),
+        ("floor (all 5)", all5),
+        ("rslock", rs5),
+    ] {
+        println!(
+            "| {name} | {} | {} | {} |",
+            us(s.p50),
+            us(s.p99),
+            us(s.mean)
+        );
+    }
+    let r = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
+    println!(
+        "ratios: ours/floor p50 {:.2} (target <= 1.15), ours/rslock p50 {:.2}, p99 {:.2} (target < 1)",
+        r(ours5.p50, floor5.p50),
+        r(ours5.p50, rs5.p50),
+        r(ours5.p99, rs5.p99)
+    );
+    println!(
+        "allocations per acquire+release: {:.1}",
+        allocations(iters).await
+    );
+    println!();
+
+    println!("## Node scaling (p50)");
+    println!("| N | quorum-lock | floor | rslock | ours/floor | ours/rslock |");
+    println!("|---|---|---|---|---|---|");
+    for n in [1usize, 3, 5, 7, 9] {
+        let [o, f, _, p] = uncontended(n, iters / 2).await;
+        println!(
+            "| {n} | {} | {} | {} | {:.2} | {:.2} |",
+            us(o.p50),
+            us(f.p50),
+            us(p.p50),
+            r(o.p50, f.p50),
+            r(o.p50, p.p50)
+        );
+    }
+    println!();
+
+    println!("## One slow node (200 ms added latency on 1 of 5), acquire only");
+    let (healthy, slow) = slow_node(iters / 2).await;
+    println!("| fleet | p50 | p99 |");
+    println!("|---|---|---|");
+    println!("| healthy | {} | {} |", us(healthy.p50), us(healthy.p99));
+    println!("| one slow node | {} | {} |", us(slow.p50), us(slow.p99));
+    println!(
+        "ratio slow/healthy p99 {:.2} (target <= 2)",
+        r(slow.p99, healthy.p99)
+    );
+    println!();
+
+    println!("## Contention: 8 tasks x 100 lock/unlock on one key, 5 nodes");
+    let fleet = Fleet::start(5).unwrap();
+    let pubsub = ours(&fleet).await;
+    let retry_only = QuorumLock::builder()
+        .nodes(fleet.urls())
+        .pubsub(false)
+        .build()
+        .await
+        .unwrap();
+    let mut rs_default = rslock(&fleet);
+    rs_default.set_retry(u32::MAX, Duration::from_millis(200));
+    let mut rs_tuned = rslock(&fleet);
+    rs_tuned.set_retry(u32::MAX, Duration::from_millis(10));
+    let ours_run = |locks: QuorumLock, key: &'static str| {
+        move || {
+            let locks = locks.clone();
+            move || async move {
+                let mut waits = Vec::with_capacity(100);
+                for _ in 0..100 {
+                    let t = Instant::now();
+                    let g = locks
+                        .lock(key)
+                        .ttl(TTL)
+                        .wait(Duration::from_secs(120))
+                        .acquire()
+                        .await
+                        .unwrap();
+                    waits.push(t.elapsed());
+                    g.release().await.unwrap();
+                }
+                waits
+            }
+        }
+    };
+    let rs_run = |peer: rslock::LockManager, key: &'static str| {
+        move || {
+            let peer = peer.clone();
+            move || async move {
+                let mut waits = Vec::with_capacity(100);
+                for _ in 0..100 {
+                    let t = Instant::now();
+                    let g = peer.acquire(key, TTL).await.unwrap();
+                    waits.push(t.elapsed());
+                    g.release().await;
+                }
+                waits
+            }
+        }
+    };
+    let results = [
+        (
+            "quorum-lock (pub/sub)",
+            contention(ours_run(pubsub.clone(), "bench:c:ours")).await,
+        ),
+        (
+            "quorum-lock (retry only)",
+            contention(ours_run(retry_only, "bench:c:retry")).await,
+        ),
+        (
+            "rslock (200 ms retry delay)",
+            contention(rs_run(rs_default, "bench:c:rs")).await,
+        ),
+        (
+            "rslock (10 ms retry delay)",
+            contention(rs_run(rs_tuned, "bench:c:rs10")).await,
+        ),
+    ];
+    println!("| client | ops/s | mean wait | p99 wait |");
+    println!("|---|---|---|---|");
+    for (name, (ops, s)) in &results {
+        println!("| {name} | {ops:.0} | {} | {} |", us(s.mean), us(s.p99));
+    }
+    let (ours_ops, ours_s) = results[0].1;
+    let (rs_ops, rs_s) = results[3].1;
+    println!(
+        "ratios vs rslock tuned: p99 wait {:.3} (target <= 0.1), throughput {:.1}x (target >= 2)",
+        r(ours_s.p99, rs_s.p99),
+        ours_ops / rs_ops
+    );
+    println!();
+
+    println!("## Throughput: 64 distinct keys in flight, 5 nodes, 5 s");
+    let floor = Arc::new(Floor::connect(&fleet).await);
+    let ours_ops = in_flight(64, {
+        let locks = pubsub.clone();
+        move |i| {
+            let locks = locks.clone();
+            async move {
+                let key = format!("bench:t:{i}");
+                let g = locks.try_acquire(&key, TTL).await.unwrap().unwrap();
+                g.release().await.unwrap();
+            }
+        }
+    })
+    .await;
+    let floor_ops = in_flight(64, {
+        let floor = floor.clone();
+        move |i| {
+            let floor = floor.clone();
+            async move { floor.lock_unlock(&format!("bench:tf:{i}"), 3).await }
+        }
+    })
+    .await;
+    println!("| client | acquire+release per second |");
+    println!("|---|---|");
+    println!("| quorum-lock | {ours_ops:.0} |");
+    println!("| floor | {floor_ops:.0} |");
+    println!("ratio ours/floor {:.2}", ours_ops / floor_ops);
+}
+
+/// Runs `op(slot)` in `slots` loops for 5 s; returns completed ops per second.
+async fn in_flight<F, Fut>(slots: usize, op: F) -> f64
+where
+    F: Fn(usize) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let done = Arc::new(AtomicU64::new(0));
+    let until = Instant::now() + Duration::from_secs(5);
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..slots)
+        .map(|slot| {
+            let (op, done) = (op.clone(), done.clone());
+            tokio::spawn(async move {
+                while Instant::now() < until {
+                    op(slot).await;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
+}
