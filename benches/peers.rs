@@ -20,11 +20,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::stream::{FuturesUnordered, StreamExt};
 use quorum_lock::testkit::Fleet;
 use quorum_lock::QuorumLock;
-use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
+
+mod common;
+use common::{Floor, TTL};
 
 /// Counts heap allocations, to report allocations per acquire+release.
 struct Counting;
@@ -52,8 +53,6 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-const TTL: Duration = Duration::from_secs(10);
-const TTL_MS: u64 = 10_000;
 
 fn iterations() -> usize {
     std::env::var("QUORUM_LOCK_BENCH_ITERS")
@@ -101,71 +100,6 @@ where
 
 fn us(d: Duration) -> String {
     format!("{:.0} us", d.as_secs_f64() * 1e6)
-}
-
-/// The floor: plain commands on one multiplexed connection per node.
-struct Floor {
-    conns: Vec<MultiplexedConnection>,
-    del: String,
-}
-
-const COMPARE_AND_DELETE: &str =
-    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0";
-
-impl Floor {
-    async fn connect(fleet: &Fleet) -> Floor {
-        let mut conns = Vec::new();
-        for i in 0..fleet.len() {
-            let mut c = fleet
-                .client(i)
-                .get_multiplexed_async_connection()
-                .await
-                .unwrap();
-            let _: String = redis::cmd("SCRIPT")
-                .arg("LOAD")
-                .arg(COMPARE_AND_DELETE)
-                .query_async(&mut c)
-                .await
-                .unwrap();
-            conns.push(c);
-        }
-        Floor {
-            conns,
-            del: redis::Script::new(COMPARE_AND_DELETE)
-                .get_hash()
-                .to_string(),
-        }
-    }
-
-    /// Sends `cmd` to every node; returns after `needed` answers, the rest finishing in the
-    /// background.
-    async fn fan_out(&self, cmd: redis::Cmd, needed: usize) {
-        let cmd = Arc::new(cmd);
-        let mut pending: FuturesUnordered<_> = self
-            .conns
-            .iter()
-            .map(|c| {
-                let (mut c, cmd) = (c.clone(), cmd.clone());
-                async move { c.send_packed_command(&cmd).await }
-            })
-            .collect();
-        for _ in 0..needed {
-            pending.next().await.unwrap().unwrap();
-        }
-        if !pending.is_empty() {
-            tokio::spawn(async move { while pending.next().await.is_some() {} });
-        }
-    }
-
-    async fn lock_unlock(&self, key: &str, needed: usize) {
-        let value = uuid::Uuid::new_v4().simple().to_string();
-        let mut set = redis::cmd("SET");
-        set.arg(key).arg(&value).arg("NX").arg("PX").arg(TTL_MS);
-        self.fan_out(set, needed).await;
-        let mut del = redis::cmd("EVALSHA");
-        del.arg(&self.del).arg(1).arg(key).arg(&value);
-        self.fan_out(del, needed).await;
-    }
 }
 
 async fn ours(fleet: &Fleet) -> QuorumLock {

@@ -439,6 +439,13 @@ impl QuorumLock {
         let mut attempts: u32 = 0;
         let mut subscription: Option<Subscription> = None;
         let mut quick_retries = 0;
+        // Where this client already has waiters on the key, wait for a turn before the first
+        // attempt (local FIFO): racing them would split the next hand-off's votes.
+        let mut wait_first = false;
+        if let Some(wakeups) = &self.shared.wakeups {
+            subscription = wakeups.join_line(&release_channel(&key));
+            wait_first = subscription.is_some();
+        }
         loop {
             if let Some(guard) = self.reenter(&key, &plan) {
                 return Ok(guard);
@@ -450,15 +457,21 @@ impl QuorumLock {
             if let Some(n) = notified.as_mut().as_pin_mut() {
                 n.enable();
             }
-            attempts += 1;
-            let (error, hint) = match self.attempt(&key, &plan).await {
-                Ok(guard) => return Ok(guard),
-                Err(Miss::Contended(hint)) => (None, hint),
-                Err(Miss::Failed(e)) => (Some(e), None),
+            let (error, hint) = if wait_first {
+                wait_first = false;
+                (None, None)
+            } else {
+                attempts += 1;
+                match self.attempt(&key, &plan).await {
+                    Ok(guard) => return Ok(guard),
+                    Err(Miss::Contended(hint)) => (None, hint),
+                    Err(Miss::Failed(e)) => (Some(e), None),
+                }
             };
             let now = Instant::now();
             let retries_left = config.max_retries.is_none_or(|max| attempts <= max);
-            if now >= deadline || !retries_left {
+            // Out of time or retries, once at least one attempt was made.
+            if (now >= deadline || !retries_left) && attempts > 0 {
                 return Err(error.unwrap_or_else(|| Error::WaitTimeout {
                     key: key_display(&key),
                     waited: now - start,

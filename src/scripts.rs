@@ -146,7 +146,7 @@ impl Call {
 pub(crate) static ACQUIRE: LockScript = LockScript::new(
     "acquire",
     r#"
-if redis.call('hexists', KEYS[1], ARGV[1]) == 1 or redis.call('exists', KEYS[1]) == 0 then
+if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
   redis.call('hset', KEYS[1], ARGV[1], 1)
   redis.call('pexpire', KEYS[1], ARGV[2])
   return {1, 1}
@@ -165,7 +165,7 @@ return {0, redis.call('pttl', KEYS[1])}
 pub(crate) static ACQUIRE_FENCED: LockScript = LockScript::new(
     "acquire-fenced",
     r#"
-if redis.call('hexists', KEYS[1], ARGV[1]) == 1 or redis.call('exists', KEYS[1]) == 0 then
+if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
   redis.call('hset', KEYS[1], ARGV[1], 1)
   redis.call('pexpire', KEYS[1], ARGV[2])
   return {1, redis.call('incr', KEYS[2])}

@@ -130,6 +130,20 @@ impl Wakeups {
         })
     }
 
+    /// Joins the line of this client's waiters on `channel`, if there is one: a newcomer then
+    /// waits for its turn (a wake-up, FIFO) instead of racing the waiters already in line,
+    /// which would only split the votes of the next hand-off.
+    pub(crate) fn join_line(self: &Arc<Self>, channel: &[u8]) -> Option<Subscription> {
+        let mut channels = self.channels();
+        let (waiters, chan) = channels.get_mut(channel)?;
+        *waiters += 1;
+        Some(Subscription {
+            wakeups: self.clone(),
+            name: channel.to_vec(),
+            channel: chan.clone(),
+        })
+    }
+
     /// Registers a waiter on `channel`; the first waiter subscribes on every node and waits
     /// (bounded by the node timeout) until the subscriptions are confirmed, so that a release
     /// after this returns is seen. Returns the subscription and how many nodes confirmed (N
