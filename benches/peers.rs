@@ -53,7 +53,6 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-
 fn iterations() -> usize {
     std::env::var("QUORUM_LOCK_BENCH_ITERS")
         .ok()

@@ -76,4 +76,3 @@ impl Floor {
         self.fan_out(del, needed).await;
     }
 }
-
