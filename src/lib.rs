@@ -77,7 +77,7 @@
 //!
 //! # Not built yet
 //!
-//! The CLI and the peer benchmarks are planned (see the README).
+//! The CLI is planned (see the README).
 //!
 //! # Layout
 //!

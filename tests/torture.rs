@@ -271,6 +271,24 @@ async fn hold(locks: &QuorumLock, key: &str, who: &str) -> (Interval, quorum_loc
     (Interval::begin(&guard, who), guard)
 }
 
+/// Takes `key` as a second holder while `first` (with its guard) still believes it holds it,
+/// and checks that the checker reports exactly that overlap.
+async fn assert_second_holder_is_caught(
+    b: &QuorumLock,
+    key: &str,
+    first: Interval,
+    guard_a: &quorum_lock::LockGuard,
+) -> quorum_lock::testkit::history::Report {
+    let (second, guard_b) = hold(b, key, "b").await;
+    let report = check(&[first.finish(guard_a), second.finish(&guard_b)]);
+    assert_eq!(
+        report.overlaps.len(),
+        1,
+        "the checker missed the overlap: {report}"
+    );
+    report
+}
+
 /// Waits until the acquire's calls to every node have landed (they finish in the background).
 async fn on_all_nodes(fleet: &Fleet, key: &str, holder: &str) {
     eventually(
@@ -293,13 +311,7 @@ async fn negative_control_a_majority_restarted_without_persistence_admits_a_seco
     for i in 0..3 {
         fleet.restart(i).unwrap();
     }
-    let (second, guard_b) = hold(&b, &key, "b").await;
-    let report = check(&[first.finish(&guard_a), second.finish(&guard_b)]);
-    assert_eq!(
-        report.overlaps.len(),
-        1,
-        "the checker missed the overlap: {report}"
-    );
+    let report = assert_second_holder_is_caught(&b, &key, first, &guard_a).await;
     assert_eq!(
         report.token_regressions.len(),
         1,
@@ -326,13 +338,7 @@ async fn negative_control_a_minority_quorum_admits_a_second_holder() {
         fleet.restart(i).unwrap();
     }
     let b = minority(&fleet).await.unwrap();
-    let (second, guard_b) = hold(&b, &key, "b").await;
-    let report = check(&[first.finish(&guard_a), second.finish(&guard_b)]);
-    assert_eq!(
-        report.overlaps.len(),
-        1,
-        "the checker missed the overlap: {report}"
-    );
+    assert_second_holder_is_caught(&b, &key, first, &guard_a).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -346,13 +352,7 @@ async fn negative_control_a_majority_of_jumping_clocks_admits_a_second_holder() 
     for i in 0..3 {
         assert_eq!(fleet.expire_early(i, &key).unwrap(), 1);
     }
-    let (second, guard_b) = hold(&b, &key, "b").await;
-    let report = check(&[first.finish(&guard_a), second.finish(&guard_b)]);
-    assert_eq!(
-        report.overlaps.len(),
-        1,
-        "the checker missed the overlap: {report}"
-    );
+    assert_second_holder_is_caught(&b, &key, first, &guard_a).await;
 }
 
 /// Takes `key` on exactly nodes 0..3 (nodes 3 and 4 are down meanwhile), then brings
@@ -384,13 +384,7 @@ async fn one_jumping_clock_breaks_a_bare_majority() {
     let key = unique_key("bare-majority");
     let (first, guard_a) = hold_on_a_bare_majority(&fleet, &a, &key).await;
     assert_eq!(fleet.expire_early(0, &key).unwrap(), 1);
-    let (second, guard_b) = hold(&b, &key, "b").await;
-    let report = check(&[first.finish(&guard_a), second.finish(&guard_b)]);
-    assert_eq!(
-        report.overlaps.len(),
-        1,
-        "the checker missed the overlap: {report}"
-    );
+    assert_second_holder_is_caught(&b, &key, first, &guard_a).await;
 }
 
 /// One confirmation more than a majority (4 of 5) tolerates one node that forgets: the lock
