@@ -143,7 +143,8 @@ impl Builder {
     }
 
     /// The base delay between two attempts of [`acquire`](QuorumLock::acquire) when no
-    /// release notice comes first (capped by the holder's remaining TTL). Defaults to 100 ms.
+    /// release notice comes first (capped by the holder's remaining TTL, when known). Defaults
+    /// to 100 ms.
     pub fn retry_delay(mut self, delay: Duration) -> Self {
         self.retry_delay = delay;
         self

@@ -125,7 +125,7 @@ pub(crate) async fn fan_out(
                 failures.push(NodeFailure::new(
                     nodes[i].name(),
                     FailureKind::Protocol,
-                    format!("{} script answered {v:?}", call.script.name()),
+                    format!("{} answered {v:?}", call.name),
                 ));
                 Vote::Failed
             }
@@ -135,12 +135,7 @@ pub(crate) async fn fan_out(
             }
         };
         decision = tally.add(vote);
-        tracing::trace!(
-            node = nodes[i].name(),
-            ?vote,
-            ?decision,
-            script = call.script.name()
-        );
+        tracing::trace!(node = nodes[i].name(), ?vote, ?decision, script = call.name);
     }
     let finish = match stragglers {
         Stragglers::Finish => true,
@@ -188,10 +183,15 @@ pub(crate) fn int(v: &Value) -> Option<i64> {
     }
 }
 
-/// Reads the acquire scripts' `{1, value}` / `{0, pttl}` reply (value: 1, or the fencing
-/// counter).
+/// Reads an acquire's reply: `OK` / nil from `SET NX`, or the fenced script's
+/// `{1, counter}` / `{0, pttl}`.
 pub(crate) fn read_acquire(v: &Value) -> Option<Answer> {
-    let Value::Array(items) = v else { return None };
+    let items = match v {
+        Value::Okay => return Some(Answer::Yes(1)),
+        Value::Nil => return Some(Answer::Refused(None)),
+        Value::Array(items) => items,
+        _ => return None,
+    };
     match (items.first().and_then(int), items.get(1).and_then(int)) {
         (Some(1), Some(value)) => Some(Answer::Yes(value)),
         (Some(0), Some(pttl)) => Some(Answer::Refused(

@@ -12,12 +12,12 @@ use tracing::Instrument;
 
 use crate::error::{key_display, Error, Op, Result};
 use crate::fanout::{
-    broadcast, fan_out, int, read_extend, read_release, Background, Outcome, Stragglers,
+    broadcast, fan_out, read_extend, read_release, Background, Outcome, Stragglers,
 };
 use crate::lock::Shared;
 use crate::node::Form;
 use crate::quorum::{self, Decision};
-use crate::scripts::{release_channel, Call, EXTEND, RELEASE, REPAIR};
+use crate::scripts::{release_channel, Call, EXTEND, RELEASE};
 
 pub(crate) struct Lease {
     pub(crate) key: Arc<[u8]>,
@@ -221,11 +221,11 @@ impl Lease {
             return;
         }
         let ms = ms.to_string();
-        let call = Call::new(&REPAIR, &self.key, &[self.holder.as_bytes(), ms.as_bytes()]);
+        let call = Call::set_if_absent("repair", &self.key, self.holder.as_bytes(), ms.as_bytes());
         let answers = broadcast(&shared.nodes, nodes.iter().copied(), call, Form::Sha).await;
         let repaired = answers
             .iter()
-            .filter(|a| a.as_ref().ok().and_then(int) == Some(1))
+            .filter(|a| matches!(a, Ok(redis::Value::Okay)))
             .count();
         if repaired > 0 {
             shared

@@ -31,7 +31,7 @@
 //!
 //! # How it works
 //!
-//! An acquire sends one Lua script with the key and a fresh 128-bit holder value to all N
+//! An acquire sends `SET key holder NX PX ttl` with a fresh 128-bit holder value to all N
 //! nodes at once, each call bounded by the node timeout, and counts confirmations against the
 //! quorum, returning as soon as the outcome is decided. The lock's validity is
 //! `ttl - elapsed - (ttl * drift_factor + 2 ms)`, measured from before the first request was

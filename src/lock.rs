@@ -19,9 +19,7 @@ use crate::lease::{Lease, LostSignal};
 use crate::node::{Form, Nodes};
 use crate::owner::Owner;
 use crate::quorum::{self, Decision};
-use crate::scripts::{
-    fence_key, release_channel, Call, ACQUIRE, ACQUIRE_FENCED, FENCE_MAX, RELEASE,
-};
+use crate::scripts::{fence_key, release_channel, Call, ACQUIRE_FENCED, FENCE_MAX, RELEASE};
 use crate::wakeup::{Subscription, Wakeups};
 
 /// The longest key accepted (64 KiB). Redis allows more, but a lock key is a name, and it is
@@ -228,7 +226,7 @@ impl QuorumLock {
         let argv: [&[u8]; 2] = [holder.as_bytes(), ttl_ms.as_bytes()];
         let call = match &fence {
             Some(fence) => Call::with_keys(&ACQUIRE_FENCED, &[key, fence], &argv),
-            None => Call::new(&ACQUIRE, key, &argv),
+            None => Call::set_if_absent("acquire", key, argv[0], argv[1]),
         }
         .tracked(shared.nodes.len());
         shared.counters.attempts.fetch_add(1, Ordering::Relaxed);

@@ -229,12 +229,15 @@ impl Node {
     ) -> Result<Value, NodeFailure> {
         self.bounded(self.timeout, self.on_connection(|mut conn| async move {
             let first = match form {
-                Form::Sha => send(&mut conn, call.evalsha(), call, slot).await,
+                Form::Sha => send(&mut conn, call.command(), call, slot).await,
                 Form::Eval => send(&mut conn, &call.eval(), call, slot).await,
             };
             match first.and_then(top_level_error) {
-                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    tracing::debug!(node = %self.name(), script = call.script.name(), "NOSCRIPT, falling back to EVAL");
+                Err(e)
+                    if call.is_script()
+                        && e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
+                {
+                    tracing::debug!(node = %self.name(), script = call.name, "NOSCRIPT, falling back to EVAL");
                     send(&mut conn, &call.eval(), call, slot)
                         .await
                         .and_then(top_level_error)

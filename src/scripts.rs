@@ -1,6 +1,8 @@
-//! The Lua scripts run on every node. Each is atomic on its node; together with the quorum rule
-//! they implement the RedLock steps. A lock is one hash per key whose single field is the
-//! holder value and whose value is the holder's reentrancy count (Redisson's layout).
+//! The commands and Lua scripts run on every node. Each is atomic on its node; together with
+//! the quorum rule they implement the RedLock steps. A lock is one string key whose value is
+//! the holder value (fresh for every acquisition), with a TTL. Reentrancy is counted in the
+//! client (see `owner`), so the nodes need no per-holder count (Redisson's hash layout): a
+//! plain acquire is the native `SET key holder NX PX ttl`, no script at all.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
@@ -28,10 +30,6 @@ impl LockScript {
             .get_or_init(|| redis::Script::new(self.source).get_hash().to_string())
     }
 
-    pub(crate) fn name(&self) -> &'static str {
-        self.name
-    }
-
     pub(crate) fn source(&self) -> &'static str {
         self.source
     }
@@ -40,8 +38,11 @@ impl LockScript {
 /// One script call, shared by the per-node requests of an operation: the EVALSHA command is
 /// packed once and sent to every node.
 pub(crate) struct Call {
-    pub(crate) script: &'static LockScript,
-    evalsha: Cmd,
+    /// For logs.
+    pub(crate) name: &'static str,
+    /// The script, for the EVAL fallback; `None` for a native command.
+    script: Option<&'static LockScript>,
+    command: Cmd,
     /// For calls whose stragglers may outlive the caller (acquire): which nodes' requests hold
     /// their place on the connection, and whether the caller told the rest to stop.
     pub(crate) progress: Option<Progress>,
@@ -104,8 +105,22 @@ impl Call {
             evalsha.arg(*a);
         }
         Call {
-            script,
-            evalsha,
+            name: script.name,
+            script: Some(script),
+            command: evalsha,
+            progress: None,
+        }
+    }
+
+    /// `SET key holder NX PX ms`: takes a free key (RedLock's acquire, and the watchdog's
+    /// repair). Answers OK, or nil when the key exists.
+    pub(crate) fn set_if_absent(name: &'static str, key: &[u8], holder: &[u8], ms: &[u8]) -> Call {
+        let mut set = redis::cmd("SET");
+        set.arg(key).arg(holder).arg("NX").arg("PX").arg(ms);
+        Call {
+            name,
+            script: None,
+            command: set,
             progress: None,
         }
     }
@@ -116,15 +131,25 @@ impl Call {
         self
     }
 
-    pub(crate) fn evalsha(&self) -> &Cmd {
-        &self.evalsha
+    /// What is sent first: EVALSHA for a script, else the native command.
+    pub(crate) fn command(&self) -> &Cmd {
+        &self.command
     }
 
-    /// The same call as `EVAL source ...`: it cannot answer NOSCRIPT.
+    /// Whether a NOSCRIPT answer can be retried as EVAL.
+    pub(crate) fn is_script(&self) -> bool {
+        self.script.is_some()
+    }
+
+    /// The same call in a form that cannot answer NOSCRIPT: `EVAL source ...` for a script,
+    /// the command itself otherwise.
     pub(crate) fn eval(&self) -> Cmd {
+        let Some(script) = self.script else {
+            return self.command.clone();
+        };
         let mut eval = redis::cmd("EVAL");
-        eval.arg(self.script.source);
-        for arg in self.evalsha.args_iter().skip(2) {
+        eval.arg(script.source);
+        for arg in self.command.args_iter().skip(2) {
             if let redis::Arg::Simple(bytes) = arg {
                 eval.arg(bytes);
             }
@@ -133,41 +158,19 @@ impl Call {
     }
 }
 
-/// Acquire (RedLock step 2), on one node.
-///
-/// KEYS[1] lock key. ARGV[1] holder value (fresh for every acquisition), ARGV[2] TTL in ms.
-///
-/// A repeated acquire by the same holder is idempotent (it refreshes the TTL), so a retried
-/// request cannot double-count. Reentrancy is counted in the client (see `owner`), never on
-/// the nodes: per-node counts drift apart when an attempt returns at quorum or times out.
-///
-/// Returns `{1, 1}` when the holder holds the key now, `{0, pttl}` when another holder does
-/// (the PTTL is the waiter's wake-up hint).
-pub(crate) static ACQUIRE: LockScript = LockScript::new(
-    "acquire",
-    r#"
-if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
-  redis.call('hset', KEYS[1], ARGV[1], 1)
-  redis.call('pexpire', KEYS[1], ARGV[2])
-  return {1, 1}
-end
-return {0, redis.call('pttl', KEYS[1])}
-"#,
-);
-
-/// Fenced acquire (DESIGN 3, "Fencing tokens"), on one node: as [`ACQUIRE`], and when the
-/// holder holds the key it also increments the key's fencing counter, a separate key that
-/// never expires, and returns it.
+/// Fenced acquire (DESIGN 3, "Fencing tokens"), on one node: takes the key when it is free
+/// (or already this holder's: a repeated request is idempotent), and then increments the
+/// key's fencing counter, a separate key that never expires, and returns it.
 ///
 /// KEYS[1] lock key, KEYS[2] fencing counter. ARGV[1] holder value, ARGV[2] TTL in ms.
 ///
-/// Returns `{1, counter}` or `{0, pttl}`.
+/// Returns `{1, counter}`, or `{0, pttl}` when another holder has the key.
 pub(crate) static ACQUIRE_FENCED: LockScript = LockScript::new(
     "acquire-fenced",
     r#"
-if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
-  redis.call('hset', KEYS[1], ARGV[1], 1)
-  redis.call('pexpire', KEYS[1], ARGV[2])
+local current = redis.call('get', KEYS[1])
+if current == false or current == ARGV[1] then
+  redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return {1, redis.call('incr', KEYS[2])}
 end
 return {0, redis.call('pttl', KEYS[1])}
@@ -203,7 +206,7 @@ return 1
 pub(crate) static RELEASE: LockScript = LockScript::new(
     "release",
     r#"
-local held = redis.call('hexists', KEYS[1], ARGV[1]) == 1
+local held = redis.call('get', KEYS[1]) == ARGV[1]
 if held then
   redis.call('del', KEYS[1])
 end
@@ -217,30 +220,6 @@ return 0
 "#,
 );
 
-/// Repair, on one node, run only right after a quorum confirmed a renewal: puts the holder's
-/// entry back where the key is absent (a node restarted empty, or one that missed the
-/// acquire), so the lock regains its fault tolerance. Set-if-absent: never touches another
-/// holder's entry.
-///
-/// KEYS[1] lock key. ARGV[1] holder value, ARGV[2] remaining validity in ms.
-///
-/// Returns 1 when the entry was put back, 0 when the holder's entry was there, -1 when another
-/// holder has the key.
-pub(crate) static REPAIR: LockScript = LockScript::new(
-    "repair",
-    r#"
-if redis.call('exists', KEYS[1]) == 0 then
-  redis.call('hset', KEYS[1], ARGV[1], 1)
-  redis.call('pexpire', KEYS[1], ARGV[2])
-  return 1
-end
-if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
-  return 0
-end
-return -1
-"#,
-);
-
 /// Extend, on one node: PEXPIRE only where the holder's field exists. Never creates the key,
 /// so an expired lock cannot be turned back into a held one.
 ///
@@ -250,7 +229,7 @@ return -1
 pub(crate) static EXTEND: LockScript = LockScript::new(
     "extend",
     r#"
-if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
+if redis.call('get', KEYS[1]) == ARGV[1] then
   redis.call('pexpire', KEYS[1], ARGV[2])
   return 1
 end
@@ -259,14 +238,7 @@ return 0
 );
 
 /// Every script, for loading on connect.
-pub(crate) static ALL_SCRIPTS: [&LockScript; 6] = [
-    &ACQUIRE,
-    &ACQUIRE_FENCED,
-    &FENCE_MAX,
-    &RELEASE,
-    &EXTEND,
-    &REPAIR,
-];
+pub(crate) static ALL_SCRIPTS: [&LockScript; 4] = [&ACQUIRE_FENCED, &FENCE_MAX, &RELEASE, &EXTEND];
 
 /// The pub/sub channel on which a release of `key` is announced.
 pub(crate) fn release_channel(key: &[u8]) -> Vec<u8> {

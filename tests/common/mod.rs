@@ -54,14 +54,15 @@ pub async fn conn(fleet: &Fleet, i: usize) -> redis::aio::MultiplexedConnection 
         .expect("test connection")
 }
 
-/// The lock hash stored for `key` on node `i`: holder value -> count (empty if absent).
+/// The lock entry stored for `key` on node `i`, as holder value -> 1 (empty if absent).
 pub async fn entry(fleet: &Fleet, i: usize, key: &str) -> HashMap<String, i64> {
     let mut c = conn(fleet, i).await;
-    redis::cmd("HGETALL")
+    let holder: Option<String> = redis::cmd("GET")
         .arg(key)
         .query_async(&mut c)
         .await
-        .expect("HGETALL")
+        .expect("GET");
+    holder.into_iter().map(|h| (h, 1)).collect()
 }
 
 /// How many of the fleet's nodes hold `key` for `holder`.
