@@ -140,22 +140,20 @@ async fn uncontended(n: usize, iters: usize) -> [Stats; 4] {
 async fn allocations(iters: usize) -> f64 {
     let fleet = Fleet::start(5).unwrap();
     let locks = ours(&fleet).await;
-    for _ in 0..100 {
+    let cycle = || async {
         let g = locks
             .try_acquire("bench:alloc", TTL)
             .await
             .unwrap()
             .unwrap();
         g.release().await.unwrap();
+    };
+    for _ in 0..100 {
+        cycle().await;
     }
     let before = ALLOCATIONS.load(Ordering::Relaxed);
     for _ in 0..iters {
-        let g = locks
-            .try_acquire("bench:alloc", TTL)
-            .await
-            .unwrap()
-            .unwrap();
-        g.release().await.unwrap();
+        cycle().await;
     }
     (ALLOCATIONS.load(Ordering::Relaxed) - before) as f64 / iters as f64
 }
