@@ -1,6 +1,6 @@
 //! Pub/sub wake-ups for waiters (DESIGN 3, "Waiting for a held lock"): one subscriber
-//! connection per node, shared by all waiters of a client, routed by channel; a release
-//! notice from any node wakes one waiter of the key.
+//! connection per node, shared by all waiters of a client, routed by channel; once a quorum
+//! of nodes announced the same release, one waiter of the key (the longest waiting) wakes.
 //!
 //! Wake-ups are a fast path, never a correctness mechanism: a waiter also wakes after
 //! min(PTTL hint, jittered retry delay), so a lost notice, or a node whose pub/sub is down,
