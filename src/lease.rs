@@ -170,14 +170,14 @@ impl Lease {
         );
         let start = Instant::now();
         let nodes = &shared.nodes;
-        let outcome = fan_out(
-            nodes,
-            config.required,
-            call,
-            read_extend,
-            Stragglers::Finish,
-        )
-        .await;
+        // A user's extend returns at quorum; the watchdog's renewal waits for every node (each
+        // bounded by its timeout), to learn which ones lack the entry and repair only those.
+        let mode = if repair {
+            Stragglers::Wait
+        } else {
+            Stragglers::Finish
+        };
+        let outcome = fan_out(nodes, config.required, call, read_extend, mode).await;
         let drift = quorum::drift(ttl, config.drift_factor);
         tracing::debug!(yes = outcome.tally.yes(), refused = outcome.tally.refused(), failed = outcome.tally.failed(), failures = ?outcome.failures, "extend tallied");
         match outcome.decision {
