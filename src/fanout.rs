@@ -29,10 +29,9 @@ pub(crate) enum Stragglers {
     /// Let them finish in a background task, so that every node gets the call even though the
     /// caller returned at quorum (release, extend: neither can create an entry).
     Finish,
-    /// On success, let them finish in a background task whose handle is returned (acquire:
-    /// every reachable node should get the entry, so one node that later forgets it cannot
-    /// leave the lock on a bare majority; the release waits for this task, so it cannot be
-    /// overtaken). On failure, drop them: a request already written stays queued on its
+    /// On success, let them finish in a background task that is returned (acquire: every
+    /// reachable node should get the entry, so one node that later forgets it cannot leave the
+    /// lock on a bare majority; the release settles it first, so it cannot be overtaken). On failure, drop them: a request already written stays queued on its
     /// node's connection, ahead of the rollback; one not yet written is never sent, nor is a
     /// NOSCRIPT fallback that could land after the rollback.
     FinishIfReached,
@@ -158,9 +157,9 @@ pub(crate) async fn fan_out(
 }
 
 /// Runs `call` on the nodes numbered in `which` and waits for all of them (each bounded by
-/// its node's timeout), returning their answers in that order. With [`Form::Eval`] (the rollback of a failed
-/// attempt) no node can answer NOSCRIPT, so the call cannot fail late on a node where the
-/// attempt's acquire ran (DESIGN 3, "ordering trap").
+/// its node's timeout), returning their answers in that order. With [`Form::Eval`] (the
+/// rollback of a failed attempt) no node can answer NOSCRIPT, so the call cannot fail late
+/// on a node where the attempt's acquire ran (DESIGN 3, "ordering trap").
 pub(crate) async fn broadcast(
     nodes: &Nodes,
     which: impl IntoIterator<Item = usize>,
@@ -201,25 +200,12 @@ pub(crate) fn read_acquire(v: &Value) -> Option<Answer> {
     }
 }
 
-/// Reads the release script's reply: 1 deleted, 0 not ours.
-pub(crate) fn read_release(v: &Value) -> Option<Answer> {
+/// Reads a 1 / 0 script reply: 1 yes (released, extended, token written), 0 refused (this
+/// holder does not hold the key there).
+pub(crate) fn read_flag(v: &Value) -> Option<Answer> {
     match int(v)? {
         1 => Some(Answer::Yes(1)),
         0 => Some(Answer::Refused(None)),
         _ => None,
     }
-}
-
-/// Reads the extend script's reply: 1 extended, 0 not ours.
-pub(crate) fn read_extend(v: &Value) -> Option<Answer> {
-    match int(v)? {
-        1 => Some(Answer::Yes(1)),
-        0 => Some(Answer::Refused(None)),
-        _ => None,
-    }
-}
-
-/// Reads a reply that is 1 for yes (the fencing write-back).
-pub(crate) fn read_one(v: &Value) -> Option<Answer> {
-    (int(v)? == 1).then_some(Answer::Yes(1))
 }

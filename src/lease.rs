@@ -11,9 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::error::{key_display, Error, Op, Result};
-use crate::fanout::{
-    broadcast, fan_out, read_extend, read_release, Background, Outcome, Stragglers,
-};
+use crate::fanout::{broadcast, fan_out, read_flag, Background, Outcome, Stragglers};
 use crate::lock::Shared;
 use crate::node::Form;
 use crate::quorum::{self, Decision};
@@ -177,7 +175,7 @@ impl Lease {
         } else {
             Stragglers::Finish
         };
-        let outcome = fan_out(nodes, config.required, call, read_extend, mode).await;
+        let outcome = fan_out(nodes, config.required, call, read_flag, mode).await;
         let drift = quorum::drift(ttl, config.drift_factor);
         tracing::debug!(yes = outcome.tally.yes(), refused = outcome.tally.refused(), failed = outcome.tally.failed(), failures = ?outcome.failures, "extend tallied");
         match outcome.decision {
@@ -253,7 +251,7 @@ impl Lease {
             let channel = release_channel(&self.key);
             let call = Call::new(&RELEASE, &self.key, &[self.holder.as_bytes(), &channel, b"1"]);
             let outcome =
-                fan_out(&shared.nodes, shared.config.required, call, read_release, Stragglers::Finish).await;
+                fan_out(&shared.nodes, shared.config.required, call, read_flag, Stragglers::Finish).await;
             tracing::debug!(yes = outcome.tally.yes(), refused = outcome.tally.refused(), failed = outcome.tally.failed(), failures = ?outcome.failures, "release tallied");
             outcome
         }

@@ -13,7 +13,7 @@ use tracing::Instrument;
 
 use crate::builder::{Builder, Config};
 use crate::error::{key_display, Error, Op, Result};
-use crate::fanout::{broadcast, fan_out, read_acquire, read_one, Stragglers};
+use crate::fanout::{broadcast, fan_out, read_acquire, read_flag, Stragglers};
 use crate::guard::LockGuard;
 use crate::lease::{Lease, LostSignal};
 use crate::node::{Form, Nodes};
@@ -251,7 +251,7 @@ impl QuorumLock {
                     None => Ok(None),
                 };
                 let elapsed = t0.elapsed();
-                match (token, quorum::validity(ttl, elapsed, drift)) {
+                let error = match (token, quorum::validity(ttl, elapsed, drift)) {
                     (Ok(token), Some(v)) if v > config.min_validity => {
                         shared.counters.acquired.fetch_add(1, Ordering::Relaxed);
                         tracing::debug!(validity = ?v, ?token, "acquired");
@@ -259,24 +259,18 @@ impl QuorumLock {
                         guard.lease().set_stragglers(outcome.background);
                         return Ok(guard);
                     }
-                    (Err(e), _) => {
-                        // The rollback must not overtake the stragglers of the acquire.
-                        if let Some(background) = outcome.background {
-                            background.settle().await;
-                        }
-                        Miss::Failed(e)
-                    }
-                    _ => {
-                        if let Some(background) = outcome.background {
-                            background.settle().await;
-                        }
-                        Miss::Failed(Error::ValidityExhausted {
-                            key: key_display(key),
-                            elapsed,
-                            ttl,
-                        })
-                    }
+                    (Err(e), _) => e,
+                    _ => Error::ValidityExhausted {
+                        key: key_display(key),
+                        elapsed,
+                        ttl,
+                    },
+                };
+                // The rollback must not overtake the stragglers of the acquire.
+                if let Some(background) = outcome.background {
+                    background.settle().await;
                 }
+                Miss::Failed(error)
             }
             // Contention: with every refusal turned into a yes, the failed nodes alone would
             // not have prevented the quorum.
@@ -330,7 +324,7 @@ impl QuorumLock {
             &shared.nodes,
             shared.config.required,
             call,
-            read_one,
+            read_flag,
             Stragglers::Finish,
         )
         .await;
@@ -721,6 +715,7 @@ impl Shared {
             repaired: get(&c.repaired),
             woken: get(&c.woken),
             notices: self.wakeups.as_ref().map_or(0, |w| w.notices()),
+            waiting: self.wakeups.as_ref().map_or(0, |w| w.waiting()),
         }
     }
 }
@@ -752,4 +747,6 @@ pub struct Stats {
     /// Wake-ups from release notices: each time a quorum of nodes reported a waited-on key
     /// free.
     pub notices: u64,
+    /// Tasks currently waiting for a release notice on some key (a gauge, not a counter).
+    pub waiting: u64,
 }

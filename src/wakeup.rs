@@ -108,6 +108,11 @@ impl Wakeups {
         self.notices.load(Ordering::Relaxed)
     }
 
+    /// Tasks of this client currently waiting for a release notice.
+    pub(crate) fn waiting(&self) -> u64 {
+        self.channels().values().map(|(n, _)| *n as u64).sum()
+    }
+
     fn channels(&self) -> std::sync::MutexGuard<'_, Registry> {
         self.channels.lock().unwrap_or_else(|p| p.into_inner())
     }

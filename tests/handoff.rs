@@ -85,7 +85,15 @@ async fn thirty_two_waiters_one_attempt_per_release_and_no_lost_wakeups() {
             guard.release().await.unwrap();
         }));
     }
-    until_contended(&fleet, &waiter, 2 * WAITERS).await;
+    // Every waiter is in line: the first after two refused attempts, the others at once
+    // (a client's newcomers queue behind its waiters without attempting).
+    eventually(
+        &fleet,
+        Duration::from_secs(10),
+        "all waiters in line",
+        || async { waiter.stats().waiting == WAITERS },
+    )
+    .await;
     let before = waiter.stats();
     let started = Instant::now();
     held.release().await.unwrap();
