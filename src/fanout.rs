@@ -134,7 +134,13 @@ pub(crate) async fn fan_out(
             }
         };
         decision = tally.add(vote);
-        tracing::trace!(node = nodes[i].name(), ?vote, ?decision, script = call.name);
+        tracing::debug!(
+            node = nodes[i].name(),
+            ?vote,
+            ?decision,
+            call = call.name,
+            "node answered"
+        );
     }
     let finish = match stragglers {
         Stragglers::Finish => true,
