@@ -9,12 +9,28 @@ use futures::future::join_all;
 
 use crate::error::{Error, FailureKind, NodeFailure, Result};
 use crate::lock::{QuorumLock, Shared};
-use crate::node::{Node, NodeAddr};
+use crate::node::{redact, Node, NodeAddr};
 use crate::quorum::{self, Quorum};
+use crate::scripts::MAX_NODES;
 
 /// The longest TTL accepted (365 days): far beyond any sane lease, and well inside what
 /// Redis' `PEXPIRE` accepts.
 pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// The longest duration accepted for any setting (365 days, the same as [`MAX_TTL`]): longer
+/// ones are surely a mistake, and every instant computed from a setting stays representable.
+pub const MAX_DURATION: Duration = MAX_TTL;
+
+/// Checks a duration setting against [`MAX_DURATION`], naming the setting when it is longer.
+pub(crate) fn check_duration(field: &'static str, value: Duration) -> Result<()> {
+    if value > MAX_DURATION {
+        return Err(Error::InvalidConfig {
+            field,
+            reason: format!("{value:?} is longer than the most accepted, {MAX_DURATION:?}"),
+        });
+    }
+    Ok(())
+}
 
 /// The validated settings of a client.
 #[derive(Debug, Clone)]
@@ -60,8 +76,9 @@ impl Config {
 /// Builds a [`QuorumLock`]: nodes, quorum rule, timeouts and retry policy.
 ///
 /// Setters never fail; [`build`](Self::build) validates everything, names the setting at fault
-/// in [`Error::InvalidConfig`], then connects to the nodes and checks them.
-#[derive(Debug, Clone)]
+/// in [`Error::InvalidConfig`], then connects to the nodes and checks them. Its `Debug` output
+/// shows the node addresses with their passwords redacted.
+#[derive(Clone)]
 #[must_use]
 pub struct Builder {
     nodes: Vec<String>,
@@ -78,6 +95,27 @@ pub struct Builder {
     pubsub: bool,
     lazy: bool,
     unchecked_quorum: Option<usize>,
+}
+
+impl std::fmt::Debug for Builder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let nodes: Vec<String> = self.nodes.iter().map(|n| redact(n)).collect();
+        f.debug_struct("Builder")
+            .field("nodes", &nodes)
+            .field("quorum", &self.quorum)
+            .field("node_timeout", &self.node_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("drift_factor", &self.drift_factor)
+            .field("retry_delay", &self.retry_delay)
+            .field("retry_jitter", &self.retry_jitter)
+            .field("max_retries", &self.max_retries)
+            .field("wait_timeout", &self.wait_timeout)
+            .field("min_validity", &self.min_validity)
+            .field("watchdog_lease", &self.watchdog_lease)
+            .field("pubsub", &self.pubsub)
+            .field("lazy", &self.lazy)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for Builder {
@@ -227,6 +265,26 @@ impl Builder {
             (None, Ok(q)) => q,
             (None, Err(reason)) => return invalid("quorum", reason),
         };
+        if self.nodes.len() > MAX_NODES {
+            return invalid(
+                "nodes",
+                format!(
+                    "{} nodes, more than the {MAX_NODES} supported",
+                    self.nodes.len()
+                ),
+            );
+        }
+        for (field, value) in [
+            ("node_timeout", self.node_timeout),
+            ("connect_timeout", self.connect_timeout),
+            ("retry_delay", self.retry_delay),
+            ("retry_jitter", self.retry_jitter),
+            ("wait_timeout", self.wait_timeout),
+            ("min_validity", self.min_validity),
+            ("watchdog_lease", self.watchdog_lease),
+        ] {
+            check_duration(field, value)?;
+        }
         if self.node_timeout.is_zero() {
             return invalid("node_timeout", "must be positive".into());
         }
@@ -280,7 +338,7 @@ impl Builder {
             .collect::<Result<Vec<_>>>()?;
         let nodes: Arc<[Node]> = addrs
             .into_iter()
-            .map(|addr| Node::new(addr, config.node_timeout))
+            .map(|addr| Node::new(addr, config.node_timeout, self.connect_timeout))
             .collect();
         let probes = join_all(nodes.iter().map(|n| probe(n, self.connect_timeout))).await;
 
@@ -347,11 +405,24 @@ async fn probe(node: &Node, limit: Duration) -> Result<HashMap<String, String>, 
             ))
         }
     };
-    Ok(text
+    let mut info: HashMap<String, String> = text
         .lines()
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.to_string(), v.trim().to_string()))
-        .collect())
+        .collect();
+    // INFO does not show appendfsync; CONFIG GET may be renamed away or denied by an ACL, in
+    // which case the setting stays unknown (and the warning says so).
+    let mut get = redis::cmd("CONFIG");
+    get.arg("GET").arg("appendfsync");
+    if let Ok(redis::Value::Array(items)) = node.query_within(&get, limit).await {
+        if let [_, redis::Value::BulkString(value)] = items.as_slice() {
+            info.insert(
+                "appendfsync".into(),
+                String::from_utf8_lossy(value).into_owned(),
+            );
+        }
+    }
+    Ok(info)
 }
 
 fn warn_unsafe_settings(node: &str, info: &HashMap<String, String>) {
@@ -361,11 +432,20 @@ fn warn_unsafe_settings(node: &str, info: &HashMap<String, String>) {
         }
     }
     let aof = info.get("aof_enabled").is_some_and(|v| v == "1");
+    let fsync = info.get("appendfsync").map(String::as_str);
     if !aof {
         tracing::warn!(
             node,
             "no AOF persistence: after a restart this node forgets its locks; delay restarts \
              by more than the longest TTL or enable appendonly with appendfsync always"
+        );
+    } else if fsync != Some("always") {
+        tracing::warn!(
+            node,
+            appendfsync = fsync.unwrap_or("unknown (CONFIG GET refused)"),
+            "AOF without appendfsync always: after a crash this node may forget the locks of \
+             the last second; delay restarts by more than the longest TTL or set appendfsync \
+             always"
         );
     }
 }

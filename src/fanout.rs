@@ -1,6 +1,6 @@
-//! Sends one script call to every node at once and tallies the answers, returning as soon as
-//! the outcome is decided (RedLock steps 2 and 3 for acquire; the same shape serves extend and
-//! release).
+//! Sends one call to every node at once and tallies the answers, deciding as soon as the
+//! outcome is known (RedLock steps 2 and 3 for acquire; the same shape serves extend, release
+//! and the fencing write-back).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -23,25 +23,7 @@ pub(crate) enum Answer {
     Refused(Option<Duration>),
 }
 
-/// What happens to the calls still in flight once the outcome is decided.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Stragglers {
-    /// Let them finish in a background task, so that every node gets the call even though the
-    /// caller returned at quorum (release, extend: neither can create an entry).
-    Finish,
-    /// On success, let them finish in a background task that is returned (acquire: every
-    /// reachable node should get the entry, so one node that later forgets it cannot leave the
-    /// lock on a bare majority; the release settles it first, so it cannot be overtaken). On failure, drop them: a request already written stays queued on its
-    /// node's connection, ahead of the rollback; one not yet written is never sent, nor is a
-    /// NOSCRIPT fallback that could land after the rollback.
-    FinishIfReached,
-    /// Wait for every node's answer (each bounded by its timeout) before deciding: the
-    /// watchdog's renewal, which runs in the background and needs to know which nodes lack
-    /// the entry.
-    Wait,
-}
-
-/// The result of one fan-out.
+/// The answers counted so far of one fan-out.
 pub(crate) struct Outcome {
     pub(crate) decision: Decision,
     pub(crate) tally: Tally,
@@ -52,26 +34,29 @@ pub(crate) struct Outcome {
     pub(crate) refused: Vec<usize>,
     /// The largest value among the yes answers counted.
     pub(crate) max_yes: Option<i64>,
-    /// The stragglers finishing in the background ([`Stragglers::FinishIfReached`]).
-    pub(crate) background: Option<Background>,
 }
 
-/// Calls of an operation still running after it returned.
+/// Calls of an operation still running after it returned, finishing in a background task.
+/// A lease keeps those of its own calls until its next call settles them (see
+/// [`Background::settle`]).
 pub(crate) struct Background {
     call: Arc<Call>,
+    nodes: usize,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Background {
     /// Makes sure no straggler can land after what the caller sends next: stops the ones not
-    /// yet queued, and waits for the task if one may still be on its way.
+    /// yet queued on their connection, and waits for the task if one may still be on its way
+    /// (at most the node timeout).
     pub(crate) async fn settle(self) {
-        let maybe_on_its_way = self.call.progress.as_ref().is_none_or(|p| p.stop());
-        if maybe_on_its_way {
+        if self.call.progress.stop(self.nodes) {
             let _ = self.task.await;
         }
     }
 }
+
+type NodeAnswer = (usize, Result<Value, NodeFailure>);
 
 /// One node's part of a call, owning what it needs so that it can outlive the caller.
 fn node_call(
@@ -79,86 +64,144 @@ fn node_call(
     i: usize,
     call: &Arc<Call>,
     form: Form,
-) -> impl Future<Output = (usize, Result<Value, NodeFailure>)> + Send + 'static {
+) -> impl Future<Output = NodeAnswer> + Send + 'static {
     let (nodes, call) = (nodes.clone(), call.clone());
     async move { (i, nodes[i].run(&call, form, i).await) }
 }
 
-/// Runs `call` on all `nodes` concurrently, each bounded by its node's timeout, and stops as
-/// soon as `required` nodes said yes or that became impossible.
-pub(crate) async fn fan_out(
+/// `call` running on all nodes concurrently, each request bounded by its node's timeout
+/// (RedLock steps 2 and 3). [`decide`](Self::decide) returns as soon as `required` nodes said
+/// yes or that became impossible; the requests still running are then the caller's to
+/// [`collect`](Self::collect), [`detach`](Self::detach) or drop. Dropping stops every request
+/// not yet sent (a request already written stays queued on its node's connection, ahead of
+/// anything sent later), and never sends a NOSCRIPT fallback.
+pub(crate) struct FanOut<F> {
+    nodes: Nodes,
+    call: Arc<Call>,
+    read: fn(&Value) -> Option<Answer>,
+    pending: FuturesUnordered<F>,
+    pub(crate) outcome: Outcome,
+}
+
+/// Starts `call` on every node. Nothing is sent until the fan-out is first polled.
+pub(crate) fn fan_out(
     nodes: &Nodes,
     required: usize,
     call: Call,
     read: fn(&Value) -> Option<Answer>,
-    stragglers: Stragglers,
-) -> Outcome {
+) -> FanOut<impl Future<Output = NodeAnswer> + Send + 'static> {
     let call = Arc::new(call);
-    let mut pending: FuturesUnordered<_> = (0..nodes.len())
+    let pending = (0..nodes.len())
         .map(|i| node_call(nodes, i, &call, Form::Sha))
         .collect();
-    let mut tally = Tally::new(nodes.len(), required);
-    let mut failures = Vec::new();
-    let mut hint: Option<Duration> = None;
-    let mut refused = Vec::new();
-    let mut max_yes: Option<i64> = None;
-    let mut decision = tally.decision();
-    while decision == Decision::Pending || (stragglers == Stragglers::Wait && !pending.is_empty()) {
-        let Some((i, result)) = pending.next().await else {
-            break;
-        };
-        let vote = match result.map(|v| (read(&v), v)) {
+    let tally = Tally::new(nodes.len(), required);
+    FanOut {
+        nodes: nodes.clone(),
+        call,
+        read,
+        pending,
+        outcome: Outcome {
+            decision: tally.decision(),
+            tally,
+            failures: Vec::new(),
+            hint: None,
+            refused: Vec::new(),
+            max_yes: None,
+        },
+    }
+}
+
+impl<F> FanOut<F>
+where
+    F: Future<Output = NodeAnswer> + Send + 'static,
+{
+    /// Counts answers until the quorum is reached or impossible; logs the tally once.
+    ///
+    /// Cancel safe: answers not yet counted stay pending.
+    pub(crate) async fn decide(&mut self) -> Decision {
+        while self.outcome.decision == Decision::Pending {
+            let Some((i, result)) = self.pending.next().await else {
+                break;
+            };
+            self.count(i, result);
+        }
+        self.log("tallied");
+        self.outcome.decision
+    }
+
+    /// Counts every remaining answer (each bounded by its node's timeout): for the exact
+    /// figures of a failed release, and for the renewal's repair, which needs to know which
+    /// nodes lack the entry.
+    ///
+    /// Cancel safe: answers not yet counted stay pending.
+    pub(crate) async fn collect(&mut self) {
+        while let Some((i, result)) = self.pending.next().await {
+            self.count(i, result);
+        }
+    }
+
+    /// Lets the requests still running finish in a background task; `None` when none is.
+    pub(crate) fn detach(&mut self) -> Option<Background> {
+        if self.pending.is_empty() {
+            return None;
+        }
+        let mut pending = std::mem::take(&mut self.pending);
+        Some(Background {
+            call: self.call.clone(),
+            nodes: self.nodes.len(),
+            task: tokio::spawn(async move { while pending.next().await.is_some() {} }),
+        })
+    }
+
+    fn count(&mut self, i: usize, result: Result<Value, NodeFailure>) {
+        let node = &self.nodes[i];
+        let out = &mut self.outcome;
+        let vote = match result.map(|v| ((self.read)(&v), v)) {
             Ok((Some(Answer::Yes(value)), _)) => {
-                max_yes = max_yes.max(Some(value));
+                out.max_yes = out.max_yes.max(Some(value));
                 Vote::Yes
             }
             Ok((Some(Answer::Refused(h)), _)) => {
-                refused.push(i);
-                hint = match (hint, h) {
+                out.refused.push(i);
+                out.hint = match (out.hint, h) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
                 };
                 Vote::Refused
             }
             Ok((None, v)) => {
-                failures.push(NodeFailure::new(
-                    nodes[i].name(),
+                out.failures.push(NodeFailure::new(
+                    node.name(),
                     FailureKind::Protocol,
-                    format!("{} answered {v:?}", call.name),
+                    format!("{} answered {v:?}", self.call.name),
                 ));
                 Vote::Failed
             }
             Err(f) => {
-                failures.push(f);
+                out.failures.push(f);
                 Vote::Failed
             }
         };
-        decision = tally.add(vote);
+        out.decision = out.tally.add(vote);
         tracing::debug!(
-            node = nodes[i].name(),
+            node = node.name(),
             ?vote,
-            ?decision,
-            call = call.name,
+            decision = ?out.decision,
+            call = self.call.name,
             "node answered"
         );
     }
-    let finish = match stragglers {
-        Stragglers::Finish => true,
-        Stragglers::FinishIfReached => decision == Decision::Reached,
-        Stragglers::Wait => false,
-    };
-    let background = (finish && !pending.is_empty()).then(|| Background {
-        call: call.clone(),
-        task: tokio::spawn(async move { while pending.next().await.is_some() {} }),
-    });
-    Outcome {
-        decision,
-        tally,
-        failures,
-        hint,
-        refused,
-        max_yes,
-        background,
+
+    fn log(&self, what: &str) {
+        let out = &self.outcome;
+        tracing::debug!(
+            call = self.call.name,
+            yes = out.tally.yes(),
+            refused = out.tally.refused(),
+            failed = out.tally.failed(),
+            failures = ?out.failures,
+            "{what}"
+        );
     }
 }
 

@@ -49,10 +49,6 @@ impl LockGuard {
         }
     }
 
-    pub(crate) fn lease(&self) -> &Arc<Lease> {
-        &self.lease
-    }
-
     /// The lock key.
     pub fn key(&self) -> &[u8] {
         &self.lease.key
@@ -118,9 +114,12 @@ impl LockGuard {
     /// Extends the lock to `ttl` from now on every node that still holds it for this holder.
     ///
     /// Succeeds only when a quorum confirms before the current validity ends; the new deadline
-    /// is measured from the start of this call. Never re-creates an expired entry, so an
-    /// expired lock stays lost. Nested guards of a reentrant owner share one lease: extending
-    /// one extends all.
+    /// is measured from the start of this call and takes effect when the quorum confirms. A
+    /// `ttl` that ends before the current deadline (a shortening) cuts the deadline *before*
+    /// the request is sent, whatever the outcome: the nodes that apply it may let the entry
+    /// expire that early, so the guard never claims more than they guarantee. Never re-creates
+    /// an expired entry, so an expired lock stays lost. Nested guards of a reentrant owner
+    /// share one lease: extending one extends all.
     ///
     /// # Errors
     /// [`Error::LockLost`] (and the guard is lost from then on) when the validity ran out or
@@ -129,14 +128,15 @@ impl LockGuard {
     /// [`Error::InvalidTtl`].
     ///
     /// # Cancel safety
-    /// Cancel safe: a cancelled extend leaves the current deadline in force (some nodes may
-    /// have extended, which only keeps the lock longer on them).
+    /// Cancel safe: a cancelled extend leaves the deadline as it was before the call, or the
+    /// shortened one if `ttl` shortens the lock (some nodes may have applied it). Its requests
+    /// still on their way are ordered before the guard's next extend or release on each node.
     pub async fn extend(&self, ttl: Duration) -> Result<()> {
         let ttl = self.shared.config.check_ttl(ttl)?;
         if self.released {
             return Err(self.lease.lost_error());
         }
-        self.lease.renew(&self.shared, ttl, false).await
+        self.lease.renew(&self.shared, ttl, None).await
     }
 
     /// Gives up this guard's hold; true when it was the last one on the lease.

@@ -6,12 +6,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::error::{key_display, Error, Op, Result};
-use crate::fanout::{broadcast, fan_out, read_flag, Background, Outcome, Stragglers};
+use crate::fanout::{broadcast, fan_out, read_flag, Background, Outcome};
 use crate::lock::Shared;
 use crate::node::Form;
 use crate::quorum::{self, Decision};
@@ -23,16 +24,19 @@ pub(crate) struct Lease {
     state: Mutex<State>,
     /// Cancelled once the lease can no longer be trusted: lost, or ended by release or drop.
     signal: CancellationToken,
+    /// Wakes the loss signals' timers whenever the deadline moves.
+    moved: Notify,
     /// Serialises the operations that write to the nodes (renew, repair, release), so that a
-    /// repair can never land after the release of the same holder.
+    /// later one is never sent while an earlier one is being sent.
     ops: tokio::sync::Mutex<()>,
     /// Guards sharing this lease (more than one only for a reentrant owner).
     pub(crate) holds: AtomicUsize,
     /// The fencing token, when asked for.
     pub(crate) token: Option<u64>,
-    /// The acquire's calls still in flight to slower nodes when the quorum was reached; the
-    /// release settles them first, so that it reaches each node after the acquire.
-    stragglers: Mutex<Option<Background>>,
+    /// The lease's calls still in flight to slower nodes after they were decided (acquire,
+    /// fencing write-back, extend): the next operation settles them first, so that on each
+    /// node it runs after them (docs/DESIGN.md, "Ordering").
+    in_flight: Mutex<Vec<Background>>,
 }
 
 struct State {
@@ -49,6 +53,7 @@ impl Lease {
         ttl: Duration,
         deadline: Instant,
         token: Option<u64>,
+        in_flight: Vec<Background>,
     ) -> Lease {
         Lease {
             key,
@@ -60,15 +65,12 @@ impl Lease {
                 ended: false,
             }),
             signal: CancellationToken::new(),
+            moved: Notify::new(),
             ops: tokio::sync::Mutex::new(()),
             holds: AtomicUsize::new(1),
             token,
-            stragglers: Mutex::new(None),
+            in_flight: Mutex::new(in_flight),
         }
-    }
-
-    pub(crate) fn set_stragglers(&self, background: Option<Background>) {
-        *self.stragglers.lock().unwrap_or_else(|p| p.into_inner()) = background;
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -81,6 +83,12 @@ impl Lease {
 
     pub(crate) fn deadline(&self) -> Instant {
         self.state().deadline
+    }
+
+    /// Moves the deadline and wakes the loss signals' timers.
+    fn set_deadline(&self, update: impl FnOnce(&mut State)) {
+        update(&mut self.state());
+        self.moved.notify_waiters();
     }
 
     /// The deadline while the lease may be trusted: not lost, not ended, not past it.
@@ -126,90 +134,128 @@ impl Lease {
         }
     }
 
-    /// Extends the lease to `ttl` from now where this holder still holds it (DESIGN 3,
-    /// "Extend"). A quorum must confirm before the current deadline; the new deadline runs from
-    /// this call's start. With `repair`, nodes missing the entry get it back afterwards.
-    pub(crate) async fn renew(&self, shared: &Shared, ttl: Duration, repair: bool) -> Result<()> {
+    /// Settles the lease's calls still in flight (see `in_flight`). Called with `ops` held.
+    async fn settle_in_flight(&self) {
+        let in_flight =
+            std::mem::take(&mut *self.in_flight.lock().unwrap_or_else(|p| p.into_inner()));
+        for background in in_flight {
+            // Usually immediate; at worst bounded by the node timeout.
+            background.settle().await;
+        }
+    }
+
+    fn keep_in_flight(&self, background: Option<Background>) {
+        if let Some(background) = background {
+            self.in_flight
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(background);
+        }
+    }
+
+    /// Extends the lease to `ttl` from now where this holder still holds it (docs/DESIGN.md,
+    /// "Extend"). A quorum must confirm before the current deadline; the new deadline runs
+    /// from this call's start and takes effect when the quorum confirms. A request that may
+    /// shorten the entries cuts the deadline before it is sent (invariant 2), so a failed,
+    /// late or cancelled shortening never leaves the later deadline behind.
+    ///
+    /// With `repair_by` (the watchdog), the answers of the other nodes are awaited until then,
+    /// and the nodes that said they lack the entry get it back.
+    pub(crate) async fn renew(
+        &self,
+        shared: &Shared,
+        ttl: Duration,
+        repair_by: Option<Instant>,
+    ) -> Result<()> {
         let span = tracing::debug_span!("extend", key = %key_display(&self.key), ?ttl);
         async {
             let Some(current) = self.live_deadline() else {
                 self.mark_lost(shared);
                 return Err(self.lost_error());
             };
+            let config = &shared.config;
+            let drift = quorum::drift(ttl, config.drift_factor);
+            let ttl_ms = ttl.as_millis().to_string();
             // A quorum confirmed after the current deadline proves nothing: the entries may
-            // have expired in between. So the whole step, waiting for a release or repair in
-            // flight included, must end before it.
-            let step = async {
-                let _ops = self.ops.lock().await;
+            // have expired in between. So the wait for an operation in flight, and the wait
+            // for the quorum, must end before it.
+            let decided = tokio::time::timeout_at(current, async {
+                let ops = self.ops.lock().await;
                 self.live_deadline()?;
-                Some(self.renew_on_nodes(shared, ttl, repair).await)
-            };
-            match tokio::time::timeout_at(current, step).await {
-                Ok(Some(result)) => result,
-                Ok(None) | Err(_) => {
-                    if !self.state().ended {
-                        self.mark_lost(shared);
-                    }
-                    Err(self.lost_error())
+                self.settle_in_flight().await;
+                let start = Instant::now();
+                let next = start + quorum::trusted_for(ttl, drift);
+                // Invariant 2: cut before sending, never after.
+                self.set_deadline(|s| s.deadline = s.deadline.min(next));
+                let call = Call::new(
+                    &EXTEND,
+                    &self.key,
+                    &[self.holder.as_bytes(), ttl_ms.as_bytes()],
+                );
+                let mut fan = fan_out(&shared.nodes, config.required, call, read_flag);
+                let decided = tokio::time::timeout_at(self.deadline(), fan.decide()).await;
+                Some((ops, start, next, fan, decided.is_ok()))
+            })
+            .await;
+            let Ok(Some((_ops, start, next, mut fan, in_time))) = decided else {
+                if !self.state().ended {
+                    self.mark_lost(shared);
                 }
+                return Err(self.lost_error());
+            };
+            let outcome = &fan.outcome;
+            let confirmed = in_time
+                && outcome.decision == Decision::Reached
+                && quorum::validity(ttl, start.elapsed(), drift).is_some();
+            if confirmed {
+                self.set_deadline(|s| {
+                    s.ttl = ttl;
+                    s.deadline = next;
+                });
+                shared.counters.extended.fetch_add(1, Ordering::Relaxed);
+                if let Some(by) = repair_by {
+                    // Bounded, so that the next renewal is not delayed by a slow node.
+                    let _ = tokio::time::timeout_at(by, fan.collect()).await;
+                    let refused = fan.outcome.refused.clone();
+                    self.keep_in_flight(fan.detach());
+                    if !refused.is_empty() {
+                        self.repair(shared, &refused).await;
+                    }
+                } else {
+                    self.keep_in_flight(fan.detach());
+                }
+                return Ok(());
             }
+            if !in_time {
+                self.keep_in_flight(fan.detach());
+                self.mark_lost(shared);
+                return Err(self.lost_error());
+            }
+            let (refused, yes) = (outcome.tally.refused(), outcome.tally.yes());
+            let error = if shared.nodes.len() - refused < config.required {
+                // Enough nodes said the entry is gone that no quorum can hold it any more.
+                self.mark_lost(shared);
+                self.lost_error()
+            } else {
+                Error::NoQuorum {
+                    op: Op::Extend,
+                    key: key_display(&self.key),
+                    confirmed: yes,
+                    required: config.required,
+                    refused,
+                    failures: std::mem::take(&mut fan.outcome.failures),
+                }
+            };
+            self.keep_in_flight(fan.detach());
+            Err(error)
         }
         .instrument(span)
         .await
     }
 
-    async fn renew_on_nodes(&self, shared: &Shared, ttl: Duration, repair: bool) -> Result<()> {
-        let config = &shared.config;
-        let ttl_ms = ttl.as_millis().to_string();
-        let call = Call::new(
-            &EXTEND,
-            &self.key,
-            &[self.holder.as_bytes(), ttl_ms.as_bytes()],
-        );
-        let start = Instant::now();
-        let nodes = &shared.nodes;
-        // A user's extend returns at quorum; the watchdog's renewal waits for every node (each
-        // bounded by its timeout), to learn which ones lack the entry and repair only those.
-        let mode = if repair {
-            Stragglers::Wait
-        } else {
-            Stragglers::Finish
-        };
-        let outcome = fan_out(nodes, config.required, call, read_flag, mode).await;
-        let drift = quorum::drift(ttl, config.drift_factor);
-        tracing::debug!(yes = outcome.tally.yes(), refused = outcome.tally.refused(), failed = outcome.tally.failed(), failures = ?outcome.failures, "extend tallied");
-        match outcome.decision {
-            Decision::Reached if quorum::validity(ttl, start.elapsed(), drift).is_some() => {
-                {
-                    let mut s = self.state();
-                    s.ttl = ttl;
-                    s.deadline = start + ttl - drift;
-                }
-                shared.counters.extended.fetch_add(1, Ordering::Relaxed);
-                if repair && !outcome.refused.is_empty() {
-                    self.repair(shared, &outcome.refused).await;
-                }
-                Ok(())
-            }
-            // Enough nodes said the entry is gone that no quorum can hold it any more.
-            _ if nodes.len() - outcome.tally.refused() < config.required => {
-                self.mark_lost(shared);
-                Err(self.lost_error())
-            }
-            _ => Err(Error::NoQuorum {
-                op: Op::Extend,
-                key: key_display(&self.key),
-                confirmed: outcome.tally.yes(),
-                required: config.required,
-                refused: outcome.tally.refused(),
-                failures: outcome.failures,
-            }),
-        }
-    }
-
     /// Puts the entry back on `nodes` where the key is absent, for the remaining validity
-    /// (DESIGN 3, "Repair"). Only called right after a quorum confirmed a renewal, for the
-    /// nodes that answered that they lack the entry.
+    /// (docs/DESIGN.md, "Repair"). Only called right after a quorum confirmed a renewal, for
+    /// the nodes that answered that they lack the entry.
     async fn repair(&self, shared: &Shared, nodes: &[usize]) {
         let Some(remaining) = self.live_deadline().map(|d| d - Instant::now()) else {
             return;
@@ -234,26 +280,28 @@ impl Lease {
         }
     }
 
-    /// Releases on every node (compare-and-delete, publishing the release notice).
+    /// Releases on every node (compare-and-delete, publishing the release notice), after the
+    /// lease's calls in flight. Returns at quorum; when the quorum is not reached, waits for
+    /// every node's answer (each bounded by the node timeout), so that the report is exact.
     pub(crate) async fn release_on_nodes(&self, shared: &Shared) -> Outcome {
         let span = tracing::debug_span!("release", key = %key_display(&self.key));
         async {
             let _ops = self.ops.lock().await;
-            let stragglers = self
-                .stragglers
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take();
-            if let Some(background) = stragglers {
-                // Usually immediate; at worst bounded by the node timeout.
-                background.settle().await;
-            }
+            self.settle_in_flight().await;
             let channel = release_channel(&self.key);
-            let call = Call::new(&RELEASE, &self.key, &[self.holder.as_bytes(), &channel, b"1"]);
-            let outcome =
-                fan_out(&shared.nodes, shared.config.required, call, read_flag, Stragglers::Finish).await;
-            tracing::debug!(yes = outcome.tally.yes(), refused = outcome.tally.refused(), failed = outcome.tally.failed(), failures = ?outcome.failures, "release tallied");
-            outcome
+            let call = Call::new(
+                &RELEASE,
+                &self.key,
+                &[self.holder.as_bytes(), &channel, b"1"],
+            );
+            let mut fan = fan_out(&shared.nodes, shared.config.required, call, read_flag);
+            if fan.decide().await == Decision::Reached {
+                // Stragglers finish in the background: nothing of this lease follows.
+                let _ = fan.detach();
+            } else {
+                fan.collect().await;
+            }
+            fan.outcome
         }
         .instrument(span)
         .await
@@ -290,15 +338,19 @@ impl LostSignal {
         self.lease.live_deadline().is_none()
     }
 
-    /// Waits until the lock can no longer be trusted.
+    /// Waits until the lock can no longer be trusted. Follows every move of the deadline,
+    /// earlier (a shortening extend or renewal) as well as later.
     ///
     /// # Cancel safety
     /// Cancel safe.
     pub async fn wait(&self) {
         loop {
+            // Registered before the deadline is read, so that no move is missed.
+            let moved = self.lease.moved.notified();
             let deadline = self.lease.deadline();
             tokio::select! {
                 () = self.lease.signal().cancelled() => return,
+                () = moved => {}
                 () = tokio::time::sleep_until(deadline) => {
                     // The deadline may have moved (renewed) while we slept.
                     if self.lease.live_deadline().is_none() {

@@ -114,10 +114,11 @@ pub mod testkit;
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
-pub use builder::{Builder, MAX_TTL};
+pub use builder::{Builder, MAX_DURATION, MAX_TTL};
 pub use error::{Error, FailureKind, NodeFailure, Op, Result};
 pub use guard::LockGuard;
 pub use lease::LostSignal;
 pub use lock::{LockRequest, QuorumLock, Scoped, Stats, MAX_KEY_LEN};
 pub use owner::Owner;
 pub use quorum::Quorum;
+pub use scripts::RESERVED_PREFIX;

@@ -11,15 +11,17 @@ use rand::Rng;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::builder::{Builder, Config};
+use crate::builder::{check_duration, Builder, Config};
 use crate::error::{key_display, Error, Op, Result};
-use crate::fanout::{broadcast, fan_out, read_acquire, read_flag, Stragglers};
+use crate::fanout::{broadcast, fan_out, read_acquire, read_flag, Background, Outcome};
 use crate::guard::LockGuard;
 use crate::lease::{Lease, LostSignal};
 use crate::node::{Form, Nodes};
 use crate::owner::Owner;
 use crate::quorum::{self, Decision};
-use crate::scripts::{fence_key, release_channel, Call, ACQUIRE_FENCED, FENCE_MAX, RELEASE};
+use crate::scripts::{
+    fence_key, release_channel, Call, ACQUIRE_FENCED, FENCE_MAX, RELEASE, RESERVED_PREFIX,
+};
 use crate::wakeup::{Subscription, Wakeups};
 
 /// The longest key accepted (64 KiB). Redis allows more, but a lock key is a name, and it is
@@ -199,6 +201,14 @@ impl QuorumLock {
                 reason: format!("{} bytes, longer than {MAX_KEY_LEN}", key.len()),
             });
         }
+        if key.starts_with(RESERVED_PREFIX.as_bytes()) {
+            return Err(Error::InvalidKey {
+                reason: format!(
+                    "keys starting with {RESERVED_PREFIX:?} are reserved for the library's own \
+                     keys (fencing counters, release channels)"
+                ),
+            });
+        }
         Ok(())
     }
 
@@ -227,37 +237,34 @@ impl QuorumLock {
         let call = match &fence {
             Some(fence) => Call::with_keys(&ACQUIRE_FENCED, &[key, fence], &argv),
             None => Call::set_if_absent("acquire", key, argv[0], argv[1]),
-        }
-        .tracked(shared.nodes.len());
+        };
         shared.counters.attempts.fetch_add(1, Ordering::Relaxed);
 
         // Step 1: the validity is measured from before the first request is sent.
         let t0 = Instant::now();
-        let outcome = fan_out(
-            &shared.nodes,
-            config.required,
-            call,
-            read_acquire,
-            Stragglers::FinishIfReached,
-        )
-        .await;
+        let mut fan = fan_out(&shared.nodes, config.required, call, read_acquire);
+        let decision = fan.decide().await;
         let drift = quorum::drift(ttl, config.drift_factor);
-        tracing::debug!(yes = outcome.tally.yes(), refused = outcome.tally.refused(), failed = outcome.tally.failed(), failures = ?outcome.failures, elapsed = ?t0.elapsed(), "acquire tallied");
+        let outcome = &mut fan.outcome;
 
-        let miss = match outcome.decision {
+        let miss = match decision {
             Decision::Reached => {
-                let token = match &fence {
+                let (token, written) = match &fence {
                     Some(fence) => self.fence(key, fence, outcome.max_yes).await,
-                    None => Ok(None),
+                    None => (Ok(None), None),
                 };
                 let elapsed = t0.elapsed();
                 let error = match (token, quorum::validity(ttl, elapsed, drift)) {
                     (Ok(token), Some(v)) if v > config.min_validity => {
                         shared.counters.acquired.fetch_add(1, Ordering::Relaxed);
-                        tracing::debug!(validity = ?v, ?token, "acquired");
-                        let guard = self.hold(key, holder, plan, t0 + ttl - drift, token);
-                        guard.lease().set_stragglers(outcome.background);
-                        return Ok(guard);
+                        tracing::debug!(validity = ?v, ?token, ?elapsed, "acquired");
+                        // Every reachable node should get the entry (so that one node that
+                        // later forgets it cannot leave the lock on a bare quorum): the
+                        // stragglers finish in the background, and the lease's next call
+                        // settles them first.
+                        let in_flight = fan.detach().into_iter().chain(written).collect();
+                        let deadline = t0 + quorum::trusted_for(ttl, drift);
+                        return Ok(self.hold(key, holder, plan, deadline, token, in_flight));
                     }
                     (Err(e), _) => e,
                     _ => Error::ValidityExhausted {
@@ -266,9 +273,10 @@ impl QuorumLock {
                         ttl,
                     },
                 };
-                // The rollback must not overtake the stragglers of the acquire.
-                if let Some(background) = outcome.background {
-                    background.settle().await;
+                // Dropping the fan-out (below) stops the acquire's stragglers not yet sent; the
+                // write-back's must not overtake the rollback either.
+                if let Some(written) = written {
+                    written.settle().await;
                 }
                 Miss::Failed(error)
             }
@@ -283,9 +291,12 @@ impl QuorumLock {
                 confirmed: outcome.tally.yes(),
                 required: config.required,
                 refused: outcome.tally.refused(),
-                failures: outcome.failures,
+                failures: std::mem::take(&mut outcome.failures),
             }),
         };
+        // Stops the requests not yet sent; those already written stay queued ahead of the
+        // rollback on their connections (docs/DESIGN.md, "Ordering").
+        drop(fan);
         match &miss {
             Miss::Contended(_) => shared.counters.contended.fetch_add(1, Ordering::Relaxed),
             Miss::Failed(_) => shared.counters.failed.fetch_add(1, Ordering::Relaxed),
@@ -302,44 +313,38 @@ impl QuorumLock {
         Err(miss)
     }
 
-    /// The fencing token of an acquisition (DESIGN 3, "Fencing tokens"): the largest counter
-    /// among the confirming nodes, written back (`max`) to a quorum before the guard exists,
-    /// so that any later quorum sees it and hands out a larger one.
-    async fn fence(&self, key: &[u8], fence: &[u8], max: Option<i64>) -> Result<Option<u64>> {
+    /// The fencing token of an acquisition (docs/DESIGN.md, "Fencing tokens"): the largest
+    /// counter among the confirming nodes, written back (`max`) to a quorum before the guard
+    /// exists, so that any later quorum sees it and hands out a larger one. Returns the
+    /// write-back's requests still in flight, for the lease to order before its next call.
+    async fn fence(
+        &self,
+        key: &[u8],
+        fence: &[u8],
+        max: Option<i64>,
+    ) -> (Result<Option<u64>>, Option<Background>) {
         let shared = &self.shared;
+        let no_quorum = |outcome: Option<&Outcome>| Error::NoQuorum {
+            op: Op::Acquire,
+            key: key_display(key),
+            confirmed: outcome.map_or(0, |o| o.tally.yes()),
+            required: shared.config.required,
+            refused: outcome.map_or(0, |o| o.tally.refused()),
+            failures: outcome.map_or_else(Vec::new, |o| o.failures.clone()),
+        };
         let token = max.and_then(|m| u64::try_from(m).ok()).filter(|&t| t > 0);
         let Some(token) = token else {
-            return Err(Error::NoQuorum {
-                op: Op::Acquire,
-                key: key_display(key),
-                confirmed: 0,
-                required: shared.config.required,
-                refused: 0,
-                failures: Vec::new(),
-            });
+            return (Err(no_quorum(None)), None);
         };
         let token_arg = token.to_string();
         let call = Call::new(&FENCE_MAX, fence, &[token_arg.as_bytes()]);
-        let written = fan_out(
-            &shared.nodes,
-            shared.config.required,
-            call,
-            read_flag,
-            Stragglers::Finish,
-        )
-        .await;
-        if written.decision == Decision::Reached {
+        let mut written = fan_out(&shared.nodes, shared.config.required, call, read_flag);
+        let result = if written.decide().await == Decision::Reached {
             Ok(Some(token))
         } else {
-            Err(Error::NoQuorum {
-                op: Op::Acquire,
-                key: key_display(key),
-                confirmed: written.tally.yes(),
-                required: shared.config.required,
-                refused: written.tally.refused(),
-                failures: written.failures,
-            })
-        }
+            Err(no_quorum(Some(&written.outcome)))
+        };
+        (result, written.detach())
     }
 
     /// Wraps a confirmed acquisition in its guard, starting the watchdog if asked.
@@ -350,8 +355,16 @@ impl QuorumLock {
         plan: &Plan<'_>,
         deadline: Instant,
         token: Option<u64>,
+        in_flight: Vec<Background>,
     ) -> LockGuard {
-        let lease = Arc::new(Lease::new(key.clone(), holder, plan.ttl, deadline, token));
+        let lease = Arc::new(Lease::new(
+            key.clone(),
+            holder,
+            plan.ttl,
+            deadline,
+            token,
+            in_flight,
+        ));
         if plan.watchdog {
             tokio::spawn(crate::watchdog::run(
                 self.shared.clone(),
@@ -387,6 +400,12 @@ impl QuorumLock {
             LeaseMode::Watchdog(lease) => (lease.unwrap_or(config.watchdog_lease), true),
         };
         let ttl = config.check_ttl(ttl)?;
+        if let Some(max_hold) = req.max_hold {
+            check_duration("max_hold", max_hold)?;
+        }
+        if let Some(wait) = req.wait {
+            check_duration("wait", wait)?;
+        }
         let plan = Plan {
             ttl,
             watchdog,

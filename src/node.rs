@@ -3,7 +3,9 @@
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
+
 use std::time::Duration;
+use tokio::sync::Notify;
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
@@ -11,15 +13,20 @@ use redis::{AsyncConnectionConfig, Cmd, ErrorKind, RedisError, ServerErrorKind, 
 use crate::error::{Error, FailureKind, NodeFailure};
 use crate::scripts::{Call, ALL_SCRIPTS};
 
-/// A parsed node address: the redis client for it, and its display form without the password.
+/// A parsed node address: the redis client for it, and its display form without secrets.
 pub(crate) struct NodeAddr {
     pub(crate) display: String,
-    secret: Option<String>,
+    /// Every form in which the password could appear in a message (decoded and as written).
+    secrets: Vec<String>,
     client: redis::Client,
 }
 
+/// Query parameters that carry a password (`unix:///path?pass=...` for the redis crate).
+const SECRET_PARAMS: [&str; 2] = ["pass", "password"];
+
 impl NodeAddr {
-    /// Parses `redis://[user:pass@]host:port[/db]`, `rediss://...` or `unix:///path`.
+    /// Parses `redis://[user:pass@]host:port[/db]`, `rediss://...`, `unix:///path[?pass=..]`
+    /// or `redis+unix:///path[?pass=..]`.
     pub(crate) fn parse(raw: &str) -> Result<NodeAddr, Error> {
         let invalid = |reason: String| Error::InvalidNodeUrl {
             address: redact_unparsed(raw),
@@ -43,20 +50,43 @@ impl NodeAddr {
         if matches!(url.scheme(), "redis" | "rediss") && url.host_str().is_none_or(str::is_empty) {
             return Err(invalid("no host".into()));
         }
-        let secret = url
-            .password()
-            .map(|p| percent_decode(p).unwrap_or_else(|| p.to_string()));
+        let mut secrets = Vec::new();
         let mut shown = url.clone();
-        if url.password().is_some() {
+        if let Some(p) = url.password() {
+            secrets.push(p.to_string());
+            secrets.extend(percent_decode(p));
             // Cannot fail: the URL has a host, since it has a password.
             let _ = shown.set_password(Some("***"));
         }
+        if url.query_pairs().any(|(k, _)| SECRET_PARAMS.contains(&&*k)) {
+            let pairs: Vec<(String, String)> = url
+                .query_pairs()
+                .map(|(k, v)| {
+                    if SECRET_PARAMS.contains(&&*k) {
+                        secrets.push(v.to_string());
+                        (k.into_owned(), "***".to_string())
+                    } else {
+                        (k.into_owned(), v.into_owned())
+                    }
+                })
+                .collect();
+            // The raw (still encoded) values too, as they were written.
+            for part in url.query().unwrap_or("").split('&') {
+                if let Some((k, v)) = part.split_once('=') {
+                    if SECRET_PARAMS.contains(&k) {
+                        secrets.push(v.to_string());
+                    }
+                }
+            }
+            shown.query_pairs_mut().clear().extend_pairs(pairs);
+        }
+        secrets.retain(|s| !s.is_empty());
         let display = shown.to_string();
         let client = redis::Client::open(url.as_str())
-            .map_err(|e| invalid(scrub(&e.to_string(), secret.as_deref())))?;
+            .map_err(|e| invalid(scrub(&e.to_string(), &secrets)))?;
         Ok(NodeAddr {
             display,
-            secret,
+            secrets,
             client,
         })
     }
@@ -79,47 +109,81 @@ fn percent_decode(s: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
+/// An address as it may be shown: parsed and redacted, or, when it does not parse, with
+/// everything that could be a credential hidden.
+pub(crate) fn redact(raw: &str) -> String {
+    NodeAddr::parse(raw).map_or_else(|_| redact_unparsed(raw), |a| a.display)
+}
+
 /// Redacts the credentials of an address that did not even parse: everything between `://`
-/// and the last `@` is hidden.
+/// and the last `@` is hidden, and so is the value of every `pass=` / `password=` parameter.
 pub(crate) fn redact_unparsed(raw: &str) -> String {
-    match (raw.find("://"), raw.rfind('@')) {
+    let userinfo_hidden = match (raw.find("://"), raw.rfind('@')) {
         (Some(s), Some(at)) if at > s + 3 => format!("{}***{}", &raw[..s + 3], &raw[at..]),
         (None, Some(at)) => format!("***{}", &raw[at..]),
         _ => raw.to_string(),
-    }
+    };
+    let Some((head, query)) = userinfo_hidden.split_once('?') else {
+        return userinfo_hidden;
+    };
+    let query: Vec<String> = query
+        .split('&')
+        .map(|part| match part.split_once('=') {
+            Some((k, _)) if SECRET_PARAMS.contains(&k) => format!("{k}=***"),
+            _ => part.to_string(),
+        })
+        .collect();
+    format!("{head}?{}", query.join("&"))
 }
 
-/// Removes every occurrence of the secret from a message (defence in depth: redis errors do
-/// not normally echo passwords, but nothing we print may).
-fn scrub(msg: &str, secret: Option<&str>) -> String {
-    match secret {
-        Some(s) if !s.is_empty() => msg.replace(s, "***"),
-        _ => msg.to_string(),
+/// Removes every occurrence of a secret from a message (defence in depth: redis errors do not
+/// normally echo passwords, but nothing we print may).
+fn scrub(msg: &str, secrets: &[String]) -> String {
+    let mut msg = msg.to_string();
+    for s in secrets.iter().filter(|s| !s.is_empty()) {
+        msg = msg.replace(s.as_str(), "***");
     }
+    msg
 }
 
-/// The connection slot: the live connection and a generation number, so that a failure
-/// observed on an old connection does not throw away a newer one.
+/// The connection slot: the live connection with a generation number (so that a failure
+/// observed on an old connection does not throw away a newer one), and the state of the
+/// background connect.
 #[derive(Default)]
 struct Slot {
     generation: u64,
     conn: Option<MultiplexedConnection>,
+    /// A background connect is under way.
+    connecting: bool,
+    /// Why the latest connect failed, for the callers that waited for it.
+    failure: Option<NodeFailure>,
+}
+
+/// What a node's background connect shares with the node.
+struct Link {
+    // std Mutex: held only to read or swap the slot, never across an await.
+    slot: Mutex<Slot>,
+    /// Wakes the callers waiting for a connect to end.
+    connected: Notify,
 }
 
 /// One Redis master.
 ///
 /// All commands to a node go through one multiplexed connection, so they execute on the server
 /// in the order they were sent: an attempt's rollback always runs after the attempt's acquire
-/// on that node, even when the acquire answered too late to be counted (DESIGN 3, "ordering
-/// trap"). A connection is replaced only after it failed, never because of a timeout: a
+/// on that node, even when the acquire answered too late to be counted (docs/DESIGN.md,
+/// "Ordering"). A connection is replaced only after it failed, never because of a timeout: a
 /// timed-out command may still be queued behind a paused server, and so must its rollback be.
+///
+/// Connecting (TCP, handshake, loading the scripts: several round trips) runs in a background
+/// task bounded by the connect timeout, not inside a call: a call waits for it at most its own
+/// timeout, and the connect goes on when the call gives up, so that a link whose round trip is
+/// a large part of the node timeout still gets its connection back.
 pub(crate) struct Node {
-    addr: NodeAddr,
+    addr: Arc<NodeAddr>,
     timeout: Duration,
-    // std Mutex: held only to clone or swap the handle, never across an await.
-    slot: Mutex<Slot>,
-    // tokio Mutex: held across the connect, so concurrent callers share one connect attempt.
-    connecting: tokio::sync::Mutex<()>,
+    connect_timeout: Duration,
+    link: Arc<Link>,
 }
 
 impl std::fmt::Debug for Node {
@@ -132,12 +196,15 @@ impl std::fmt::Debug for Node {
 }
 
 impl Node {
-    pub(crate) fn new(addr: NodeAddr, timeout: Duration) -> Node {
+    pub(crate) fn new(addr: NodeAddr, timeout: Duration, connect_timeout: Duration) -> Node {
         Node {
-            addr,
+            addr: Arc::new(addr),
             timeout,
-            slot: Mutex::new(Slot::default()),
-            connecting: tokio::sync::Mutex::new(()),
+            connect_timeout,
+            link: Arc::new(Link {
+                slot: Mutex::new(Slot::default()),
+                connected: Notify::new(),
+            }),
         }
     }
 
@@ -146,58 +213,48 @@ impl Node {
         &self.addr.display
     }
 
-    fn current(&self) -> (u64, Option<MultiplexedConnection>) {
-        let slot = self.slot.lock().unwrap_or_else(|p| p.into_inner());
-        (slot.generation, slot.conn.clone())
+    fn slot(&self) -> std::sync::MutexGuard<'_, Slot> {
+        self.link.slot.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn forget(&self, generation: u64) {
-        let mut slot = self.slot.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = self.slot();
         if slot.generation == generation {
             slot.conn = None;
         }
     }
 
-    /// The live connection, connecting (and loading the scripts) if there is none.
-    async fn connection(&self) -> Result<(u64, MultiplexedConnection), RedisError> {
-        if let (generation, Some(conn)) = self.current() {
-            return Ok((generation, conn));
-        }
-        let _connecting = self.connecting.lock().await;
-        if let (generation, Some(conn)) = self.current() {
-            return Ok((generation, conn));
-        }
-        // Timeouts are ours (per call), not the driver's: a driver timeout would fail a
-        // request that is still queued, and we must not reconnect underneath it.
-        let config = AsyncConnectionConfig::new()
-            .set_response_timeout(None)
-            .set_connection_timeout(None);
-        let conn = self
-            .addr
-            .client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await?;
-        // Load every script on every (re)connect, before the connection is used, so that an
-        // acquire can only answer NOSCRIPT after an explicit SCRIPT FLUSH.
-        // Sent as separate commands (the connection pipelines them anyway) so that a failure
-        // keeps its error kind, e.g. NOAUTH.
-        let loads = ALL_SCRIPTS.iter().map(|script| {
-            let mut conn = conn.clone();
-            let mut load = redis::cmd("SCRIPT");
-            load.arg("LOAD").arg(script.source());
-            async move {
-                conn.send_packed_command(&load)
-                    .await
-                    .and_then(top_level_error)
+    /// The live connection; without one, waits for the background connect (starting it if
+    /// none is under way). The caller bounds the wait; the connect itself is bounded by the
+    /// connect timeout.
+    async fn connection(&self) -> Result<(u64, MultiplexedConnection), NodeFailure> {
+        let connected = self.link.connected.notified();
+        {
+            let mut slot = self.slot();
+            if let Some(conn) = &slot.conn {
+                return Ok((slot.generation, conn.clone()));
             }
-        });
-        for loaded in futures::future::join_all(loads).await {
-            loaded?;
+            if !slot.connecting {
+                slot.connecting = true;
+                tokio::spawn(connect(
+                    self.addr.clone(),
+                    self.link.clone(),
+                    self.connect_timeout,
+                ));
+            }
         }
-        let mut slot = self.slot.lock().unwrap_or_else(|p| p.into_inner());
-        slot.generation += 1;
-        slot.conn = Some(conn.clone());
-        Ok((slot.generation, conn))
+        // Registered before the slot was released: the connect's wake-up cannot be missed.
+        connected.await;
+        let slot = self.slot();
+        match (&slot.conn, &slot.failure) {
+            (Some(conn), _) => Ok((slot.generation, conn.clone())),
+            (None, Some(failure)) => Err(failure.clone()),
+            (None, None) => Err(NodeFailure::new(
+                self.name(),
+                FailureKind::Connection,
+                "connection lost while connecting",
+            )),
+        }
     }
 
     /// Sends one command (connecting first if needed), bounded by `limit`.
@@ -208,7 +265,7 @@ impl Node {
     ) -> Result<Value, NodeFailure> {
         self.bounded(
             limit,
-            self.on_connection(|mut conn| async move {
+            self.on_connection(|mut conn, _resent| async move {
                 conn.send_packed_command(cmd)
                     .await
                     .and_then(top_level_error)
@@ -217,7 +274,7 @@ impl Node {
         .await
     }
 
-    /// Runs a lock script call, bounded by the per-node timeout. In [`Form::Sha`] it is sent
+    /// Runs a lock call, bounded by the per-node timeout. In [`Form::Sha`] a script is sent
     /// by EVALSHA, falling back to EVAL when the node answers NOSCRIPT (scripts flushed). The
     /// fallback is sent from the same future: a caller that drops the future (decided, or
     /// timed out) can be sure no EVAL follows its rollback.
@@ -227,10 +284,11 @@ impl Node {
         form: Form,
         slot: usize,
     ) -> Result<Value, NodeFailure> {
-        self.bounded(self.timeout, self.on_connection(|mut conn| async move {
-            let first = match form {
-                Form::Sha => send(&mut conn, call.command(), call, slot).await,
-                Form::Eval => send(&mut conn, &call.eval(), call, slot).await,
+        self.bounded(self.timeout, self.on_connection(|mut conn, resent| async move {
+            let first = match (form, resent) {
+                (_, true) => send(&mut conn, &call.resend(), call, slot).await,
+                (Form::Sha, false) => send(&mut conn, call.command(), call, slot).await,
+                (Form::Eval, false) => send(&mut conn, &call.eval(), call, slot).await,
             };
             match first.and_then(top_level_error) {
                 Err(e)
@@ -250,25 +308,42 @@ impl Node {
 
     /// Runs `op` on the node's connection. When a connection that was already open turns out
     /// to be dead (the server restarted, or the connection was reset), `op` runs once more on
-    /// a fresh connection (with the scripts loaded again): otherwise every client would fail
-    /// its first call to each restarted node. Every lock script is safe to repeat: acquire,
-    /// extend and repair are idempotent for one holder value, and a repeated release can only
-    /// under-report (answer "not held" for an entry it already deleted).
-    async fn on_connection<'a, F, Fut>(&'a self, op: F) -> Result<Value, (u64, RedisError)>
+    /// a fresh connection (with the scripts loaded again), told that it is a re-send:
+    /// otherwise every client would fail its first call to each restarted node. Every lock
+    /// call is safe to repeat in its re-sent form ([`Call::resend`]): the native acquire is
+    /// re-sent as a script that recognises this holder's own entry; the fenced acquire,
+    /// extend and repair are idempotent for one holder value (the fenced acquire counts once
+    /// more, which only raises the token); a repeated release can only under-report (answer
+    /// "not held" for an entry it already deleted).
+    async fn on_connection<'a, F, Fut>(&'a self, op: F) -> Result<Value, (u64, NodeFailure)>
     where
-        F: Fn(MultiplexedConnection) -> Fut + 'a,
+        F: Fn(MultiplexedConnection, bool) -> Fut + 'a,
         Fut: std::future::Future<Output = Result<Value, RedisError>> + 'a,
     {
-        let (generation, conn) = self.connection().await.map_err(|e| (0, e))?;
-        match op(conn).await {
+        let (generation, conn) = self.connection().await.map_err(|f| (0, f))?;
+        match op(conn, false).await {
             Err(e) if e.is_io_error() => {
                 self.forget(generation);
-                tracing::debug!(node = %self.name(), error = %e, "connection dropped; reconnecting once");
-                let (generation, conn) = self.connection().await.map_err(|e| (0, e))?;
-                op(conn).await.map_err(|e| (generation, e))
+                tracing::debug!(node = %self.name(), error = %self.scrubbed(&e), "connection dropped; reconnecting once");
+                let (generation, conn) = self.connection().await.map_err(|f| (0, f))?;
+                op(conn, true)
+                    .await
+                    .map_err(|e| (generation, self.failure(generation, &e)))
             }
-            other => other.map_err(|e| (generation, e)),
+            other => other.map_err(|e| (generation, self.failure(generation, &e))),
         }
+    }
+
+    /// Classifies a call's error, dropping the connection when it is broken.
+    fn failure(&self, generation: u64, e: &RedisError) -> NodeFailure {
+        if e.is_io_error() {
+            self.forget(generation);
+        }
+        classify(&self.addr, e)
+    }
+
+    fn scrubbed(&self, e: &RedisError) -> String {
+        scrub(&e.to_string(), &self.addr.secrets)
     }
 
     /// A dedicated pub/sub connection (release notices), not bounded here.
@@ -277,22 +352,17 @@ impl Node {
             .client
             .get_async_pubsub()
             .await
-            .map_err(|e| self.classify(&e))
+            .map_err(|e| classify(&self.addr, &e))
     }
 
-    /// Runs `fut` within `limit`, classifying failures and dropping a broken connection.
+    /// Runs `fut` within `limit`.
     async fn bounded<F>(&self, limit: Duration, fut: F) -> Result<Value, NodeFailure>
     where
-        F: std::future::Future<Output = Result<Value, (u64, RedisError)>>,
+        F: std::future::Future<Output = Result<Value, (u64, NodeFailure)>>,
     {
         match tokio::time::timeout(limit, fut).await {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err((generation, e))) => {
-                if generation != 0 && e.is_io_error() {
-                    self.forget(generation);
-                }
-                Err(self.classify(&e))
-            }
+            Ok(Err((_, failure))) => Err(failure),
             Err(_) => Err(NodeFailure::new(
                 self.name(),
                 FailureKind::Timeout,
@@ -300,24 +370,84 @@ impl Node {
             )),
         }
     }
-
-    fn classify(&self, e: &RedisError) -> NodeFailure {
-        let msg = scrub(&e.to_string(), self.addr.secret.as_deref());
-        let kind = match e.kind() {
-            ErrorKind::AuthenticationFailed => FailureKind::Auth,
-            _ if matches!(e.code(), Some("WRONGPASS" | "NOAUTH")) => FailureKind::Auth,
-            ErrorKind::Io if msg.contains("lookup address") => FailureKind::UnknownHost,
-            ErrorKind::Io => FailureKind::Connection,
-            ErrorKind::Server(_) | ErrorKind::Extension => FailureKind::Server,
-            ErrorKind::Parse | ErrorKind::UnexpectedReturnType => FailureKind::Protocol,
-            _ => FailureKind::Connection,
-        };
-        NodeFailure::new(self.name(), kind, msg)
-    }
 }
 
-/// Sends one command of `call`, recording (for tracked calls) when it holds its place in the
-/// connection's queue, and refusing to start once the call was stopped (see
+/// The background connect of one node: connects, loads every script, and publishes the new
+/// connection (or the failure) in the slot, waking the callers waiting for it.
+async fn connect(addr: Arc<NodeAddr>, link: Arc<Link>, limit: Duration) {
+    let result = match tokio::time::timeout(limit, open(&addr)).await {
+        Ok(Ok(conn)) => Ok(conn),
+        Ok(Err(e)) => Err(classify(&addr, &e)),
+        Err(_) => Err(NodeFailure::new(
+            &addr.display,
+            FailureKind::Timeout,
+            format!("could not connect within {limit:?}"),
+        )),
+    };
+    {
+        let mut slot = link.slot.lock().unwrap_or_else(|p| p.into_inner());
+        slot.connecting = false;
+        match result {
+            Ok(conn) => {
+                slot.generation += 1;
+                slot.conn = Some(conn);
+                slot.failure = None;
+            }
+            Err(failure) => {
+                tracing::debug!(node = %addr.display, error = %failure, "connect failed");
+                slot.failure = Some(failure);
+            }
+        }
+    }
+    link.connected.notify_waiters();
+}
+
+/// Opens a connection and loads every script on it, before it is used, so that a call can
+/// only answer NOSCRIPT after an explicit SCRIPT FLUSH.
+async fn open(addr: &NodeAddr) -> Result<MultiplexedConnection, RedisError> {
+    // Timeouts are ours (per call), not the driver's: a driver timeout would fail a request
+    // that is still queued, and we must not reconnect underneath it.
+    let config = AsyncConnectionConfig::new()
+        .set_response_timeout(None)
+        .set_connection_timeout(None);
+    let conn = addr
+        .client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await?;
+    // Sent as separate commands (the connection pipelines them anyway) so that a failure
+    // keeps its error kind, e.g. NOAUTH.
+    let loads = ALL_SCRIPTS.iter().map(|script| {
+        let mut conn = conn.clone();
+        let mut load = redis::cmd("SCRIPT");
+        load.arg("LOAD").arg(script.source());
+        async move {
+            conn.send_packed_command(&load)
+                .await
+                .and_then(top_level_error)
+        }
+    });
+    for loaded in futures::future::join_all(loads).await {
+        loaded?;
+    }
+    Ok(conn)
+}
+
+fn classify(addr: &NodeAddr, e: &RedisError) -> NodeFailure {
+    let msg = scrub(&e.to_string(), &addr.secrets);
+    let kind = match e.kind() {
+        ErrorKind::AuthenticationFailed => FailureKind::Auth,
+        _ if matches!(e.code(), Some("WRONGPASS" | "NOAUTH")) => FailureKind::Auth,
+        ErrorKind::Io if msg.contains("lookup address") => FailureKind::UnknownHost,
+        ErrorKind::Io => FailureKind::Connection,
+        ErrorKind::Server(_) | ErrorKind::Extension => FailureKind::Server,
+        ErrorKind::Parse | ErrorKind::UnexpectedReturnType => FailureKind::Protocol,
+        _ => FailureKind::Connection,
+    };
+    NodeFailure::new(&addr.display, kind, msg)
+}
+
+/// Sends one command of `call`, recording when it holds its place in the connection's queue,
+/// and refusing to start once the call was stopped (see
 /// [`Progress`](crate::scripts::Progress)).
 async fn send(
     conn: &mut MultiplexedConnection,
@@ -325,13 +455,11 @@ async fn send(
     call: &Call,
     slot: usize,
 ) -> Result<Value, RedisError> {
-    let Some(progress) = &call.progress else {
-        return conn.send_packed_command(cmd).await;
-    };
+    let progress = &call.progress;
     if !progress.may_send(slot) {
         return Err(RedisError::from((
             ErrorKind::Client,
-            "call stopped by a later release",
+            "call stopped by a later call of the same lease",
         )));
     }
     let mut request = std::pin::pin!(conn.send_packed_command(cmd));
@@ -372,11 +500,9 @@ mod tests {
     fn passwords_are_redacted() {
         let a = NodeAddr::parse("redis://user:s3cr%40t@127.0.0.1:7001/2").unwrap();
         assert_eq!(a.display, "redis://user:***@127.0.0.1:7001/2");
-        assert_eq!(a.secret.as_deref(), Some("s3cr@t"));
-        assert_eq!(
-            scrub("bad s3cr@t here", a.secret.as_deref()),
-            "bad *** here"
-        );
+        assert!(a.secrets.iter().any(|s| s == "s3cr@t"));
+        assert_eq!(scrub("bad s3cr@t here", &a.secrets), "bad *** here");
+        assert_eq!(scrub("bad s3cr%40t here", &a.secrets), "bad *** here");
         let a = NodeAddr::parse("redis://:pw@localhost:6379").unwrap();
         assert!(!a.display.contains("pw"), "{}", a.display);
     }

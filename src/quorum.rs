@@ -49,8 +49,21 @@ impl Quorum {
 /// The clock-drift allowance for a lock of `ttl`: `ttl * drift_factor + 2 ms` (RedLock step 4).
 ///
 /// The 2 ms cover the granularity of Redis' own expiry clock.
+/// Never panics: a negative factor counts as zero; a factor that is not a number, or a
+/// product too large for a `Duration`, saturates (the most conservative answer).
 pub fn drift(ttl: Duration, drift_factor: f64) -> Duration {
-    ttl.mul_f64(drift_factor.max(0.0)) + Duration::from_millis(2)
+    let scaled = if drift_factor <= 0.0 {
+        Duration::ZERO
+    } else {
+        Duration::try_from_secs_f64(ttl.as_secs_f64() * drift_factor).unwrap_or(Duration::MAX)
+    };
+    scaled.saturating_add(Duration::from_millis(2))
+}
+
+/// How long after the start of a request its entries may be trusted: `ttl - drift`, zero
+/// when the drift is larger. A deadline is the request's start plus this.
+pub fn trusted_for(ttl: Duration, drift: Duration) -> Duration {
+    ttl.saturating_sub(drift)
 }
 
 /// The time a lock may still be trusted, measured from the instant *before the first request was

@@ -4,7 +4,7 @@
 //! client (see `owner`), so the nodes need no per-holder count (Redisson's hash layout): a
 //! plain acquire is the native `SET key holder NX PX ttl`, no script at all.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use redis::Cmd;
@@ -35,56 +35,59 @@ impl LockScript {
     }
 }
 
-/// One script call, shared by the per-node requests of an operation: the EVALSHA command is
-/// packed once and sent to every node.
+/// One call, shared by the per-node requests of an operation: the command is packed once
+/// and sent to every node.
 pub(crate) struct Call {
     /// For logs.
     pub(crate) name: &'static str,
     /// The script, for the EVAL fallback; `None` for a native command.
     script: Option<&'static LockScript>,
     command: Cmd,
-    /// For calls whose stragglers may outlive the caller (acquire): which nodes' requests hold
-    /// their place on the connection, and whether the caller told the rest to stop.
-    pub(crate) progress: Option<Progress>,
+    /// Which nodes' requests hold their place on their connection, and whether the caller
+    /// told the rest to stop (see [`Progress`]).
+    pub(crate) progress: Progress,
 }
 
-/// Lets a later call on the same key (the release) know whether it can be sent at once: a
-/// request whose send has begun keeps its place in the connection's queue (the multiplexed
-/// connection's channel is FIFO, also when full), so anything sent later runs after it on that
-/// node. A request that has not begun (still connecting, or between a NOSCRIPT answer and its
-/// EVAL fallback, or between a dropped connection and the retry) could be overtaken, so the
-/// later call either waits for it or stops it. Both sides use sequentially consistent
-/// atomics: either the straggler sees `stopped` before it sends, or the caller sees it
-/// unqueued and waits.
+/// The most nodes a client may have: [`Progress`] keeps one bit per node.
+pub(crate) const MAX_NODES: usize = 64;
+
+/// Lets a later call of the same lease (a renewal, the release) know whether it can be sent at
+/// once: a request whose send has begun keeps its place in the connection's queue (the
+/// multiplexed connection's channel is FIFO, also when full), so anything sent later runs
+/// after it on that node. A request that has not begun (still connecting, or between a
+/// NOSCRIPT answer and its EVAL fallback, or between a dropped connection and the retry) could
+/// be overtaken, so the later call either waits for it or stops it. Both sides use
+/// sequentially consistent atomics: either the straggler sees `stopped` before it sends, or
+/// the caller sees it unqueued and waits.
+#[derive(Default)]
 pub(crate) struct Progress {
-    queued: Box<[AtomicBool]>,
+    /// Bit `i`: node `i`'s request holds its place in the queue.
+    queued: AtomicU64,
     stopped: AtomicBool,
 }
 
 impl Progress {
-    pub(crate) fn new(nodes: usize) -> Progress {
-        Progress {
-            queued: (0..nodes).map(|_| AtomicBool::new(false)).collect(),
-            stopped: AtomicBool::new(false),
-        }
-    }
-
     /// Before a node's request is sent: false when the caller has stopped the call.
     pub(crate) fn may_send(&self, slot: usize) -> bool {
-        self.queued[slot].store(false, Ordering::SeqCst);
+        self.queued.fetch_and(!(1 << slot), Ordering::SeqCst);
         !self.stopped.load(Ordering::SeqCst)
     }
 
     /// After a node's request was first polled: it holds its place in the queue.
     pub(crate) fn queued(&self, slot: usize) {
-        self.queued[slot].store(true, Ordering::SeqCst);
+        self.queued.fetch_or(1 << slot, Ordering::SeqCst);
     }
 
-    /// Stops every request not yet queued; true when one may still be on its way (the
-    /// caller must wait for the stragglers before overtaking them).
-    pub(crate) fn stop(&self) -> bool {
+    /// Stops every request of the `nodes` nodes not yet queued; true when one may still be on
+    /// its way (the caller must wait for the stragglers before overtaking them).
+    pub(crate) fn stop(&self, nodes: usize) -> bool {
         self.stopped.store(true, Ordering::SeqCst);
-        self.queued.iter().any(|q| !q.load(Ordering::SeqCst))
+        let all = if nodes >= MAX_NODES {
+            u64::MAX
+        } else {
+            (1u64 << nodes) - 1
+        };
+        self.queued.load(Ordering::SeqCst) & all != all
     }
 }
 
@@ -108,7 +111,7 @@ impl Call {
             name: script.name,
             script: Some(script),
             command: evalsha,
-            progress: None,
+            progress: Progress::default(),
         }
     }
 
@@ -121,14 +124,8 @@ impl Call {
             name,
             script: None,
             command: set,
-            progress: None,
+            progress: Progress::default(),
         }
-    }
-
-    /// Tracks per-node progress (see [`Progress`]).
-    pub(crate) fn tracked(mut self, nodes: usize) -> Call {
-        self.progress = Some(Progress::new(nodes));
-        self
     }
 
     /// What is sent first: EVALSHA for a script, else the native command.
@@ -144,19 +141,80 @@ impl Call {
     /// The same call in a form that cannot answer NOSCRIPT: `EVAL source ...` for a script,
     /// the command itself otherwise.
     pub(crate) fn eval(&self) -> Cmd {
-        let Some(script) = self.script else {
-            return self.command.clone();
-        };
-        let mut eval = redis::cmd("EVAL");
-        eval.arg(script.source);
-        for arg in self.command.args_iter().skip(2) {
-            if let redis::Arg::Simple(bytes) = arg {
-                eval.arg(bytes);
-            }
+        match self.script {
+            Some(script) => script_eval(script, self.command.args_iter().skip(2)),
+            None => self.command.clone(),
         }
-        eval
+    }
+
+    /// What to send when the call is sent a second time, after the connection dropped before
+    /// its answer came: the first request may have been applied. A native `SET NX` would then
+    /// find this holder's own entry and refuse; it is re-sent as [`ACQUIRE_OWN`] (plain EVAL,
+    /// so that it cannot answer NOSCRIPT), which counts the holder's own entry as taken. Every
+    /// script is safe to repeat as it is (see `Node::on_connection`).
+    pub(crate) fn resend(&self) -> Cmd {
+        if self.script.is_some() {
+            return self.command.clone();
+        }
+        // SET key holder NX PX ms -> EVAL acquire-own 1 key holder ms
+        let args: Vec<&[u8]> = self
+            .command
+            .args_iter()
+            .filter_map(|a| match a {
+                redis::Arg::Simple(bytes) => Some(bytes),
+                _ => None,
+            })
+            .collect();
+        match args.as_slice() {
+            [_set, key, holder, _nx, _px, ms] => {
+                let mut eval = redis::cmd("EVAL");
+                eval.arg(ACQUIRE_OWN.source)
+                    .arg(1)
+                    .arg(*key)
+                    .arg(*holder)
+                    .arg(*ms);
+                eval
+            }
+            _ => self.command.clone(),
+        }
     }
 }
+
+/// `EVAL source` followed by the given arguments (numkeys, keys, argv).
+fn script_eval<'a>(script: &LockScript, args: impl Iterator<Item = redis::Arg<&'a [u8]>>) -> Cmd {
+    let mut eval = redis::cmd("EVAL");
+    eval.arg(script.source);
+    for arg in args {
+        if let redis::Arg::Simple(bytes) = arg {
+            eval.arg(bytes);
+        }
+    }
+    eval
+}
+
+/// The native acquire, re-sent after a dropped connection (see [`Call::resend`]): takes the
+/// key when it is free, and counts it as taken when it already holds this holder's value (the
+/// first request was applied before the connection dropped). Never touches another holder's
+/// entry, and leaves the TTL of an existing own entry as it is (it was set by the first
+/// request, so it expires no earlier than a fresh one would).
+///
+/// KEYS[1] lock key. ARGV[1] holder value, ARGV[2] TTL in ms.
+///
+/// Returns OK (taken, or already this holder's), or nil when another holder has the key:
+/// the same answers as `SET NX`.
+pub(crate) static ACQUIRE_OWN: LockScript = LockScript::new(
+    "acquire-own",
+    r#"
+local current = redis.call('get', KEYS[1])
+if current == ARGV[1] then
+  return redis.status_reply('OK')
+end
+if current then
+  return false
+end
+return redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+"#,
+);
 
 /// Fenced acquire (DESIGN 3, "Fencing tokens"), on one node: takes the key when it is free
 /// (or already this holder's: a repeated request is idempotent), and then increments the
@@ -199,8 +257,12 @@ return 1
 /// "1" (a release) publishes wherever the key is now free, also on a node that never had this
 /// holder's entry (a quorum returns before every node answers, and waiters may be subscribed
 /// only there); "2" (a rollback) publishes only where it deleted the entry, giving a node back.
-/// Waiters count the notices per holder and wake at a quorum (see `wakeup`), so the rollback
-/// of a failed attempt, which held at most a minority, wakes nobody.
+/// Waiters count the notices per release and wake at a quorum (see `wakeup`), so the rollback
+/// of a failed attempt, which held less than a quorum, normally wakes nobody.
+///
+/// The notice carries the SHA1 of the holder value, never the value itself: the value is the
+/// only proof of ownership, and may still be live on nodes this release has not reached yet.
+/// The digest tells the notices of one release apart from another's and grants nothing.
 ///
 /// Returns 1 when the key was deleted, 0 when the holder did not hold it.
 pub(crate) static RELEASE: LockScript = LockScript::new(
@@ -211,7 +273,7 @@ if held then
   redis.call('del', KEYS[1])
 end
 if held or (ARGV[3] == '1' and redis.call('exists', KEYS[1]) == 0) then
-  redis.call('publish', ARGV[2], ARGV[1])
+  redis.call('publish', ARGV[2], redis.sha1hex(ARGV[1]))
 end
 if held then
   return 1
@@ -240,6 +302,14 @@ return 0
 /// Every script, for loading on connect.
 pub(crate) static ALL_SCRIPTS: [&LockScript; 4] = [&ACQUIRE_FENCED, &FENCE_MAX, &RELEASE, &EXTEND];
 
+/// The prefix of every key and channel the library itself names on the nodes (fencing
+/// counters, release channels). Lock keys may not start with it ([`Error::InvalidKey`]), so a
+/// user's lock can never be mistaken for one of the library's own keys, nor the other way
+/// round.
+///
+/// [`Error::InvalidKey`]: crate::Error::InvalidKey
+pub const RESERVED_PREFIX: &str = "quorum-lock:";
+
 /// The pub/sub channel on which a release of `key` is announced.
 pub(crate) fn release_channel(key: &[u8]) -> Vec<u8> {
     prefixed(b"quorum-lock:released:", key)
@@ -251,6 +321,7 @@ pub(crate) fn fence_key(key: &[u8]) -> Vec<u8> {
 }
 
 fn prefixed(prefix: &[u8], key: &[u8]) -> Vec<u8> {
+    debug_assert!(prefix.starts_with(RESERVED_PREFIX.as_bytes()));
     let mut name = Vec::with_capacity(prefix.len() + key.len());
     name.extend_from_slice(prefix);
     name.extend_from_slice(key);

@@ -1,4 +1,4 @@
-//! Pub/sub wake-ups for waiters (DESIGN 3, "Waiting for a held lock"): one subscriber
+//! Pub/sub wake-ups for waiters (docs/DESIGN.md, "Waiting"): one subscriber
 //! connection per node, shared by all waiters of a client, routed by channel; once a quorum
 //! of nodes announced the same release, one waiter of the key (the longest waiting) wakes.
 //!
@@ -154,11 +154,11 @@ impl Wakeups {
     /// after this returns is seen. Returns the subscription and how many nodes confirmed (N
     /// when the channel was already subscribed).
     pub(crate) async fn join(self: &Arc<Self>, channel: Vec<u8>) -> (Subscription, usize) {
-        let (chan, replies) = {
+        let (sub, replies) = {
             // The map lock orders SUBSCRIBE and UNSUBSCRIBE commands per channel: a leave and a
             // join racing each other reach every node's worker in the order they happened.
             let mut channels = self.channels();
-            match channels.get_mut(&channel) {
+            let (chan, replies) = match channels.get_mut(&channel) {
                 Some((waiters, chan)) => {
                     *waiters += 1;
                     (chan.clone(), Vec::new())
@@ -178,8 +178,17 @@ impl Wakeups {
                         .collect::<Vec<_>>();
                     (chan, replies)
                 }
-            }
+            };
+            // The registration is owned by its drop guard before the first await: a caller
+            // that drops this future while the nodes confirm leaves (and unsubscribes) at once.
+            let sub = Subscription {
+                wakeups: self.clone(),
+                name: channel,
+                channel: chan,
+            };
+            (sub, replies)
         };
+        let chan = &sub.channel;
         let confirmed = if replies.is_empty() {
             self.nodes.len()
         } else {
@@ -198,11 +207,6 @@ impl Wakeups {
                     .store(self.quorum.min(confirmed), Ordering::Relaxed);
             }
             confirmed
-        };
-        let sub = Subscription {
-            wakeups: self.clone(),
-            name: channel,
-            channel: chan,
         };
         (sub, confirmed)
     }

@@ -1,4 +1,4 @@
-//! Renewal of a lock taken without an explicit lease (DESIGN 3, "Extend / watchdog"): every
+//! Renewal of a lock taken without an explicit lease (docs/DESIGN.md, "Extend and watchdog"): every
 //! lease/3 the lease is extended on all nodes, which needs a quorum each time; a failed
 //! renewal is retried until the current validity runs out, and then the lock is lost.
 //!
@@ -16,35 +16,45 @@ use crate::lock::Shared;
 
 /// Keeps `lease` alive with renewals of `ttl` until it ends, is lost, or `max_hold` (from now)
 /// is reached; after that the lock simply runs out at its deadline.
+///
+/// Renewals are due every `ttl / 3` from the start of the previous one. A renewal takes effect
+/// as soon as a quorum confirms it; the slower nodes' answers are awaited (for repair) only
+/// until the next one is due, so that one slow node cannot delay the schedule.
 pub(crate) async fn run(
     shared: Arc<Shared>,
     lease: Arc<Lease>,
     ttl: Duration,
     max_hold: Option<Duration>,
 ) {
-    let limit = max_hold.map(|m| Instant::now() + m);
+    // Beyond what an Instant can hold, there is no limit.
+    let limit = max_hold.and_then(|m| Instant::now().checked_add(m));
     let mut next = Instant::now() + ttl / 3;
     loop {
         tokio::select! {
             () = lease.signal().cancelled() => return,
             () = tokio::time::sleep_until(next) => {}
         }
+        let start = Instant::now();
         let mut renew_ttl = ttl;
         if let Some(limit) = limit {
-            renew_ttl = renew_ttl.min(limit.saturating_duration_since(Instant::now()));
+            // The last renewal is shortened to end at the limit (the lease cuts its deadline
+            // before sending it).
+            renew_ttl = renew_ttl.min(limit.saturating_duration_since(start));
             if shared.config.check_ttl(renew_ttl).is_err() {
                 tracing::debug!(key = %key_display(&lease.key), "maximum hold time reached; renewals stop");
                 return;
             }
         }
-        match lease.renew(&shared, renew_ttl, true).await {
-            Ok(()) => next = Instant::now() + ttl / 3,
+        let due = start + ttl / 3;
+        match lease.renew(&shared, renew_ttl, Some(due)).await {
+            Ok(()) => next = due,
             Err(Error::LockLost { .. }) => return,
             Err(e) => {
                 // The current validity still stands: try again soon, until it runs out (renew
                 // then reports the loss).
                 tracing::warn!(key = %key_display(&lease.key), error = %e, "renewal failed; retrying");
-                next = Instant::now() + shared.config.retry_delay.max(Duration::from_millis(10));
+                let pause = shared.config.retry_delay.max(Duration::from_millis(10));
+                next = Instant::now() + pause.min(ttl / 3);
             }
         }
     }
