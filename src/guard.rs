@@ -13,8 +13,9 @@ use crate::lock::Shared;
 use crate::owner::OwnerInner;
 use crate::quorum::Decision;
 
-/// A held lock. Dropping it releases the lock in the background (best effort, bounded by the
-/// node timeout); call [`release`](Self::release) to learn whether a quorum confirmed.
+/// A held lock. Dropping it releases the lock in the background (best effort: after a renewal
+/// in flight, if any, and within about twice the node timeout after that); call
+/// [`release`](Self::release) to learn whether a quorum confirmed.
 ///
 /// `Send + Sync + 'static`: it can move into spawned tasks.
 #[must_use = "dropping a guard releases the lock at once"]
@@ -194,9 +195,10 @@ impl LockGuard {
 }
 
 impl Drop for LockGuard {
-    /// Never blocks: with a tokio runtime at hand, the release runs as a background task
-    /// bounded by the node timeout; without one, the entries simply expire with their TTL.
-    /// Either way the watchdog stops at once.
+    /// Never blocks: with a tokio runtime at hand, the release runs as a background task (it
+    /// waits for a renewal in flight, settles the lease's earlier calls, at most the node
+    /// timeout, then releases, at most the node timeout); without one, the entries simply
+    /// expire with their TTL. Either way the watchdog stops at once.
     fn drop(&mut self) {
         if self.released || !self.let_go() {
             return;

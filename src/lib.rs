@@ -56,10 +56,12 @@
 //!   jumps); the client does not stall past its validity (check [`LockGuard::is_held`] before
 //!   side effects, or use fencing tokens, [`LockRequest::fencing`]).
 //! - Unavailable nodes never break exclusion; nodes that *forget* a held lock (restart without
-//!   persistence, clock jump, eviction) do, beyond `q - (N/2 + 1)` of them. A plain
-//!   [`Quorum::Majority`] tolerates none; [`Quorum::AtLeast`]`(N/2 + 2)` tolerates one;
-//!   [`Quorum::All`] (MultiLock) tolerates N - 1 but refuses service while any node is down.
-//!   See docs/SAFETY.md.
+//!   persistence, clock jump, eviction) do, beyond `2q - N - 1` of them (a lock confirmed by
+//!   exactly q nodes must keep fewer than q nodes free). A plain [`Quorum::Majority`]
+//!   tolerates none; [`Quorum::AtLeast`]`(4)` of 5 tolerates two; [`Quorum::All`] (MultiLock)
+//!   tolerates N - 1 but refuses service while any node is down. See docs/SAFETY.md.
+//! - A guard's deadline is never later than the earliest expiry a quorum of its entries could
+//!   have: an extend or renewal to a shorter TTL cuts the deadline before it is sent.
 //! - One node (N = 1) is allowed and has no fault tolerance.
 //!
 //! # Cancellation
