@@ -1,4 +1,4 @@
-//! Configuration, its validation, and the build-time checks on the nodes (DESIGN 3,
+//! Configuration, its validation, and the build-time checks on the nodes (docs/DESIGN.md,
 //! "Build-time checks"). Every setter documents its default.
 
 use std::collections::HashMap;

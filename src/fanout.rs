@@ -208,7 +208,7 @@ where
 /// Runs `call` on the nodes numbered in `which` and waits for all of them (each bounded by
 /// its node's timeout), returning their answers in that order. With [`Form::Eval`] (the
 /// rollback of a failed attempt) no node can answer NOSCRIPT, so the call cannot fail late
-/// on a node where the attempt's acquire ran (DESIGN 3, "ordering trap").
+/// on a node where the attempt's acquire ran (docs/DESIGN.md, "Ordering").
 pub(crate) async fn broadcast(
     nodes: &Nodes,
     which: impl IntoIterator<Item = usize>,

@@ -154,7 +154,7 @@ impl Lease {
     }
 
     /// Extends the lease to `ttl` from now where this holder still holds it (docs/DESIGN.md,
-    /// "Extend"). A quorum must confirm before the current deadline; the new deadline runs
+    /// "Extend and watchdog"). A quorum must confirm before the current deadline; the new deadline runs
     /// from this call's start and takes effect when the quorum confirms. A request that may
     /// shorten the entries cuts the deadline before it is sent (invariant 2), so a failed,
     /// late or cancelled shortening never leaves the later deadline behind.

@@ -220,7 +220,7 @@ impl QuorumLock {
         }
     }
 
-    /// One attempt (DESIGN 3, "Acquire"): fan out, tally, compute the validity, and roll back
+    /// One attempt (docs/DESIGN.md, "Acquire"): fan out, tally, compute the validity, and roll back
     /// on every node when it is not a success.
     async fn attempt(
         &self,
@@ -531,7 +531,7 @@ impl QuorumLock {
 const QUICK_RETRIES: u32 = 3;
 const QUICK_RETRY: Duration = Duration::from_millis(1);
 
-/// Releases an attempt's entries on every node, by plain EVAL (DESIGN 3, "ordering trap"),
+/// Releases an attempt's entries on every node, by plain EVAL (docs/DESIGN.md, "Ordering"),
 /// announcing only the nodes it gave back (see the release script).
 async fn rollback(shared: Arc<Shared>, key: Arc<[u8]>, holder: String) {
     let channel = release_channel(&key);

@@ -216,7 +216,7 @@ return redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
 "#,
 );
 
-/// Fenced acquire (DESIGN 3, "Fencing tokens"), on one node: takes the key when it is free
+/// Fenced acquire (docs/DESIGN.md, "Fencing tokens"), on one node: takes the key when it is free
 /// (or already this holder's: a repeated request is idempotent), and then increments the
 /// key's fencing counter, a separate key that never expires, and returns it.
 ///
