@@ -135,7 +135,12 @@ impl Tally {
     pub fn decision(&self) -> Decision {
         if self.yes >= self.required {
             Decision::Reached
-        } else if self.nodes - self.refused - self.failed < self.required {
+        } else if self
+            .nodes
+            .saturating_sub(self.refused)
+            .saturating_sub(self.failed)
+            < self.required
+        {
             Decision::Impossible
         } else {
             Decision::Pending
@@ -167,6 +172,30 @@ impl Tally {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn no_input_panics() {
+        // More votes than nodes (a caller's mistake) still answers.
+        let mut t = Tally::new(1, 1);
+        t.add(Vote::Failed);
+        assert_eq!(t.add(Vote::Refused), Decision::Impossible);
+        assert!(drift(Duration::MAX, 0.4) > Duration::MAX / 3);
+        assert_eq!(drift(Duration::MAX, 2.0), Duration::MAX);
+        assert_eq!(drift(Duration::from_secs(1), f64::INFINITY), Duration::MAX);
+        assert_eq!(drift(Duration::from_secs(1), f64::NAN), Duration::MAX);
+        assert_eq!(
+            drift(Duration::from_secs(1), f64::NEG_INFINITY),
+            Duration::from_millis(2)
+        );
+        assert_eq!(
+            validity(Duration::MAX, Duration::ZERO, Duration::ZERO),
+            Some(Duration::MAX)
+        );
+        assert_eq!(
+            trusted_for(Duration::from_millis(1), Duration::MAX),
+            Duration::ZERO
+        );
+    }
 
     #[test]
     fn majority_sizes() {
