@@ -30,22 +30,20 @@ pub struct Interval {
 impl Interval {
     /// Starts an interval for a guard that `acquire` just returned.
     pub fn begin(guard: &LockGuard, client: impl Into<String>) -> Interval {
-        let now = super::monotonic_nanos();
         Interval {
             key: String::from_utf8_lossy(guard.key()).replace(' ', "_"),
-            start: now,
-            end: now + nanos(guard.validity()),
+            start: super::monotonic_nanos(),
+            end: deadline_nanos(guard),
             token: guard.fencing_token(),
             client: client.into(),
         }
     }
 
     /// Ends the interval now (call before releasing), or at the guard's deadline if that came
-    /// first.
+    /// first. The deadline is read now, so it includes every renewal, extend and cut made
+    /// during the hold: the guard believed it held the lock until then.
     pub fn finish(mut self, guard: &LockGuard) -> Interval {
-        let now = super::monotonic_nanos();
-        let deadline = now + nanos(guard.validity());
-        self.end = self.end.min(deadline).min(now);
+        self.end = super::monotonic_nanos().min(deadline_nanos(guard));
         self
     }
 
@@ -83,6 +81,17 @@ impl Interval {
 
 fn nanos(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX / 4)
+}
+
+/// The guard's current deadline in [`monotonic_nanos`](super::monotonic_nanos).
+fn deadline_nanos(guard: &LockGuard) -> u64 {
+    let (now, now_nanos) = (tokio::time::Instant::now(), super::monotonic_nanos());
+    let deadline = guard.deadline();
+    if deadline >= now {
+        now_nanos.saturating_add(nanos(deadline - now))
+    } else {
+        now_nanos.saturating_sub(nanos(now - deadline))
+    }
 }
 
 /// What the checker found.
