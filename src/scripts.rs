@@ -4,7 +4,6 @@
 //! client (see `owner`), so the nodes need no per-holder count (Redisson's hash layout): a
 //! plain acquire is the native `SET key holder NX PX ttl`, no script at all.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use redis::Cmd;
@@ -51,45 +50,14 @@ pub(crate) struct Call {
 /// The most nodes a client may have: [`Progress`] keeps one bit per node.
 pub(crate) const MAX_NODES: usize = 64;
 
-/// Lets a later call of the same lease (a renewal, the release) know whether it can be sent at
-/// once: a request whose send has begun keeps its place in the connection's queue (the
-/// multiplexed connection's channel is FIFO, also when full), so anything sent later runs
-/// after it on that node. A request that has not begun (still connecting, or between a
-/// NOSCRIPT answer and its EVAL fallback, or between a dropped connection and the retry) could
-/// be overtaken, so the later call either waits for it or stops it. Both sides use
-/// sequentially consistent atomics: either the straggler sees `stopped` before it sends, or
-/// the caller sees it unqueued and waits.
-#[derive(Default)]
-pub(crate) struct Progress {
-    /// Bit `i`: node `i`'s request holds its place in the queue.
-    queued: AtomicU64,
-    stopped: AtomicBool,
+/// The per-call handshake that orders a lease's stragglers before its next call. Its code is
+/// in `progress.rs`, included here with the standard atomics and, by the loom test
+/// (tests/loom_progress.rs), with loom's, so that the code checked is the code that runs.
+mod progress {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    include!("progress.rs");
 }
-
-impl Progress {
-    /// Before a node's request is sent: false when the caller has stopped the call.
-    pub(crate) fn may_send(&self, slot: usize) -> bool {
-        self.queued.fetch_and(!(1 << slot), Ordering::SeqCst);
-        !self.stopped.load(Ordering::SeqCst)
-    }
-
-    /// After a node's request was first polled: it holds its place in the queue.
-    pub(crate) fn queued(&self, slot: usize) {
-        self.queued.fetch_or(1 << slot, Ordering::SeqCst);
-    }
-
-    /// Stops every request of the `nodes` nodes not yet queued; true when one may still be on
-    /// its way (the caller must wait for the stragglers before overtaking them).
-    pub(crate) fn stop(&self, nodes: usize) -> bool {
-        self.stopped.store(true, Ordering::SeqCst);
-        let all = if nodes >= MAX_NODES {
-            u64::MAX
-        } else {
-            (1u64 << nodes) - 1
-        };
-        self.queued.load(Ordering::SeqCst) & all != all
-    }
-}
+pub(crate) use progress::Progress;
 
 impl Call {
     /// `EVALSHA sha 1 key ARGV...`.

@@ -371,3 +371,82 @@ async fn connect(
     }
     Some((sink, stream))
 }
+
+#[cfg(test)]
+mod tests {
+    //! The wake-up rules, with a deterministic schedule: waiters register exactly as the
+    //! waiting loop does (a `Notified` enabled before the attempt), and notices arrive at
+    //! chosen points.
+    use super::*;
+    use futures::FutureExt;
+    use std::pin::pin;
+
+    const QUORUM: usize = 3;
+
+    #[test]
+    fn one_waiter_wakes_per_release_and_only_at_a_quorum_of_notices() {
+        let chan = Channel::new(QUORUM);
+        let mut a = pin!(chan.notify().notified());
+        let mut b = pin!(chan.notify().notified());
+        let mut c = pin!(chan.notify().notified());
+        for n in [a.as_mut(), b.as_mut(), c.as_mut()] {
+            n.enable();
+        }
+        // Two nodes announce a release: fewer than a quorum (a rollback looks like this).
+        assert!(!chan.report_free(b"h1"));
+        assert!(!chan.report_free(b"h1"));
+        assert!(a.as_mut().now_or_never().is_none(), "woken below a quorum");
+        // The third notice makes the quorum: exactly one waiter wakes, the first in line.
+        assert!(chan.report_free(b"h1"));
+        assert!(a.as_mut().now_or_never().is_some(), "the first waiter");
+        assert!(b.as_mut().now_or_never().is_none());
+        // The release's remaining notices wake nobody more.
+        assert!(!chan.report_free(b"h1"));
+        assert!(!chan.report_free(b"h1"));
+        assert!(b.as_mut().now_or_never().is_none());
+        // The next release wakes the next waiter.
+        for _ in 0..QUORUM {
+            chan.report_free(b"h2");
+        }
+        assert!(b.as_mut().now_or_never().is_some(), "the second waiter");
+        assert!(c.as_mut().now_or_never().is_none());
+    }
+
+    #[test]
+    fn a_release_during_the_attempt_is_not_lost() {
+        let chan = Channel::new(QUORUM);
+        // The waiting loop listens before its attempt...
+        let mut waiter = pin!(chan.notify().notified());
+        waiter.as_mut().enable();
+        // ...the attempt fails, and the holder releases before the waiter starts to wait...
+        for _ in 0..QUORUM {
+            chan.report_free(b"h1");
+        }
+        // ...and the wait completes at once.
+        assert!(waiter.now_or_never().is_some(), "the wake-up was lost");
+    }
+
+    #[test]
+    fn a_release_with_no_waiter_is_kept_for_the_next_one() {
+        let chan = Channel::new(QUORUM);
+        for _ in 0..QUORUM {
+            chan.report_free(b"h1");
+        }
+        let waiter = chan.notify().notified();
+        assert!(waiter.now_or_never().is_some(), "the permit was lost");
+    }
+
+    #[test]
+    fn interleaved_releases_are_counted_apart() {
+        let chan = Channel::new(QUORUM);
+        let mut waiter = pin!(chan.notify().notified());
+        waiter.as_mut().enable();
+        // Two releases' notices interleave; neither has a quorum yet.
+        for h in [b"h1", b"h2", b"h1", b"h2"] {
+            assert!(!chan.report_free(h));
+        }
+        assert!(waiter.as_mut().now_or_never().is_none());
+        assert!(chan.report_free(b"h2"));
+        assert!(waiter.now_or_never().is_some());
+    }
+}
