@@ -3,11 +3,12 @@
 //! and the fencing write-back).
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use redis::Value;
+use tokio::sync::watch;
 
 use crate::error::{FailureKind, NodeFailure};
 use crate::node::{Form, Nodes};
@@ -37,22 +38,72 @@ pub(crate) struct Outcome {
 }
 
 /// Calls of an operation still running after it returned, finishing in a background task.
-/// A lease keeps those of its own calls until its next call settles them (see
-/// [`Background::settle`]).
+/// A lease keeps those of its own calls ([`InFlight`]) until its next call settles them.
 pub(crate) struct Background {
     call: Arc<Call>,
     nodes: usize,
-    task: tokio::task::JoinHandle<()>,
+    /// Closed when the task ends (its sender is dropped with it, also on panic or shutdown).
+    done: watch::Receiver<()>,
 }
 
 impl Background {
-    /// Makes sure no straggler can land after what the caller sends next: stops the ones not
-    /// yet queued on their connection, and waits for the task if one may still be on its way
-    /// (at most the node timeout).
+    fn is_done(&self) -> bool {
+        self.done.has_changed().is_err()
+    }
+
+    /// Stops the requests not yet written to their connection; true when one may still be
+    /// on its way (the caller must wait for the task before sending anything after it).
+    fn stop(&self) -> bool {
+        // Stop first: a request that finished never set its "queued" bit when its connect
+        // failed, and must not make the caller wait.
+        let maybe_on_its_way = self.call.progress.stop(self.nodes);
+        maybe_on_its_way && !self.is_done()
+    }
+
+    async fn finished(mut done: watch::Receiver<()>) {
+        while done.changed().await.is_ok() {}
+    }
+
+    /// Makes sure no straggler can land after what the caller sends next (at most the node
+    /// timeout).
     pub(crate) async fn settle(self) {
-        if self.call.progress.stop(self.nodes) {
-            let _ = self.task.await;
+        if self.stop() {
+            Self::finished(self.done).await;
         }
+    }
+}
+
+/// The calls of one lease still in flight, which its next call must not overtake on any node
+/// (docs/DESIGN.md, "Ordering", rule 3).
+#[derive(Default)]
+pub(crate) struct InFlight(Mutex<Vec<Background>>);
+
+impl InFlight {
+    pub(crate) fn new(calls: Vec<Background>) -> InFlight {
+        InFlight(Mutex::new(calls))
+    }
+
+    fn calls(&self) -> MutexGuard<'_, Vec<Background>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn push(&self, background: Option<Background>) {
+        self.calls().extend(background);
+    }
+
+    /// Stops every call's requests not yet written, then waits for those that may be on
+    /// their way (at most the node timeout). Cancel safe: every call is stopped before the
+    /// first await, and a call is forgotten only once nothing of it can be sent any more.
+    pub(crate) async fn settle(&self) {
+        let waits: Vec<watch::Receiver<()>> = {
+            let mut calls = self.calls();
+            calls.retain(Background::stop);
+            calls.iter().map(|b| b.done.clone()).collect()
+        };
+        for done in waits {
+            Background::finished(done).await;
+        }
+        self.calls().retain(|b| !b.is_done());
     }
 }
 
@@ -66,7 +117,12 @@ fn node_call(
     form: Form,
 ) -> impl Future<Output = NodeAnswer> + Send + 'static {
     let (nodes, call) = (nodes.clone(), call.clone());
-    async move { (i, nodes[i].run(&call, form, i).await) }
+    async move {
+        let answer = nodes[i].run(&call, form, i).await;
+        // Done: nothing of this request can be sent any more (see `Background::stop`).
+        call.progress.queued(i);
+        (i, answer)
+    }
 }
 
 /// `call` running on all nodes concurrently, each request bounded by its node's timeout
@@ -146,10 +202,15 @@ where
             return None;
         }
         let mut pending = std::mem::take(&mut self.pending);
+        let (finished, done) = watch::channel(());
+        tokio::spawn(async move {
+            let _finished = finished;
+            while pending.next().await.is_some() {}
+        });
         Some(Background {
             call: self.call.clone(),
             nodes: self.nodes.len(),
-            task: tokio::spawn(async move { while pending.next().await.is_some() {} }),
+            done,
         })
     }
 

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::error::{key_display, Error, Op, Result};
-use crate::fanout::{broadcast, fan_out, read_flag, Background, Outcome};
+use crate::fanout::{broadcast, fan_out, read_flag, Background, InFlight, Outcome};
 use crate::lock::Shared;
 use crate::node::Form;
 use crate::quorum::{self, Decision};
@@ -36,7 +36,7 @@ pub(crate) struct Lease {
     /// The lease's calls still in flight to slower nodes after they were decided (acquire,
     /// fencing write-back, extend): the next operation settles them first, so that on each
     /// node it runs after them (docs/DESIGN.md, "Ordering").
-    in_flight: Mutex<Vec<Background>>,
+    in_flight: InFlight,
 }
 
 struct State {
@@ -69,7 +69,7 @@ impl Lease {
             ops: tokio::sync::Mutex::new(()),
             holds: AtomicUsize::new(1),
             token,
-            in_flight: Mutex::new(in_flight),
+            in_flight: InFlight::new(in_flight),
         }
     }
 
@@ -134,22 +134,32 @@ impl Lease {
         }
     }
 
-    /// Settles the lease's calls still in flight (see `in_flight`). Called with `ops` held.
-    async fn settle_in_flight(&self) {
-        let in_flight =
-            std::mem::take(&mut *self.in_flight.lock().unwrap_or_else(|p| p.into_inner()));
-        for background in in_flight {
-            // Usually immediate; at worst bounded by the node timeout.
-            background.settle().await;
+    /// Confirms a renewal: moves the deadline to `next` if the lease is still live and the
+    /// quorum came before the deadline in force (`now` is when the decision was taken).
+    /// False when it came too late, or the lease was lost or ended meanwhile: a renewal never
+    /// brings a lease back.
+    fn confirm(&self, ttl: Duration, next: Instant, now: Instant) -> bool {
+        {
+            let mut s = self.state();
+            if s.lost || s.ended || now >= s.deadline {
+                return false;
+            }
+            s.ttl = ttl;
+            s.deadline = next;
         }
+        self.moved.notify_waiters();
+        true
     }
 
-    fn keep_in_flight(&self, background: Option<Background>) {
-        if let Some(background) = background {
-            self.in_flight
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(background);
+    /// Waits for the operation lock while the lease is live, following moves of the deadline
+    /// (another renewal may extend it while this one waits). `None` once the lease is not
+    /// live any more.
+    async fn ops_while_live(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        loop {
+            let current = self.live_deadline()?;
+            if let Ok(ops) = tokio::time::timeout_at(current, self.ops.lock()).await {
+                return Some(ops);
+            }
         }
     }
 
@@ -169,67 +179,67 @@ impl Lease {
     ) -> Result<()> {
         let span = tracing::debug_span!("extend", key = %key_display(&self.key), ?ttl);
         async {
-            let Some(current) = self.live_deadline() else {
-                self.mark_lost(shared);
-                return Err(self.lost_error());
-            };
             let config = &shared.config;
             let drift = quorum::drift(ttl, config.drift_factor);
             let ttl_ms = ttl.as_millis().to_string();
-            // A quorum confirmed after the current deadline proves nothing: the entries may
-            // have expired in between. So the wait for an operation in flight, and the wait
-            // for the quorum, must end before it.
-            let decided = tokio::time::timeout_at(current, async {
-                let ops = self.ops.lock().await;
-                self.live_deadline()?;
-                self.settle_in_flight().await;
-                let start = Instant::now();
-                let next = start + quorum::trusted_for(ttl, drift);
-                // Invariant 2: cut before sending, never after.
-                self.set_deadline(|s| s.deadline = s.deadline.min(next));
-                let call = Call::new(
-                    &EXTEND,
-                    &self.key,
-                    &[self.holder.as_bytes(), ttl_ms.as_bytes()],
-                );
-                let mut fan = fan_out(&shared.nodes, config.required, call, read_flag);
-                let decided = tokio::time::timeout_at(self.deadline(), fan.decide()).await;
-                Some((ops, start, next, fan, decided.is_ok()))
-            })
-            .await;
-            let Ok(Some((_ops, start, next, mut fan, in_time))) = decided else {
+            let lost = || {
                 if !self.state().ended {
                     self.mark_lost(shared);
                 }
-                return Err(self.lost_error());
+                Err(self.lost_error())
             };
+            // A quorum confirmed after the deadline proves nothing: the entries may have
+            // expired in between. So every wait below is bounded by the deadline in force
+            // (read afresh after each wait: another renewal may have moved it).
+            let Some(_ops) = self.ops_while_live().await else {
+                return lost();
+            };
+            let Some(current) = self.live_deadline() else {
+                return lost();
+            };
+            if tokio::time::timeout_at(current, self.in_flight.settle())
+                .await
+                .is_err()
+            {
+                return lost();
+            }
+            let start = Instant::now();
+            if self.live_deadline().is_none() {
+                return lost();
+            }
+            let next = start + quorum::trusted_for(ttl, drift);
+            // Invariant 2: a request that may shorten the entries cuts the deadline before it
+            // is sent, never after.
+            self.set_deadline(|s| s.deadline = s.deadline.min(next));
+            let call = Call::new(
+                &EXTEND,
+                &self.key,
+                &[self.holder.as_bytes(), ttl_ms.as_bytes()],
+            );
+            let mut fan = fan_out(&shared.nodes, config.required, call, read_flag);
+            let decided = tokio::time::timeout_at(self.deadline(), fan.decide()).await;
+            let decided_at = Instant::now();
             let outcome = &fan.outcome;
-            let confirmed = in_time
-                && outcome.decision == Decision::Reached
-                && quorum::validity(ttl, start.elapsed(), drift).is_some();
-            if confirmed {
-                self.set_deadline(|s| {
-                    s.ttl = ttl;
-                    s.deadline = next;
-                });
+            let reached = decided.is_ok() && outcome.decision == Decision::Reached;
+            if reached && self.confirm(ttl, next, decided_at) {
                 shared.counters.extended.fetch_add(1, Ordering::Relaxed);
                 if let Some(by) = repair_by {
                     // Bounded, so that the next renewal is not delayed by a slow node.
                     let _ = tokio::time::timeout_at(by, fan.collect()).await;
                     let refused = fan.outcome.refused.clone();
-                    self.keep_in_flight(fan.detach());
+                    self.in_flight.push(fan.detach());
                     if !refused.is_empty() {
                         self.repair(shared, &refused).await;
                     }
                 } else {
-                    self.keep_in_flight(fan.detach());
+                    self.in_flight.push(fan.detach());
                 }
                 return Ok(());
             }
-            if !in_time {
-                self.keep_in_flight(fan.detach());
-                self.mark_lost(shared);
-                return Err(self.lost_error());
+            if decided.is_err() || reached {
+                // No quorum before the deadline, or it came too late to count.
+                self.in_flight.push(fan.detach());
+                return lost();
             }
             let (refused, yes) = (outcome.tally.refused(), outcome.tally.yes());
             let error = if shared.nodes.len() - refused < config.required {
@@ -246,7 +256,7 @@ impl Lease {
                     failures: std::mem::take(&mut fan.outcome.failures),
                 }
             };
-            self.keep_in_flight(fan.detach());
+            self.in_flight.push(fan.detach());
             Err(error)
         }
         .instrument(span)
@@ -287,7 +297,7 @@ impl Lease {
         let span = tracing::debug_span!("release", key = %key_display(&self.key));
         async {
             let _ops = self.ops.lock().await;
-            self.settle_in_flight().await;
+            self.in_flight.settle().await;
             let channel = release_channel(&self.key);
             let call = Call::new(
                 &RELEASE,

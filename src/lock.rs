@@ -472,7 +472,7 @@ impl QuorumLock {
                 wait_first = false;
                 (None, None)
             } else {
-                attempts += 1;
+                attempts = attempts.saturating_add(1);
                 match self.attempt(&key, &plan).await {
                     Ok(guard) => return Ok(guard),
                     Err(Miss::Contended(hint)) => (None, hint),

@@ -2,6 +2,7 @@
 //! per-node timeout, script calls with NOSCRIPT fallback, and error classification.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use std::time::Duration;
@@ -184,7 +185,18 @@ pub(crate) struct Node {
     timeout: Duration,
     connect_timeout: Duration,
     link: Arc<Link>,
+    /// Requests of this client on their way to the node or waiting for its answer.
+    in_flight: AtomicUsize,
 }
+
+/// The capacity of a connection's request queue.
+const QUEUE_CAPACITY: usize = 1 << 16;
+
+/// The most requests a client keeps in flight to one node; a call beyond it fails at once.
+/// Below the queue's capacity, so that the queue is never full and a request always takes
+/// its place on its first poll (a full queue would make it wait for room, and a later
+/// request could take the room first).
+const MAX_IN_FLIGHT: usize = QUEUE_CAPACITY - 64;
 
 impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -205,6 +217,7 @@ impl Node {
                 slot: Mutex::new(Slot::default()),
                 connected: Notify::new(),
             }),
+            in_flight: AtomicUsize::new(0),
         }
     }
 
@@ -284,9 +297,16 @@ impl Node {
         form: Form,
         slot: usize,
     ) -> Result<Value, NodeFailure> {
+        let Some(_in_flight) = InFlightRequest::enter(&self.in_flight) else {
+            return Err(NodeFailure::new(
+                self.name(),
+                FailureKind::Connection,
+                format!("more than {MAX_IN_FLIGHT} requests in flight to this node"),
+            ));
+        };
         self.bounded(self.timeout, self.on_connection(|mut conn, resent| async move {
             let first = match (form, resent) {
-                (_, true) => send(&mut conn, &call.resend(), call, slot).await,
+                (_, true) => send(&mut conn, &call.resend(form), call, slot).await,
                 (Form::Sha, false) => send(&mut conn, call.command(), call, slot).await,
                 (Form::Eval, false) => send(&mut conn, &call.eval(), call, slot).await,
             };
@@ -375,7 +395,12 @@ impl Node {
 /// The background connect of one node: connects, loads every script, and publishes the new
 /// connection (or the failure) in the slot, waking the callers waiting for it.
 async fn connect(addr: Arc<NodeAddr>, link: Arc<Link>, limit: Duration) {
-    let result = match tokio::time::timeout(limit, open(&addr)).await {
+    let mut pending = ConnectInFlight {
+        link: &link,
+        addr: &addr,
+        result: None,
+    };
+    pending.result = Some(match tokio::time::timeout(limit, open(&addr)).await {
         Ok(Ok(conn)) => Ok(conn),
         Ok(Err(e)) => Err(classify(&addr, &e)),
         Err(_) => Err(NodeFailure::new(
@@ -383,23 +408,44 @@ async fn connect(addr: Arc<NodeAddr>, link: Arc<Link>, limit: Duration) {
             FailureKind::Timeout,
             format!("could not connect within {limit:?}"),
         )),
-    };
-    {
-        let mut slot = link.slot.lock().unwrap_or_else(|p| p.into_inner());
-        slot.connecting = false;
-        match result {
-            Ok(conn) => {
-                slot.generation += 1;
-                slot.conn = Some(conn);
-                slot.failure = None;
-            }
-            Err(failure) => {
-                tracing::debug!(node = %addr.display, error = %failure, "connect failed");
-                slot.failure = Some(failure);
+    });
+}
+
+/// Publishes a background connect's outcome when it ends, also when the task is dropped
+/// before finishing (its runtime shut down): the slot is never left "connecting" with
+/// callers waiting for a connect that will not come.
+struct ConnectInFlight<'a> {
+    link: &'a Link,
+    addr: &'a NodeAddr,
+    result: Option<Result<MultiplexedConnection, NodeFailure>>,
+}
+
+impl Drop for ConnectInFlight<'_> {
+    fn drop(&mut self) {
+        let result = self.result.take().unwrap_or_else(|| {
+            Err(NodeFailure::new(
+                &self.addr.display,
+                FailureKind::Connection,
+                "connect abandoned (runtime shut down)",
+            ))
+        });
+        {
+            let mut slot = self.link.slot.lock().unwrap_or_else(|p| p.into_inner());
+            slot.connecting = false;
+            match result {
+                Ok(conn) => {
+                    slot.generation += 1;
+                    slot.conn = Some(conn);
+                    slot.failure = None;
+                }
+                Err(failure) => {
+                    tracing::debug!(node = %self.addr.display, error = %failure, "connect failed");
+                    slot.failure = Some(failure);
+                }
             }
         }
+        self.link.connected.notify_waiters();
     }
-    link.connected.notify_waiters();
 }
 
 /// Opens a connection and loads every script on it, before it is used, so that a call can
@@ -407,9 +453,12 @@ async fn connect(addr: Arc<NodeAddr>, link: Arc<Link>, limit: Duration) {
 async fn open(addr: &NodeAddr) -> Result<MultiplexedConnection, RedisError> {
     // Timeouts are ours (per call), not the driver's: a driver timeout would fail a request
     // that is still queued, and we must not reconnect underneath it.
+    // The request queue is large enough never to be full (see `MAX_IN_FLIGHT`): a request
+    // then takes its place in the queue on its first poll (docs/DESIGN.md, "Ordering").
     let config = AsyncConnectionConfig::new()
         .set_response_timeout(None)
-        .set_connection_timeout(None);
+        .set_connection_timeout(None)
+        .set_pipeline_buffer_size(QUEUE_CAPACITY);
     let conn = addr
         .client
         .get_multiplexed_async_connection_with_config(&config)
@@ -462,12 +511,31 @@ async fn send(
             "call stopped by a later call of the same lease",
         )));
     }
-    let mut request = std::pin::pin!(conn.send_packed_command(cmd));
+    // Unconstrained: a task out of its scheduling budget would otherwise get its room in the
+    // queue and yet return before writing the request.
+    let mut request = std::pin::pin!(tokio::task::unconstrained(conn.send_packed_command(cmd)));
     let first = std::future::poll_fn(|cx| std::task::Poll::Ready(request.as_mut().poll(cx))).await;
     progress.queued(slot);
     match first {
         std::task::Poll::Ready(result) => result,
         std::task::Poll::Pending => request.await,
+    }
+}
+
+/// Counts a request in flight to a node, for as long as it lives.
+struct InFlightRequest<'a>(&'a AtomicUsize);
+
+impl<'a> InFlightRequest<'a> {
+    fn enter(count: &'a AtomicUsize) -> Option<InFlightRequest<'a>> {
+        let before = count.fetch_add(1, Ordering::AcqRel);
+        let request = InFlightRequest(count);
+        (before < MAX_IN_FLIGHT).then_some(request)
+    }
+}
+
+impl Drop for InFlightRequest<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

@@ -8,6 +8,8 @@ use std::sync::OnceLock;
 
 use redis::Cmd;
 
+use crate::node::Form;
+
 /// A script with its SHA1, loaded on every node connection.
 pub(crate) struct LockScript {
     name: &'static str,
@@ -120,9 +122,14 @@ impl Call {
     /// find this holder's own entry and refuse; it is re-sent as [`ACQUIRE_OWN`] (plain EVAL,
     /// so that it cannot answer NOSCRIPT), which counts the holder's own entry as taken. Every
     /// script is safe to repeat as it is (see `Node::on_connection`).
-    pub(crate) fn resend(&self) -> Cmd {
+    pub(crate) fn resend(&self, form: Form) -> Cmd {
         if self.script.is_some() {
-            return self.command.clone();
+            // In `Form::Eval` (a rollback) the re-send must not be able to answer NOSCRIPT
+            // either.
+            return match form {
+                Form::Sha => self.command.clone(),
+                Form::Eval => self.eval(),
+            };
         }
         // SET key holder NX PX ms -> EVAL acquire-own 1 key holder ms
         let args: Vec<&[u8]> = self
@@ -163,8 +170,9 @@ fn script_eval<'a>(script: &LockScript, args: impl Iterator<Item = redis::Arg<&'
 /// The native acquire, re-sent after a dropped connection (see [`Call::resend`]): takes the
 /// key when it is free, and counts it as taken when it already holds this holder's value (the
 /// first request was applied before the connection dropped). Never touches another holder's
-/// entry, and leaves the TTL of an existing own entry as it is (it was set by the first
-/// request, so it expires no earlier than a fresh one would).
+/// entry, and leaves the TTL of an existing own entry as it is: it was set by the first
+/// request, after the attempt's start, so it expires no earlier than the deadline the client
+/// computes from that start.
 ///
 /// KEYS[1] lock key. ARGV[1] holder value, ARGV[2] TTL in ms.
 ///

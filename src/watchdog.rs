@@ -17,7 +17,8 @@ use crate::lock::Shared;
 /// Keeps `lease` alive with renewals of `ttl` until it ends, is lost, or `max_hold` (from now)
 /// is reached; after that the lock simply runs out at its deadline.
 ///
-/// Renewals are due every `ttl / 3` from the start of the previous one. A renewal takes effect
+/// Renewals are due every `ttl / 3` from the start of the previous one (the first a third into
+/// the lease, measured from the acquire's start). A renewal takes effect
 /// as soon as a quorum confirms it; the slower nodes' answers are awaited (for repair) only
 /// until the next one is due, so that one slow node cannot delay the schedule.
 pub(crate) async fn run(
@@ -28,7 +29,12 @@ pub(crate) async fn run(
 ) {
     // Beyond what an Instant can hold, there is no limit.
     let limit = max_hold.and_then(|m| Instant::now().checked_add(m));
-    let mut next = Instant::now() + ttl / 3;
+    // The first renewal is due a third into the lease as the acquire measured it (from its
+    // start, not from now: a slow acquire leaves less of the lease).
+    let mut next = lease
+        .deadline()
+        .checked_sub(ttl * 2 / 3)
+        .unwrap_or_else(Instant::now);
     loop {
         tokio::select! {
             () = lease.signal().cancelled() => return,
