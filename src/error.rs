@@ -295,6 +295,3 @@ fn failed(failures: &[NodeFailure]) -> String {
     }
 }
 
-pub(crate) fn key_display(key: &[u8]) -> String {
-    String::from_utf8_lossy(key).into_owned()
-}

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::error::{key_display, Error, Result};
+use crate::error::{Error, Result};
 use crate::lease::{Lease, LostSignal};
-use crate::lock::Shared;
+use crate::state::ClientState;
 use crate::owner::OwnerInner;
 use crate::quorum::Decision;
 
@@ -20,7 +20,7 @@ use crate::quorum::Decision;
 /// `Send + Sync + 'static`: it can move into spawned tasks.
 #[must_use = "dropping a guard releases the lock at once"]
 pub struct LockGuard {
-    shared: Arc<Shared>,
+    shared: Arc<ClientState>,
     lease: Arc<Lease>,
     owner: Option<Arc<OwnerInner>>,
     released: bool,
@@ -29,7 +29,7 @@ pub struct LockGuard {
 impl std::fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockGuard")
-            .field("key", &key_display(&self.lease.key))
+            .field("key", &self.lease.key)
             .field("validity", &self.validity())
             .field("held", &self.is_held())
             .finish()
@@ -38,7 +38,7 @@ impl std::fmt::Debug for LockGuard {
 
 impl LockGuard {
     pub(crate) fn new(
-        shared: Arc<Shared>,
+        shared: Arc<ClientState>,
         lease: Arc<Lease>,
         owner: Option<Arc<OwnerInner>>,
     ) -> LockGuard {
@@ -52,7 +52,7 @@ impl LockGuard {
 
     /// The lock key.
     pub fn key(&self) -> &[u8] {
-        &self.lease.key
+        self.lease.key.bytes()
     }
 
     /// The random value that proves ownership on the nodes (fresh for every acquisition).
@@ -151,7 +151,7 @@ impl LockGuard {
 
     fn not_held(&self, confirmed: usize, failures: Vec<crate::NodeFailure>) -> Error {
         Error::NotHeld {
-            key: key_display(&self.lease.key),
+            key: self.lease.key.to_string(),
             confirmed,
             required: self.shared.config.required,
             failures,

@@ -11,15 +11,16 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::error::{key_display, Error, Op, Result};
+use crate::error::{Error, Op, Result};
 use crate::fanout::{broadcast, fan_out, read_flag, Background, InFlight, Outcome};
-use crate::lock::Shared;
+use crate::state::ClientState;
 use crate::node::Form;
 use crate::quorum::{self, Decision};
-use crate::scripts::{release_channel, Call, EXTEND, RELEASE};
+use crate::key::Key;
+use crate::scripts::{Call, EXTEND, RELEASE};
 
 pub(crate) struct Lease {
-    pub(crate) key: Arc<[u8]>,
+    pub(crate) key: Key,
     pub(crate) holder: String,
     state: Mutex<State>,
     /// Cancelled once the lease can no longer be trusted: lost, or ended by release or drop.
@@ -48,7 +49,7 @@ struct State {
 
 impl Lease {
     pub(crate) fn new(
-        key: Arc<[u8]>,
+        key: Key,
         holder: String,
         ttl: Duration,
         deadline: Instant,
@@ -102,7 +103,7 @@ impl Lease {
         &self.signal
     }
 
-    pub(crate) fn mark_lost(&self, shared: &Shared) {
+    pub(crate) fn mark_lost(&self, shared: &ClientState) {
         let first = {
             let mut s = self.state();
             let first = !s.lost && !s.ended;
@@ -111,7 +112,7 @@ impl Lease {
         };
         if first {
             shared.counters.lost.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(key = %key_display(&self.key), "lock lost");
+            tracing::warn!(key = %self.key, "lock lost");
         }
         self.signal.cancel();
     }
@@ -130,7 +131,7 @@ impl Lease {
 
     pub(crate) fn lost_error(&self) -> Error {
         Error::LockLost {
-            key: key_display(&self.key),
+            key: self.key.to_string(),
         }
     }
 
@@ -173,11 +174,11 @@ impl Lease {
     /// and the nodes that said they lack the entry get it back.
     pub(crate) async fn renew(
         &self,
-        shared: &Shared,
+        shared: &ClientState,
         ttl: Duration,
         repair_by: Option<Instant>,
     ) -> Result<()> {
-        let span = tracing::debug_span!("extend", key = %key_display(&self.key), ?ttl);
+        let span = tracing::debug_span!("extend", key = %self.key, ?ttl);
         async {
             let config = &shared.config;
             let drift = quorum::drift(ttl, config.drift_factor);
@@ -213,7 +214,7 @@ impl Lease {
             self.set_deadline(|s| s.deadline = s.deadline.min(next));
             let call = Call::new(
                 &EXTEND,
-                &self.key,
+                self.key.bytes(),
                 &[self.holder.as_bytes(), ttl_ms.as_bytes()],
             );
             let mut fan = fan_out(&shared.nodes, config.required, call, read_flag);
@@ -249,7 +250,7 @@ impl Lease {
             } else {
                 Error::NoQuorum {
                     op: Op::Extend,
-                    key: key_display(&self.key),
+                    key: self.key.to_string(),
                     confirmed: yes,
                     required: config.required,
                     refused,
@@ -266,7 +267,7 @@ impl Lease {
     /// Puts the entry back on `nodes` where the key is absent, for the remaining validity
     /// (docs/DESIGN.md, "Repair"). Only called right after a quorum confirmed a renewal, for
     /// the nodes that answered that they lack the entry.
-    async fn repair(&self, shared: &Shared, nodes: &[usize]) {
+    async fn repair(&self, shared: &ClientState, nodes: &[usize]) {
         let Some(remaining) = self.live_deadline().map(|d| d - Instant::now()) else {
             return;
         };
@@ -275,7 +276,7 @@ impl Lease {
             return;
         }
         let ms = ms.to_string();
-        let call = Call::set_if_absent("repair", &self.key, self.holder.as_bytes(), ms.as_bytes());
+        let call = Call::set_if_absent("repair", self.key.bytes(), self.holder.as_bytes(), ms.as_bytes());
         let answers = broadcast(&shared.nodes, nodes.iter().copied(), call, Form::Sha).await;
         let repaired = answers
             .iter()
@@ -286,23 +287,22 @@ impl Lease {
                 .counters
                 .repaired
                 .fetch_add(repaired as u64, Ordering::Relaxed);
-            tracing::info!(key = %key_display(&self.key), repaired, "lock entry restored on nodes that had lost it");
+            tracing::info!(key = %self.key, repaired, "lock entry restored on nodes that had lost it");
         }
     }
 
     /// Releases on every node (compare-and-delete, publishing the release notice), after the
     /// lease's calls in flight. Returns at quorum; when the quorum is not reached, waits for
     /// every node's answer (each bounded by the node timeout), so that the report is exact.
-    pub(crate) async fn release_on_nodes(&self, shared: &Shared) -> Outcome {
-        let span = tracing::debug_span!("release", key = %key_display(&self.key));
+    pub(crate) async fn release_on_nodes(&self, shared: &ClientState) -> Outcome {
+        let span = tracing::debug_span!("release", key = %self.key);
         async {
             let _ops = self.ops.lock().await;
             self.in_flight.settle().await;
-            let channel = release_channel(&self.key);
             let call = Call::new(
                 &RELEASE,
-                &self.key,
-                &[self.holder.as_bytes(), &channel, b"1"],
+                self.key.bytes(),
+                &[self.holder.as_bytes(), self.key.release_channel(), b"1"],
             );
             let mut fan = fan_out(&shared.nodes, shared.config.required, call, read_flag);
             if fan.decide().await == Decision::Reached {
@@ -325,21 +325,21 @@ impl Lease {
 /// Cheap to clone, `Send + Sync + 'static`: hand it to the tasks doing the guarded work.
 #[derive(Clone)]
 pub struct LostSignal {
-    shared: Arc<Shared>,
+    shared: Arc<ClientState>,
     lease: Arc<Lease>,
 }
 
 impl std::fmt::Debug for LostSignal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LostSignal")
-            .field("key", &key_display(&self.lease.key))
+            .field("key", &self.lease.key.to_string())
             .field("fired", &self.is_fired())
             .finish()
     }
 }
 
 impl LostSignal {
-    pub(crate) fn new(shared: Arc<Shared>, lease: Arc<Lease>) -> LostSignal {
+    pub(crate) fn new(shared: Arc<ClientState>, lease: Arc<Lease>) -> LostSignal {
         LostSignal { shared, lease }
     }
 

@@ -95,15 +95,18 @@
 #![deny(unsafe_code)]
 
 mod builder;
+mod config;
 mod error;
 mod fanout;
 mod guard;
+mod key;
 mod lease;
 mod lock;
 mod node;
 mod owner;
 pub mod quorum;
 mod scripts;
+mod state;
 mod wakeup;
 mod watchdog;
 
@@ -116,11 +119,13 @@ pub mod testkit;
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
-pub use builder::{Builder, MAX_DURATION, MAX_TTL};
+pub use builder::Builder;
+pub use config::{MAX_DURATION, MAX_TTL};
 pub use error::{Error, FailureKind, NodeFailure, Op, Result};
 pub use guard::LockGuard;
 pub use lease::LostSignal;
-pub use lock::{LockRequest, QuorumLock, Scoped, Stats, MAX_KEY_LEN};
+pub use key::{MAX_KEY_LEN, RESERVED_PREFIX};
+pub use lock::{LockRequest, QuorumLock, Scoped};
+pub use state::Stats;
 pub use owner::Owner;
 pub use quorum::Quorum;
-pub use scripts::RESERVED_PREFIX;

@@ -3,7 +3,7 @@
 
 use std::future::Future;
 use std::pin::pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,52 +11,19 @@ use rand::Rng;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::builder::{check_duration, Builder, Config};
-use crate::error::{key_display, Error, Op, Result};
+use crate::builder::Builder;
+use crate::config::check_duration;
+use crate::error::{Error, Op, Result};
 use crate::fanout::{broadcast, fan_out, read_acquire, read_flag, Background, Outcome};
 use crate::guard::LockGuard;
 use crate::lease::{Lease, LostSignal};
-use crate::node::{Form, Nodes};
+use crate::node::Form;
 use crate::owner::Owner;
 use crate::quorum::{self, Decision};
-use crate::scripts::{
-    fence_key, release_channel, Call, ACQUIRE_FENCED, FENCE_MAX, RELEASE, RESERVED_PREFIX,
-};
-use crate::wakeup::{Subscription, Wakeups};
-
-/// The longest key accepted (64 KiB). Redis allows more, but a lock key is a name, and it is
-/// copied into every request and release channel.
-pub const MAX_KEY_LEN: usize = 64 * 1024;
-
-/// State shared by a client's clones and its guards.
-pub(crate) struct Shared {
-    pub(crate) nodes: Nodes,
-    pub(crate) config: Config,
-    pub(crate) counters: Counters,
-    /// Pub/sub wake-ups for waiters; `None` when disabled.
-    wakeups: Option<Arc<Wakeups>>,
-    /// Identifies this client in holder values.
-    client_id: String,
-}
-
-impl Shared {
-    pub(crate) fn new(nodes: Nodes, config: Config) -> Shared {
-        let wakeups = config.pubsub.then(|| {
-            Arc::new(Wakeups::new(
-                nodes.clone(),
-                config.required,
-                config.node_timeout,
-            ))
-        });
-        Shared {
-            nodes,
-            config,
-            counters: Counters::default(),
-            wakeups,
-            client_id: uuid::Uuid::new_v4().simple().to_string(),
-        }
-    }
-}
+use crate::key::Key;
+use crate::scripts::{Call, ACQUIRE_FENCED, FENCE_MAX, RELEASE};
+use crate::state::{ClientState, Stats};
+use crate::wakeup::Subscription;
 
 /// A client for locks held across N independent Redis masters (RedLock, or MultiLock with
 /// [`Quorum::All`](crate::Quorum::All)).
@@ -65,7 +32,7 @@ impl Shared {
 /// when the last clone and the last guard are dropped.
 #[derive(Clone)]
 pub struct QuorumLock {
-    shared: Arc<Shared>,
+    shared: Arc<ClientState>,
 }
 
 impl std::fmt::Debug for QuorumLock {
@@ -92,7 +59,7 @@ impl QuorumLock {
         Builder::default()
     }
 
-    pub(crate) fn from_shared(shared: Shared) -> QuorumLock {
+    pub(crate) fn from_state(shared: ClientState) -> QuorumLock {
         QuorumLock {
             shared: Arc::new(shared),
         }
@@ -190,28 +157,6 @@ impl QuorumLock {
         self.lock(key).run(work).await
     }
 
-    fn check_key(key: &[u8]) -> Result<()> {
-        if key.is_empty() {
-            return Err(Error::InvalidKey {
-                reason: "must not be empty".into(),
-            });
-        }
-        if key.len() > MAX_KEY_LEN {
-            return Err(Error::InvalidKey {
-                reason: format!("{} bytes, longer than {MAX_KEY_LEN}", key.len()),
-            });
-        }
-        if key.starts_with(RESERVED_PREFIX.as_bytes()) {
-            return Err(Error::InvalidKey {
-                reason: format!(
-                    "keys starting with {RESERVED_PREFIX:?} are reserved for the library's own \
-                     keys (fencing counters, release channels)"
-                ),
-            });
-        }
-        Ok(())
-    }
-
     fn holder_value(&self, owner: Option<&Owner>) -> String {
         let nonce = uuid::Uuid::new_v4().simple();
         match owner {
@@ -224,7 +169,7 @@ impl QuorumLock {
     /// on every node when it is not a success.
     async fn attempt(
         &self,
-        key: &Arc<[u8]>,
+        key: &Key,
         plan: &Plan<'_>,
     ) -> std::result::Result<LockGuard, Miss> {
         let shared = &self.shared;
@@ -232,11 +177,11 @@ impl QuorumLock {
         let ttl = plan.ttl;
         let holder = self.holder_value(plan.owner);
         let ttl_ms = ttl.as_millis().to_string();
-        let fence = plan.fencing.then(|| fence_key(key));
+        let fence = plan.fencing.then(|| key.fence_key());
         let argv: [&[u8]; 2] = [holder.as_bytes(), ttl_ms.as_bytes()];
         let call = match &fence {
-            Some(fence) => Call::with_keys(&ACQUIRE_FENCED, &[key, fence], &argv),
-            None => Call::set_if_absent("acquire", key, argv[0], argv[1]),
+            Some(fence) => Call::with_keys(&ACQUIRE_FENCED, &[key.bytes(), fence], &argv),
+            None => Call::set_if_absent("acquire", key.bytes(), argv[0], argv[1]),
         };
         shared.counters.attempts.fetch_add(1, Ordering::Relaxed);
 
@@ -268,7 +213,7 @@ impl QuorumLock {
                     }
                     (Err(e), _) => e,
                     _ => Error::ValidityExhausted {
-                        key: key_display(key),
+                        key: key.to_string(),
                         elapsed,
                         ttl,
                     },
@@ -287,7 +232,7 @@ impl QuorumLock {
             }
             _ => Miss::Failed(Error::NoQuorum {
                 op: Op::Acquire,
-                key: key_display(key),
+                key: key.to_string(),
                 confirmed: outcome.tally.yes(),
                 required: config.required,
                 refused: outcome.tally.refused(),
@@ -319,14 +264,14 @@ impl QuorumLock {
     /// write-back's requests still in flight, for the lease to order before its next call.
     async fn fence(
         &self,
-        key: &[u8],
+        key: &Key,
         fence: &[u8],
         max: Option<i64>,
     ) -> (Result<Option<u64>>, Option<Background>) {
         let shared = &self.shared;
         let no_quorum = |outcome: Option<&Outcome>| Error::NoQuorum {
             op: Op::Acquire,
-            key: key_display(key),
+            key: key.to_string(),
             confirmed: outcome.map_or(0, |o| o.tally.yes()),
             required: shared.config.required,
             refused: outcome.map_or(0, |o| o.tally.refused()),
@@ -350,7 +295,7 @@ impl QuorumLock {
     /// Wraps a confirmed acquisition in its guard, starting the watchdog if asked.
     fn hold(
         &self,
-        key: &Arc<[u8]>,
+        key: &Key,
         holder: String,
         plan: &Plan<'_>,
         deadline: Instant,
@@ -381,9 +326,9 @@ impl QuorumLock {
     }
 
     /// A reentrant owner's nested acquire: joins its live hold on the key, if any.
-    fn reenter(&self, key: &[u8], plan: &Plan<'_>) -> Option<LockGuard> {
+    fn reenter(&self, key: &Key, plan: &Plan<'_>) -> Option<LockGuard> {
         let owner = plan.owner?;
-        let lease = owner.inner().reenter(key)?;
+        let lease = owner.inner().reenter(key.bytes())?;
         Some(LockGuard::new(
             self.shared.clone(),
             lease,
@@ -392,9 +337,9 @@ impl QuorumLock {
     }
 
     /// Checks a request's key and lease.
-    fn prepare<'r>(&self, req: &LockRequest<'r>) -> Result<(Arc<[u8]>, Plan<'r>)> {
+    fn prepare<'r>(&self, req: &LockRequest<'r>) -> Result<(Key, Plan<'r>)> {
         let config = &self.shared.config;
-        Self::check_key(&req.key)?;
+        let key = Key::new(&req.key)?;
         let (ttl, watchdog) = match req.lease {
             LeaseMode::Fixed(ttl) => (ttl, false),
             LeaseMode::Watchdog(lease) => (lease.unwrap_or(config.watchdog_lease), true),
@@ -413,12 +358,12 @@ impl QuorumLock {
             max_hold: req.max_hold,
             owner: req.owner,
         };
-        Ok((req.key.as_slice().into(), plan))
+        Ok((key, plan))
     }
 
     async fn run_once(&self, req: LockRequest<'_>) -> Result<Option<LockGuard>> {
         let (key, plan) = self.prepare(&req)?;
-        let span = tracing::debug_span!("acquire", key = %key_display(&key), ttl = ?plan.ttl);
+        let span = tracing::debug_span!("acquire", key = %key, ttl = ?plan.ttl);
         async {
             if let Some(guard) = self.reenter(&key, &plan) {
                 return Ok(Some(guard));
@@ -437,13 +382,13 @@ impl QuorumLock {
         let (key, plan) = self.prepare(&req)?;
         let wait = req.wait.unwrap_or(self.shared.config.wait_timeout);
         let span =
-            tracing::debug_span!("acquire", key = %key_display(&key), ttl = ?plan.ttl, ?wait);
+            tracing::debug_span!("acquire", key = %key, ttl = ?plan.ttl, ?wait);
         self.wait_loop(key, plan, wait).instrument(span).await
     }
 
     /// Attempts until success or the wait ends. Between attempts a waiter sleeps until the
     /// key's release notice, or until min(the holder's PTTL, the jittered retry delay).
-    async fn wait_loop(&self, key: Arc<[u8]>, plan: Plan<'_>, wait: Duration) -> Result<LockGuard> {
+    async fn wait_loop(&self, key: Key, plan: Plan<'_>, wait: Duration) -> Result<LockGuard> {
         let config = &self.shared.config;
         let start = Instant::now();
         let deadline = start + wait;
@@ -454,7 +399,7 @@ impl QuorumLock {
         // attempt (local FIFO): racing them would split the next hand-off's votes.
         let mut wait_first = false;
         if let Some(wakeups) = &self.shared.wakeups {
-            subscription = wakeups.join_line(&release_channel(&key));
+            subscription = wakeups.join_line(key.release_channel());
             wait_first = subscription.is_some();
         }
         loop {
@@ -484,14 +429,14 @@ impl QuorumLock {
             // Out of time or retries, once at least one attempt was made.
             if (now >= deadline || !retries_left) && attempts > 0 {
                 return Err(error.unwrap_or_else(|| Error::WaitTimeout {
-                    key: key_display(&key),
+                    key: key.to_string(),
                     waited: now - start,
                     attempts,
                 }));
             }
             if error.is_none() && subscription.is_none() {
                 if let Some(wakeups) = &self.shared.wakeups {
-                    let (sub, confirmed) = wakeups.join(release_channel(&key)).await;
+                    let (sub, confirmed) = wakeups.join(key.release_channel().to_vec()).await;
                     tracing::debug!(confirmed, "subscribed to release notices");
                     subscription = Some(sub);
                     // Try again at once: a release before the subscription was active sent a
@@ -533,9 +478,12 @@ const QUICK_RETRY: Duration = Duration::from_millis(1);
 
 /// Releases an attempt's entries on every node, by plain EVAL (docs/DESIGN.md, "Ordering"),
 /// announcing only the nodes it gave back (see the release script).
-async fn rollback(shared: Arc<Shared>, key: Arc<[u8]>, holder: String) {
-    let channel = release_channel(&key);
-    let call = Call::new(&RELEASE, &key, &[holder.as_bytes(), &channel, b"2"]);
+async fn rollback(shared: Arc<ClientState>, key: Key, holder: String) {
+    let call = Call::new(
+        &RELEASE,
+        key.bytes(),
+        &[holder.as_bytes(), key.release_channel(), b"2"],
+    );
     broadcast(&shared.nodes, 0..shared.nodes.len(), call, Form::Eval).await;
 }
 
@@ -703,69 +651,3 @@ impl<'a> LockRequest<'a> {
     }
 }
 
-/// Counters of one client, shared by its clones.
-#[derive(Default)]
-pub(crate) struct Counters {
-    pub(crate) attempts: AtomicU64,
-    pub(crate) acquired: AtomicU64,
-    pub(crate) contended: AtomicU64,
-    pub(crate) failed: AtomicU64,
-    pub(crate) released: AtomicU64,
-    pub(crate) release_failed: AtomicU64,
-    pub(crate) extended: AtomicU64,
-    pub(crate) lost: AtomicU64,
-    pub(crate) repaired: AtomicU64,
-    pub(crate) woken: AtomicU64,
-}
-
-impl Shared {
-    fn snapshot(&self) -> Stats {
-        let c = &self.counters;
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        Stats {
-            attempts: get(&c.attempts),
-            acquired: get(&c.acquired),
-            contended: get(&c.contended),
-            failed: get(&c.failed),
-            released: get(&c.released),
-            release_failed: get(&c.release_failed),
-            extended: get(&c.extended),
-            lost: get(&c.lost),
-            repaired: get(&c.repaired),
-            woken: get(&c.woken),
-            notices: self.wakeups.as_ref().map_or(0, |w| w.notices()),
-            waiting: self.wakeups.as_ref().map_or(0, |w| w.waiting()),
-        }
-    }
-}
-
-/// A snapshot of a client's counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Stats {
-    /// Acquire attempts (each a fan-out to all nodes).
-    pub attempts: u64,
-    /// Attempts that returned a guard.
-    pub acquired: u64,
-    /// Attempts refused because others held the lock.
-    pub contended: u64,
-    /// Attempts that failed for lack of nodes or validity.
-    pub failed: u64,
-    /// Releases a quorum confirmed.
-    pub released: u64,
-    /// Releases a quorum did not confirm (the lock was lost or nodes failed).
-    pub release_failed: u64,
-    /// Extensions and watchdog renewals a quorum confirmed.
-    pub extended: u64,
-    /// Guards that became lost (including fixed-TTL locks whose validity ran out unreleased).
-    pub lost: u64,
-    /// Node entries restored by the watchdog's repair.
-    pub repaired: u64,
-    /// Waits that a release notice ended (the rest ended on their timer).
-    pub woken: u64,
-    /// Wake-ups from release notices: each time a quorum of nodes reported a waited-on key
-    /// free.
-    pub notices: u64,
-    /// Tasks currently waiting for a release notice on some key (a gauge, not a counter).
-    pub waiting: u64,
-}

@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use crate::error::Result;
+use crate::key::Key;
 use crate::lease::Lease;
 use crate::lock::{LockRequest, QuorumLock};
 use crate::LockGuard;
@@ -42,11 +43,11 @@ impl std::fmt::Debug for Owner {
 
 pub(crate) struct OwnerInner {
     pub(crate) id: String,
-    held: Mutex<HashMap<Arc<[u8]>, Weak<Lease>>>,
+    held: Mutex<HashMap<Key, Weak<Lease>>>,
 }
 
 impl OwnerInner {
-    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<[u8]>, Weak<Lease>>> {
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Weak<Lease>>> {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
 

@@ -277,29 +277,3 @@ return 0
 
 /// Every script, for loading on connect.
 pub(crate) static ALL_SCRIPTS: [&LockScript; 4] = [&ACQUIRE_FENCED, &FENCE_MAX, &RELEASE, &EXTEND];
-
-/// The prefix of every key and channel the library itself names on the nodes (fencing
-/// counters, release channels). Lock keys may not start with it ([`Error::InvalidKey`]), so a
-/// user's lock can never be mistaken for one of the library's own keys, nor the other way
-/// round.
-///
-/// [`Error::InvalidKey`]: crate::Error::InvalidKey
-pub const RESERVED_PREFIX: &str = "quorum-lock:";
-
-/// The pub/sub channel on which a release of `key` is announced.
-pub(crate) fn release_channel(key: &[u8]) -> Vec<u8> {
-    prefixed(b"quorum-lock:released:", key)
-}
-
-/// The key of `key`'s fencing counter.
-pub(crate) fn fence_key(key: &[u8]) -> Vec<u8> {
-    prefixed(b"quorum-lock:fence:", key)
-}
-
-fn prefixed(prefix: &[u8], key: &[u8]) -> Vec<u8> {
-    debug_assert!(prefix.starts_with(RESERVED_PREFIX.as_bytes()));
-    let mut name = Vec::with_capacity(prefix.len() + key.len());
-    name.extend_from_slice(prefix);
-    name.extend_from_slice(key);
-    name
-}

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::error::{key_display, Error};
+use crate::error::Error;
 use crate::lease::Lease;
-use crate::lock::Shared;
+use crate::state::ClientState;
 
 /// Keeps `lease` alive with renewals of `ttl` until it ends, is lost, or `max_hold` (from now)
 /// is reached; after that the lock simply runs out at its deadline.
@@ -22,7 +22,7 @@ use crate::lock::Shared;
 /// as soon as a quorum confirms it; the slower nodes' answers are awaited (for repair) only
 /// until the next one is due, so that one slow node cannot delay the schedule.
 pub(crate) async fn run(
-    shared: Arc<Shared>,
+    shared: Arc<ClientState>,
     lease: Arc<Lease>,
     ttl: Duration,
     max_hold: Option<Duration>,
@@ -47,7 +47,7 @@ pub(crate) async fn run(
             // before sending it).
             renew_ttl = renew_ttl.min(limit.saturating_duration_since(start));
             if shared.config.check_ttl(renew_ttl).is_err() {
-                tracing::debug!(key = %key_display(&lease.key), "maximum hold time reached; renewals stop");
+                tracing::debug!(key = %lease.key, "maximum hold time reached; renewals stop");
                 return;
             }
         }
@@ -58,7 +58,7 @@ pub(crate) async fn run(
             Err(e) => {
                 // The current validity still stands: try again soon, until it runs out (renew
                 // then reports the loss).
-                tracing::warn!(key = %key_display(&lease.key), error = %e, "renewal failed; retrying");
+                tracing::warn!(key = %lease.key, error = %e, "renewal failed; retrying");
                 let pause = shared.config.retry_delay.max(Duration::from_millis(10));
                 next = Instant::now() + pause.min(ttl / 3);
             }

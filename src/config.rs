@@ -1,0 +1,67 @@
+//! A client's validated settings ([`Config`]) and the checks every duration and TTL goes
+//! through: pure, no I/O.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::quorum::{self, Quorum};
+
+/// The longest TTL accepted (365 days): far beyond any sane lease, and well inside what
+/// Redis' `PEXPIRE` accepts.
+pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// The longest duration accepted for any setting (365 days, the same as [`MAX_TTL`]): longer
+/// ones are surely a mistake, and every instant computed from a setting stays representable.
+pub const MAX_DURATION: Duration = MAX_TTL;
+
+/// Checks a duration setting against [`MAX_DURATION`], naming the setting when it is longer.
+pub(crate) fn check_duration(field: &'static str, value: Duration) -> Result<()> {
+    if value > MAX_DURATION {
+        return Err(Error::InvalidConfig {
+            field,
+            reason: format!("{value:?} is longer than the most accepted, {MAX_DURATION:?}"),
+        });
+    }
+    Ok(())
+}
+
+/// The validated settings of a client.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) quorum: Quorum,
+    pub(crate) required: usize,
+    pub(crate) node_timeout: Duration,
+    pub(crate) drift_factor: f64,
+    pub(crate) retry_delay: Duration,
+    pub(crate) retry_jitter: Duration,
+    pub(crate) max_retries: Option<u32>,
+    pub(crate) wait_timeout: Duration,
+    pub(crate) min_validity: Duration,
+    pub(crate) watchdog_lease: Duration,
+    pub(crate) pubsub: bool,
+}
+
+impl Config {
+    /// Checks a TTL against this configuration: it must leave room for at least one node
+    /// round trip and the drift allowance, or no acquire could ever succeed.
+    pub(crate) fn check_ttl(&self, ttl: Duration) -> Result<Duration> {
+        let invalid = |reason: String| Err(Error::InvalidTtl { ttl, reason });
+        // Redis keeps whole milliseconds; rounding down keeps the validity conservative.
+        let ttl_ms = Duration::from_millis(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
+        if ttl_ms.is_zero() {
+            return invalid("must be at least 1 ms".into());
+        }
+        if ttl_ms > MAX_TTL {
+            return invalid(format!("must be at most {MAX_TTL:?}"));
+        }
+        // One node round trip must fit, and the least validity asked for must be reachable.
+        let floor =
+            self.node_timeout.max(self.min_validity) + quorum::drift(ttl_ms, self.drift_factor);
+        if ttl_ms <= floor {
+            return invalid(format!(
+                "must be larger than max(node_timeout, min_validity) + clock drift ({floor:?})"
+            ));
+        }
+        Ok(ttl_ms)
+    }
+}

@@ -1,0 +1,106 @@
+//! A client's state, shared by its clones, its guards and their background tasks: the nodes,
+//! the settings, the wake-up registry and the counters behind [`Stats`].
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::config::Config;
+use crate::node::Nodes;
+use crate::wakeup::Wakeups;
+
+/// State shared by a client's clones and its guards.
+pub(crate) struct ClientState {
+    pub(crate) nodes: Nodes,
+    pub(crate) config: Config,
+    pub(crate) counters: Counters,
+    /// Pub/sub wake-ups for waiters; `None` when disabled.
+    pub(crate) wakeups: Option<Arc<Wakeups>>,
+    /// Identifies this client in holder values.
+    pub(crate) client_id: String,
+}
+
+impl ClientState {
+    pub(crate) fn new(nodes: Nodes, config: Config) -> ClientState {
+        let wakeups = config.pubsub.then(|| {
+            Arc::new(Wakeups::new(
+                nodes.clone(),
+                config.required,
+                config.node_timeout,
+            ))
+        });
+        ClientState {
+            nodes,
+            config,
+            counters: Counters::default(),
+            wakeups,
+            client_id: uuid::Uuid::new_v4().simple().to_string(),
+        }
+    }
+}
+
+/// Counters of one client, shared by its clones.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) attempts: AtomicU64,
+    pub(crate) acquired: AtomicU64,
+    pub(crate) contended: AtomicU64,
+    pub(crate) failed: AtomicU64,
+    pub(crate) released: AtomicU64,
+    pub(crate) release_failed: AtomicU64,
+    pub(crate) extended: AtomicU64,
+    pub(crate) lost: AtomicU64,
+    pub(crate) repaired: AtomicU64,
+    pub(crate) woken: AtomicU64,
+}
+
+impl ClientState {
+    pub(crate) fn snapshot(&self) -> Stats {
+        let c = &self.counters;
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        Stats {
+            attempts: get(&c.attempts),
+            acquired: get(&c.acquired),
+            contended: get(&c.contended),
+            failed: get(&c.failed),
+            released: get(&c.released),
+            release_failed: get(&c.release_failed),
+            extended: get(&c.extended),
+            lost: get(&c.lost),
+            repaired: get(&c.repaired),
+            woken: get(&c.woken),
+            notices: self.wakeups.as_ref().map_or(0, |w| w.notices()),
+            waiting: self.wakeups.as_ref().map_or(0, |w| w.waiting()),
+        }
+    }
+}
+
+/// A snapshot of a client's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Acquire attempts (each a fan-out to all nodes).
+    pub attempts: u64,
+    /// Attempts that returned a guard.
+    pub acquired: u64,
+    /// Attempts refused because others held the lock.
+    pub contended: u64,
+    /// Attempts that failed for lack of nodes or validity.
+    pub failed: u64,
+    /// Releases a quorum confirmed.
+    pub released: u64,
+    /// Releases a quorum did not confirm (the lock was lost or nodes failed).
+    pub release_failed: u64,
+    /// Extensions and watchdog renewals a quorum confirmed.
+    pub extended: u64,
+    /// Guards that became lost (including fixed-TTL locks whose validity ran out unreleased).
+    pub lost: u64,
+    /// Node entries restored by the watchdog's repair.
+    pub repaired: u64,
+    /// Waits that a release notice ended (the rest ended on their timer).
+    pub woken: u64,
+    /// Wake-ups from release notices: each time a quorum of nodes reported a waited-on key
+    /// free.
+    pub notices: u64,
+    /// Tasks currently waiting for a release notice on some key (a gauge, not a counter).
+    pub waiting: u64,
+}
