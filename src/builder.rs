@@ -10,10 +10,10 @@ use futures::future::join_all;
 use crate::config::{check_duration, Config};
 use crate::error::{Error, FailureKind, NodeFailure, Result};
 use crate::lock::QuorumLock;
-use crate::state::ClientState;
 use crate::node::{redact, Node, NodeAddr};
 use crate::quorum::Quorum;
 use crate::scripts::MAX_NODES;
+use crate::state::ClientState;
 
 /// Builds a [`QuorumLock`]: nodes, quorum rule, timeouts and retry policy.
 ///

@@ -294,4 +294,3 @@ fn failed(failures: &[NodeFailure]) -> String {
         format!(", {} failed: {}", failures.len(), list(failures))
     }
 }
-

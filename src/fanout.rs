@@ -3,17 +3,17 @@
 //! and the fencing write-back).
 
 use std::future::Future;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use redis::Value;
-use tokio::sync::watch;
 
 use crate::error::{FailureKind, NodeFailure};
-use crate::node::{Form, Nodes};
+use crate::node::Nodes;
+use crate::ordering::Stragglers;
 use crate::quorum::{Decision, Tally, Vote};
-use crate::scripts::Call;
+use crate::scripts::{Call, SendBy};
 
 /// What a node's script answer means for the operation.
 pub(crate) enum Answer {
@@ -37,76 +37,6 @@ pub(crate) struct Outcome {
     pub(crate) max_yes: Option<i64>,
 }
 
-/// Calls of an operation still running after it returned, finishing in a background task.
-/// A lease keeps those of its own calls ([`InFlight`]) until its next call settles them.
-pub(crate) struct Background {
-    call: Arc<Call>,
-    nodes: usize,
-    /// Closed when the task ends (its sender is dropped with it, also on panic or shutdown).
-    done: watch::Receiver<()>,
-}
-
-impl Background {
-    fn is_done(&self) -> bool {
-        self.done.has_changed().is_err()
-    }
-
-    /// Stops the requests not yet written to their connection; true when one may still be
-    /// on its way (the caller must wait for the task before sending anything after it).
-    fn stop(&self) -> bool {
-        // Stop first: a request that finished never set its "queued" bit when its connect
-        // failed, and must not make the caller wait.
-        let maybe_on_its_way = self.call.progress.stop(self.nodes);
-        maybe_on_its_way && !self.is_done()
-    }
-
-    async fn finished(mut done: watch::Receiver<()>) {
-        while done.changed().await.is_ok() {}
-    }
-
-    /// Makes sure no straggler can land after what the caller sends next (at most the node
-    /// timeout).
-    pub(crate) async fn settle(self) {
-        if self.stop() {
-            Self::finished(self.done).await;
-        }
-    }
-}
-
-/// The calls of one lease still in flight, which its next call must not overtake on any node
-/// (docs/DESIGN.md, "Ordering", rule 3).
-#[derive(Default)]
-pub(crate) struct InFlight(Mutex<Vec<Background>>);
-
-impl InFlight {
-    pub(crate) fn new(calls: Vec<Background>) -> InFlight {
-        InFlight(Mutex::new(calls))
-    }
-
-    fn calls(&self) -> MutexGuard<'_, Vec<Background>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub(crate) fn push(&self, background: Option<Background>) {
-        self.calls().extend(background);
-    }
-
-    /// Stops every call's requests not yet written, then waits for those that may be on
-    /// their way (at most the node timeout). Cancel safe: every call is stopped before the
-    /// first await, and a call is forgotten only once nothing of it can be sent any more.
-    pub(crate) async fn settle(&self) {
-        let waits: Vec<watch::Receiver<()>> = {
-            let mut calls = self.calls();
-            calls.retain(Background::stop);
-            calls.iter().map(|b| b.done.clone()).collect()
-        };
-        for done in waits {
-            Background::finished(done).await;
-        }
-        self.calls().retain(|b| !b.is_done());
-    }
-}
-
 type NodeAnswer = (usize, Result<Value, NodeFailure>);
 
 /// One node's part of a call, owning what it needs so that it can outlive the caller.
@@ -114,12 +44,12 @@ fn node_call(
     nodes: &Nodes,
     i: usize,
     call: &Arc<Call>,
-    form: Form,
+    form: SendBy,
 ) -> impl Future<Output = NodeAnswer> + Send + 'static {
     let (nodes, call) = (nodes.clone(), call.clone());
     async move {
         let answer = nodes[i].run(&call, form, i).await;
-        // Done: nothing of this request can be sent any more (see `Background::stop`).
+        // Done: nothing of this request can be sent any more (ordering invariant 4).
         call.progress.queued(i);
         (i, answer)
     }
@@ -148,7 +78,7 @@ pub(crate) fn fan_out(
 ) -> FanOut<impl Future<Output = NodeAnswer> + Send + 'static> {
     let call = Arc::new(call);
     let pending = (0..nodes.len())
-        .map(|i| node_call(nodes, i, &call, Form::Sha))
+        .map(|i| node_call(nodes, i, &call, SendBy::Sha))
         .collect();
     let tally = Tally::new(nodes.len(), required);
     FanOut {
@@ -197,21 +127,16 @@ where
     }
 
     /// Lets the requests still running finish in a background task; `None` when none is.
-    pub(crate) fn detach(&mut self) -> Option<Background> {
+    pub(crate) fn detach(&mut self) -> Option<Stragglers> {
         if self.pending.is_empty() {
             return None;
         }
         let mut pending = std::mem::take(&mut self.pending);
-        let (finished, done) = watch::channel(());
-        tokio::spawn(async move {
-            let _finished = finished;
-            while pending.next().await.is_some() {}
-        });
-        Some(Background {
-            call: self.call.clone(),
-            nodes: self.nodes.len(),
-            done,
-        })
+        Some(Stragglers::spawn(
+            self.call.clone(),
+            self.nodes.len(),
+            async move { while pending.next().await.is_some() {} },
+        ))
     }
 
     fn count(&mut self, i: usize, result: Result<Value, NodeFailure>) {
@@ -267,14 +192,14 @@ where
 }
 
 /// Runs `call` on the nodes numbered in `which` and waits for all of them (each bounded by
-/// its node's timeout), returning their answers in that order. With [`Form::Eval`] (the
+/// its node's timeout), returning their answers in that order. With [`SendBy::Eval`] (the
 /// rollback of a failed attempt) no node can answer NOSCRIPT, so the call cannot fail late
-/// on a node where the attempt's acquire ran (docs/DESIGN.md, "Ordering").
+/// on a node where the attempt's acquire ran (ordering invariant 5).
 pub(crate) async fn broadcast(
     nodes: &Nodes,
     which: impl IntoIterator<Item = usize>,
     call: Call,
-    form: Form,
+    form: SendBy,
 ) -> Vec<Result<Value, NodeFailure>> {
     let call = Arc::new(call);
     futures::future::join_all(which.into_iter().map(|i| node_call(nodes, i, &call, form)))

@@ -9,9 +9,9 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::lease::{Lease, LostSignal};
-use crate::state::ClientState;
 use crate::owner::OwnerInner;
 use crate::quorum::Decision;
+use crate::state::ClientState;
 
 /// A held lock. Dropping it releases the lock in the background (best effort: after a renewal
 /// in flight, if any, and within about twice the node timeout after that); call

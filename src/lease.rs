@@ -12,12 +12,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::error::{Error, Op, Result};
-use crate::fanout::{broadcast, fan_out, read_flag, Background, InFlight, Outcome};
-use crate::state::ClientState;
-use crate::node::Form;
-use crate::quorum::{self, Decision};
+use crate::fanout::{broadcast, fan_out, read_flag, Outcome};
 use crate::key::Key;
+use crate::ordering::{InFlight, Stragglers};
+use crate::quorum::{self, Decision};
+use crate::scripts::SendBy;
 use crate::scripts::{Call, EXTEND, RELEASE};
+use crate::state::ClientState;
 
 pub(crate) struct Lease {
     pub(crate) key: Key,
@@ -36,7 +37,7 @@ pub(crate) struct Lease {
     pub(crate) token: Option<u64>,
     /// The lease's calls still in flight to slower nodes after they were decided (acquire,
     /// fencing write-back, extend): the next operation settles them first, so that on each
-    /// node it runs after them (docs/DESIGN.md, "Ordering").
+    /// node it runs after them (ordering invariant 4).
     in_flight: InFlight,
 }
 
@@ -54,7 +55,7 @@ impl Lease {
         ttl: Duration,
         deadline: Instant,
         token: Option<u64>,
-        in_flight: Vec<Background>,
+        in_flight: Vec<Stragglers>,
     ) -> Lease {
         Lease {
             key,
@@ -276,8 +277,13 @@ impl Lease {
             return;
         }
         let ms = ms.to_string();
-        let call = Call::set_if_absent("repair", self.key.bytes(), self.holder.as_bytes(), ms.as_bytes());
-        let answers = broadcast(&shared.nodes, nodes.iter().copied(), call, Form::Sha).await;
+        let call = Call::set_if_absent(
+            "repair",
+            self.key.bytes(),
+            self.holder.as_bytes(),
+            ms.as_bytes(),
+        );
+        let answers = broadcast(&shared.nodes, nodes.iter().copied(), call, SendBy::Sha).await;
         let repaired = answers
             .iter()
             .filter(|a| matches!(a, Ok(redis::Value::Okay)))

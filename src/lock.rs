@@ -14,14 +14,14 @@ use tracing::Instrument;
 use crate::builder::Builder;
 use crate::config::check_duration;
 use crate::error::{Error, Op, Result};
-use crate::fanout::{broadcast, fan_out, read_acquire, read_flag, Background, Outcome};
+use crate::fanout::{broadcast, fan_out, read_acquire, read_flag, Outcome};
 use crate::guard::LockGuard;
+use crate::key::Key;
 use crate::lease::{Lease, LostSignal};
-use crate::node::Form;
+use crate::ordering::{write_now_finish_later, Stragglers};
 use crate::owner::Owner;
 use crate::quorum::{self, Decision};
-use crate::key::Key;
-use crate::scripts::{Call, ACQUIRE_FENCED, FENCE_MAX, RELEASE};
+use crate::scripts::{Call, SendBy, ACQUIRE_FENCED, FENCE_MAX, RELEASE};
 use crate::state::{ClientState, Stats};
 use crate::wakeup::Subscription;
 
@@ -167,11 +167,7 @@ impl QuorumLock {
 
     /// One attempt (docs/DESIGN.md, "Acquire"): fan out, tally, compute the validity, and roll back
     /// on every node when it is not a success.
-    async fn attempt(
-        &self,
-        key: &Key,
-        plan: &Plan<'_>,
-    ) -> std::result::Result<LockGuard, Miss> {
+    async fn attempt(&self, key: &Key, plan: &Plan<'_>) -> std::result::Result<LockGuard, Miss> {
         let shared = &self.shared;
         let config = &shared.config;
         let ttl = plan.ttl;
@@ -206,7 +202,7 @@ impl QuorumLock {
                         // Every reachable node should get the entry (so that one node that
                         // later forgets it cannot leave the lock on a bare quorum): the
                         // stragglers finish in the background, and the lease's next call
-                        // settles them first.
+                        // settles them first (ordering invariant 4).
                         let in_flight = fan.detach().into_iter().chain(written).collect();
                         let deadline = t0 + quorum::trusted_for(ttl, drift);
                         return Ok(self.hold(key, holder, plan, deadline, token, in_flight));
@@ -219,7 +215,7 @@ impl QuorumLock {
                     },
                 };
                 // Dropping the fan-out (below) stops the acquire's stragglers not yet sent; the
-                // write-back's must not overtake the rollback either.
+                // write-back's must not overtake the rollback either (ordering invariant 4).
                 if let Some(written) = written {
                     written.settle().await;
                 }
@@ -239,8 +235,8 @@ impl QuorumLock {
                 failures: std::mem::take(&mut outcome.failures),
             }),
         };
-        // Stops the requests not yet sent; those already written stay queued ahead of the
-        // rollback on their connections (docs/DESIGN.md, "Ordering").
+        // Stops the requests not yet written; those written stay queued ahead of the rollback
+        // on their connections (ordering invariant 5).
         drop(fan);
         match &miss {
             Miss::Contended(_) => shared.counters.contended.fetch_add(1, Ordering::Relaxed),
@@ -249,12 +245,9 @@ impl QuorumLock {
         // Step 5: roll back on every node, also those that failed or timed out: they may have
         // applied the acquire. The holder value is unique to this attempt, so a late rollback
         // can never delete a later attempt's entry.
-        let mut rollback = Box::pin(rollback(self.shared.clone(), key.clone(), holder));
-        // One poll writes the rollback onto every live connection, so a retry sent next cannot
-        // overtake it (its entry would refuse the retry); the answers are awaited elsewhere.
-        if futures::poll!(rollback.as_mut()).is_pending() {
-            tokio::spawn(rollback);
-        }
+        // Written before a retry can be sent (ordering invariant 5): otherwise the retry could
+        // be refused by this attempt's own entry.
+        write_now_finish_later(rollback(self.shared.clone(), key.clone(), holder));
         Err(miss)
     }
 
@@ -267,7 +260,7 @@ impl QuorumLock {
         key: &Key,
         fence: &[u8],
         max: Option<i64>,
-    ) -> (Result<Option<u64>>, Option<Background>) {
+    ) -> (Result<Option<u64>>, Option<Stragglers>) {
         let shared = &self.shared;
         let no_quorum = |outcome: Option<&Outcome>| Error::NoQuorum {
             op: Op::Acquire,
@@ -300,7 +293,7 @@ impl QuorumLock {
         plan: &Plan<'_>,
         deadline: Instant,
         token: Option<u64>,
-        in_flight: Vec<Background>,
+        in_flight: Vec<Stragglers>,
     ) -> LockGuard {
         let lease = Arc::new(Lease::new(
             key.clone(),
@@ -381,8 +374,7 @@ impl QuorumLock {
     async fn run_waiting(&self, req: LockRequest<'_>) -> Result<LockGuard> {
         let (key, plan) = self.prepare(&req)?;
         let wait = req.wait.unwrap_or(self.shared.config.wait_timeout);
-        let span =
-            tracing::debug_span!("acquire", key = %key, ttl = ?plan.ttl, ?wait);
+        let span = tracing::debug_span!("acquire", key = %key, ttl = ?plan.ttl, ?wait);
         self.wait_loop(key, plan, wait).instrument(span).await
     }
 
@@ -476,7 +468,7 @@ impl QuorumLock {
 const QUICK_RETRIES: u32 = 3;
 const QUICK_RETRY: Duration = Duration::from_millis(1);
 
-/// Releases an attempt's entries on every node, by plain EVAL (docs/DESIGN.md, "Ordering"),
+/// Releases an attempt's entries on every node, by plain EVAL (ordering invariant 5),
 /// announcing only the nodes it gave back (see the release script).
 async fn rollback(shared: Arc<ClientState>, key: Key, holder: String) {
     let call = Call::new(
@@ -484,7 +476,7 @@ async fn rollback(shared: Arc<ClientState>, key: Key, holder: String) {
         key.bytes(),
         &[holder.as_bytes(), key.release_channel(), b"2"],
     );
-    broadcast(&shared.nodes, 0..shared.nodes.len(), call, Form::Eval).await;
+    broadcast(&shared.nodes, 0..shared.nodes.len(), call, SendBy::Eval).await;
 }
 
 fn jitter(max: Duration) -> Duration {
@@ -650,4 +642,3 @@ impl<'a> LockRequest<'a> {
         Ok(outcome)
     }
 }
-

@@ -12,7 +12,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 
 use crate::error::{Error, FailureKind, NodeFailure};
-use crate::scripts::{Call, ALL_SCRIPTS};
+use crate::scripts::{Call, SendBy, ALL_SCRIPTS};
 
 /// A parsed node address: the redis client for it, and its display form without secrets.
 pub(crate) struct NodeAddr {
@@ -172,9 +172,10 @@ struct Link {
 ///
 /// All commands to a node go through one multiplexed connection, so they execute on the server
 /// in the order they were sent: an attempt's rollback always runs after the attempt's acquire
-/// on that node, even when the acquire answered too late to be counted (docs/DESIGN.md,
-/// "Ordering"). A connection is replaced only after it failed, never because of a timeout: a
-/// timed-out command may still be queued behind a paused server, and so must its rollback be.
+/// on that node, even when the acquire answered too late to be counted (ordering invariant 1).
+/// A connection is replaced only after it failed, never because of a timeout: a timed-out
+/// command may still be queued behind a paused server, and so must its rollback be (ordering
+/// invariant 2).
 ///
 /// Connecting (TCP, handshake, loading the scripts: several round trips) runs in a background
 /// task bounded by the connect timeout, not inside a call: a call waits for it at most its own
@@ -287,14 +288,14 @@ impl Node {
         .await
     }
 
-    /// Runs a lock call, bounded by the per-node timeout. In [`Form::Sha`] a script is sent
+    /// Runs a lock call, bounded by the per-node timeout. In [`SendBy::Sha`] a script is sent
     /// by EVALSHA, falling back to EVAL when the node answers NOSCRIPT (scripts flushed). The
     /// fallback is sent from the same future: a caller that drops the future (decided, or
     /// timed out) can be sure no EVAL follows its rollback.
     pub(crate) async fn run(
         &self,
         call: &Call,
-        form: Form,
+        form: SendBy,
         slot: usize,
     ) -> Result<Value, NodeFailure> {
         let Some(_in_flight) = InFlightRequest::enter(&self.in_flight) else {
@@ -307,8 +308,8 @@ impl Node {
         self.bounded(self.timeout, self.on_connection(|mut conn, resent| async move {
             let first = match (form, resent) {
                 (_, true) => send(&mut conn, &call.resend(form), call, slot).await,
-                (Form::Sha, false) => send(&mut conn, call.command(), call, slot).await,
-                (Form::Eval, false) => send(&mut conn, &call.eval(), call, slot).await,
+                (SendBy::Sha, false) => send(&mut conn, call.command(), call, slot).await,
+                (SendBy::Eval, false) => send(&mut conn, &call.eval(), call, slot).await,
             };
             match first.and_then(top_level_error) {
                 Err(e)
@@ -454,7 +455,7 @@ async fn open(addr: &NodeAddr) -> Result<MultiplexedConnection, RedisError> {
     // Timeouts are ours (per call), not the driver's: a driver timeout would fail a request
     // that is still queued, and we must not reconnect underneath it.
     // The request queue is large enough never to be full (see `MAX_IN_FLIGHT`): a request
-    // then takes its place in the queue on its first poll (docs/DESIGN.md, "Ordering").
+    // then takes its place in the queue on its first poll (ordering invariant 3).
     let config = AsyncConnectionConfig::new()
         .set_response_timeout(None)
         .set_connection_timeout(None)
@@ -546,15 +547,6 @@ fn top_level_error(v: Value) -> Result<Value, RedisError> {
         Value::ServerError(e) => Err(e.into()),
         v => Ok(v),
     }
-}
-
-/// How a script call is sent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Form {
-    /// EVALSHA, with EVAL fallback on NOSCRIPT.
-    Sha,
-    /// Plain EVAL (rollback: must not fail late with NOSCRIPT).
-    Eval,
 }
 
 /// Node connections shared by a client and its guards.

@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 
 use redis::Cmd;
 
-use crate::node::Form;
+use crate::ordering::Progress;
 
 /// A script with its SHA1, loaded on every node connection.
 pub(crate) struct LockScript {
@@ -51,15 +51,6 @@ pub(crate) struct Call {
 
 /// The most nodes a client may have: [`Progress`] keeps one bit per node.
 pub(crate) const MAX_NODES: usize = 64;
-
-/// The per-call handshake that orders a lease's stragglers before its next call. Its code is
-/// in `progress.rs`, included here with the standard atomics and, by the loom test
-/// (tests/loom_progress.rs), with loom's, so that the code checked is the code that runs.
-mod progress {
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    include!("progress.rs");
-}
-pub(crate) use progress::Progress;
 
 impl Call {
     /// `EVALSHA sha 1 key ARGV...`.
@@ -122,13 +113,13 @@ impl Call {
     /// find this holder's own entry and refuse; it is re-sent as [`ACQUIRE_OWN`] (plain EVAL,
     /// so that it cannot answer NOSCRIPT), which counts the holder's own entry as taken. Every
     /// script is safe to repeat as it is (see `Node::on_connection`).
-    pub(crate) fn resend(&self, form: Form) -> Cmd {
+    pub(crate) fn resend(&self, form: SendBy) -> Cmd {
         if self.script.is_some() {
-            // In `Form::Eval` (a rollback) the re-send must not be able to answer NOSCRIPT
+            // In `SendBy::Eval` (a rollback) the re-send must not be able to answer NOSCRIPT
             // either.
             return match form {
-                Form::Sha => self.command.clone(),
-                Form::Eval => self.eval(),
+                SendBy::Sha => self.command.clone(),
+                SendBy::Eval => self.eval(),
             };
         }
         // SET key holder NX PX ms -> EVAL acquire-own 1 key holder ms
@@ -277,3 +268,13 @@ return 0
 
 /// Every script, for loading on connect.
 pub(crate) static ALL_SCRIPTS: [&LockScript; 4] = [&ACQUIRE_FENCED, &FENCE_MAX, &RELEASE, &EXTEND];
+
+/// How a script call is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SendBy {
+    /// EVALSHA (the script's hash), with EVAL fallback on NOSCRIPT.
+    Sha,
+    /// EVAL (the script's source): a rollback, which must not fail late with NOSCRIPT
+    /// (ordering invariant 5).
+    Eval,
+}

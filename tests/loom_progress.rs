@@ -1,5 +1,5 @@
 //! Permutation test (loom) of the handshake that keeps a lease's later call from overtaking
-//! its earlier calls' stragglers on a node (docs/DESIGN.md, "Ordering", rule 3).
+//! its earlier calls' stragglers on a node (ordering invariant 4 in src/ordering.rs).
 //!
 //! A straggler is a request of an earlier call still on its way when the next call of the same
 //! lease starts: it calls `may_send`, writes itself to the connection (its place in the

@@ -1,0 +1,137 @@
+//! In-flight ordering: on each node, a later call of one lease never overtakes an earlier one
+//! (an extend must not land after the release, a shorter extend not after a longer one, a
+//! rollback not before its own acquire). The rest of the crate cites these invariants by
+//! number ("ordering invariant N"); docs/DESIGN.md, "Ordering", gives the reasons.
+//!
+//! # Invariants
+//!
+//! 1. **One FIFO connection per node.** Every call to a node goes through one multiplexed
+//!    connection: a request written to it runs on the node before anything written later
+//!    (`node`).
+//! 2. **A connection is replaced only after it failed**, never on a timeout: a timed-out
+//!    request may still be queued behind a paused node, and so must be what follows it.
+//! 3. **A request takes its place on its first poll.** The connection's queue is never full
+//!    and the first poll is not limited by the task's budget (`node::send`), so once polled, a
+//!    request is ahead of every later one.
+//! 4. **Stragglers are settled before the next call.** A call decided at quorum leaves its
+//!    undecided requests ([`Stragglers`]) with its lease ([`InFlight`]); the lease's next call
+//!    first stops those not yet written and waits for those that may be on their way
+//!    ([`Progress`]: either the straggler sees "stopped" before it writes, or the next call
+//!    sees it unwritten and waits). Cancel safe: everything is stopped before the first await.
+//! 5. **A failed attempt is rolled back behind itself.** Dropping its fan-out stops the
+//!    requests not yet written (and any NOSCRIPT fallback); the rollback, sent as plain EVAL,
+//!    is written onto every live connection in one poll ([`write_now_finish_later`]) before a
+//!    retry can be sent.
+//! 6. **A re-sent request recognises its own entry.** A request re-sent after its connection
+//!    dropped may already have been applied, so it is re-sent in a form that counts this
+//!    holder's own entry as its own (`scripts::Call::resend`).
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::watch;
+
+use crate::scripts::Call;
+
+/// The handshake of invariant 4. Its code is in `progress.rs`, included here with the
+/// standard atomics and, by the loom test (tests/loom_progress.rs), with loom's, so that the
+/// code checked is the code that runs.
+mod progress {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    include!("progress.rs");
+}
+pub(crate) use progress::Progress;
+
+/// Invariant 5: polls `work` once, which writes its requests onto every live connection,
+/// and lets it finish in a background task. What the caller sends next runs after it.
+pub(crate) fn write_now_finish_later(work: impl Future<Output = ()> + Send + 'static) {
+    let mut work = Box::pin(work);
+    if futures::FutureExt::now_or_never(work.as_mut()).is_none() {
+        tokio::spawn(work);
+    }
+}
+
+/// The requests of a call still running after the call was decided, finishing in a
+/// background task. A lease keeps those of its own calls ([`InFlight`]) until its next call
+/// settles them (invariant 4).
+pub(crate) struct Stragglers {
+    call: Arc<Call>,
+    nodes: usize,
+    /// Closed when the task ends (its sender is dropped with it, also on panic or shutdown).
+    done: watch::Receiver<()>,
+}
+
+impl Stragglers {
+    /// Lets `rest` (the call's undecided requests) finish in a background task.
+    pub(crate) fn spawn(
+        call: Arc<Call>,
+        nodes: usize,
+        rest: impl Future<Output = ()> + Send + 'static,
+    ) -> Stragglers {
+        let (finished, done) = watch::channel(());
+        tokio::spawn(async move {
+            let _finished = finished;
+            rest.await;
+        });
+        Stragglers { call, nodes, done }
+    }
+
+    fn is_done(&self) -> bool {
+        self.done.has_changed().is_err()
+    }
+
+    /// Stops the requests not yet written to their connection; true when one may still be
+    /// on its way (the caller must wait for the task before sending anything after it).
+    fn stop(&self) -> bool {
+        // Stop first: a request that finished never set its "queued" bit when its connect
+        // failed, and must not make the caller wait.
+        let maybe_on_its_way = self.call.progress.stop(self.nodes);
+        maybe_on_its_way && !self.is_done()
+    }
+
+    async fn finished(mut done: watch::Receiver<()>) {
+        while done.changed().await.is_ok() {}
+    }
+
+    /// Makes sure no straggler can land after what the caller sends next (at most the node
+    /// timeout).
+    pub(crate) async fn settle(self) {
+        if self.stop() {
+            Self::finished(self.done).await;
+        }
+    }
+}
+
+/// The calls of one lease still in flight, which its next call must not overtake on any node
+/// (invariant 4).
+#[derive(Default)]
+pub(crate) struct InFlight(Mutex<Vec<Stragglers>>);
+
+impl InFlight {
+    pub(crate) fn new(calls: Vec<Stragglers>) -> InFlight {
+        InFlight(Mutex::new(calls))
+    }
+
+    fn calls(&self) -> MutexGuard<'_, Vec<Stragglers>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn push(&self, stragglers: Option<Stragglers>) {
+        self.calls().extend(stragglers);
+    }
+
+    /// Stops every call's requests not yet written, then waits for those that may be on
+    /// their way (at most the node timeout). Cancel safe: every call is stopped before the
+    /// first await, and a call is forgotten only once nothing of it can be sent any more.
+    pub(crate) async fn settle(&self) {
+        let waits: Vec<watch::Receiver<()>> = {
+            let mut calls = self.calls();
+            calls.retain(Stragglers::stop);
+            calls.iter().map(|b| b.done.clone()).collect()
+        };
+        for done in waits {
+            Stragglers::finished(done).await;
+        }
+        self.calls().retain(|b| !b.is_done());
+    }
+}
