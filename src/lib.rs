@@ -105,6 +105,13 @@ mod lock;
 mod node;
 mod ordering;
 mod owner;
+/// The handshake of ordering invariant 4 (see `ordering`). Its code is in `progress.rs`,
+/// included here with the standard atomics and, by the loom test (tests/loom_progress.rs),
+/// with loom's, so that the code checked is the code that runs.
+mod progress {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    include!("progress.rs");
+}
 pub mod quorum;
 mod scripts;
 mod state;

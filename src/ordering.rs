@@ -15,9 +15,10 @@
 //!    request is ahead of every later one.
 //! 4. **Stragglers are settled before the next call.** A call decided at quorum leaves its
 //!    undecided requests ([`Stragglers`]) with its lease ([`InFlight`]); the lease's next call
-//!    first stops those not yet written and waits for those that may be on their way
-//!    ([`Progress`]: either the straggler sees "stopped" before it writes, or the next call
-//!    sees it unwritten and waits). Cancel safe: everything is stopped before the first await.
+//!    first stops those not yet written and waits for those that may be on their way (the
+//!    handshake of `progress.rs`: either the straggler sees "stopped" before it writes, or the
+//!    next call sees it unwritten and waits). Cancel safe: everything is stopped before the
+//!    first await.
 //! 5. **A failed attempt is rolled back behind itself.** Dropping its fan-out stops the
 //!    requests not yet written (and any NOSCRIPT fallback); the rollback, sent as plain EVAL,
 //!    is written onto every live connection in one poll ([`write_now_finish_later`]) before a
@@ -33,14 +34,6 @@ use tokio::sync::watch;
 
 use crate::scripts::Call;
 
-/// The handshake of invariant 4. Its code is in `progress.rs`, included here with the
-/// standard atomics and, by the loom test (tests/loom_progress.rs), with loom's, so that the
-/// code checked is the code that runs.
-mod progress {
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    include!("progress.rs");
-}
-pub(crate) use progress::Progress;
 
 /// Invariant 5: polls `work` once, which writes its requests onto every live connection,
 /// and lets it finish in a background task. What the caller sends next runs after it.

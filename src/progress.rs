@@ -1,5 +1,5 @@
 // The stop-or-wait handshake between a call's requests still in flight (stragglers) and the
-// next call of the same lease (ordering invariant 4). Included by `ordering`
+// next call of the same lease (ordering invariant 4). Included by `lib.rs`
 // with std's atomics, and by tests/loom_progress.rs with loom's: this file names
 // `AtomicBool`, `AtomicU64` and `Ordering` without importing them.
 

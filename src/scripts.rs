@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 
 use redis::Cmd;
 
-use crate::ordering::Progress;
+use crate::progress::Progress;
 
 /// A script with its SHA1, loaded on every node connection.
 pub(crate) struct LockScript {
