@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use futures::future::join_all;
 
+use crate::client::QuorumLock;
 use crate::config::{check_duration, Config};
 use crate::error::{Error, FailureKind, NodeFailure, Result};
-use crate::lock::QuorumLock;
 use crate::node::{redact, Node, NodeAddr};
 use crate::quorum::Quorum;
 use crate::scripts::MAX_NODES;

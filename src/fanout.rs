@@ -9,7 +9,8 @@ use std::time::Duration;
 use futures::stream::{FuturesUnordered, StreamExt};
 use redis::Value;
 
-use crate::error::{FailureKind, NodeFailure};
+use crate::error::{Error, FailureKind, NodeFailure, Op};
+use crate::key::Key;
 use crate::node::Nodes;
 use crate::ordering::Stragglers;
 use crate::quorum::{Decision, Tally, Vote};
@@ -55,6 +56,33 @@ fn node_call(
     }
 }
 
+impl Outcome {
+    /// No answer counted yet.
+    pub(crate) fn empty(nodes: usize, required: usize) -> Outcome {
+        let tally = Tally::new(nodes, required);
+        Outcome {
+            decision: tally.decision(),
+            tally,
+            failures: Vec::new(),
+            hint: None,
+            refused: Vec::new(),
+            max_yes: None,
+        }
+    }
+
+    /// The error of an operation that did not reach the quorum, with the per-node failures.
+    pub(crate) fn no_quorum(&self, op: Op, key: &Key) -> Error {
+        Error::NoQuorum {
+            op,
+            key: key.to_string(),
+            confirmed: self.tally.yes(),
+            required: self.tally.required(),
+            refused: self.tally.refused(),
+            failures: self.failures.clone(),
+        }
+    }
+}
+
 /// `call` running on all nodes concurrently, each request bounded by its node's timeout
 /// (RedLock steps 2 and 3). [`decide`](Self::decide) returns as soon as `required` nodes said
 /// yes or that became impossible; the requests still running are then the caller's to
@@ -80,20 +108,12 @@ pub(crate) fn fan_out(
     let pending = (0..nodes.len())
         .map(|i| node_call(nodes, i, &call, SendBy::Sha))
         .collect();
-    let tally = Tally::new(nodes.len(), required);
     FanOut {
         nodes: nodes.clone(),
         call,
         read,
         pending,
-        outcome: Outcome {
-            decision: tally.decision(),
-            tally,
-            failures: Vec::new(),
-            hint: None,
-            refused: Vec::new(),
-            max_yes: None,
-        },
+        outcome: Outcome::empty(nodes.len(), required),
     }
 }
 

@@ -9,9 +9,8 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::lease::{Lease, LostSignal};
-use crate::owner::OwnerInner;
 use crate::quorum::Decision;
-use crate::state::ClientState;
+use crate::reentry::HoldTable;
 
 /// A held lock. Dropping it releases the lock in the background (best effort: after a renewal
 /// in flight, if any, and within about twice the node timeout after that); call
@@ -20,9 +19,9 @@ use crate::state::ClientState;
 /// `Send + Sync + 'static`: it can move into spawned tasks.
 #[must_use = "dropping a guard releases the lock at once"]
 pub struct LockGuard {
-    shared: Arc<ClientState>,
     lease: Arc<Lease>,
-    owner: Option<Arc<OwnerInner>>,
+    /// The reentrant owner's table, for an owner's guard.
+    owner: Option<Arc<HoldTable>>,
     released: bool,
 }
 
@@ -37,13 +36,8 @@ impl std::fmt::Debug for LockGuard {
 }
 
 impl LockGuard {
-    pub(crate) fn new(
-        shared: Arc<ClientState>,
-        lease: Arc<Lease>,
-        owner: Option<Arc<OwnerInner>>,
-    ) -> LockGuard {
+    pub(crate) fn new(lease: Arc<Lease>, owner: Option<Arc<HoldTable>>) -> LockGuard {
         LockGuard {
-            shared,
             lease,
             owner,
             released: false,
@@ -109,7 +103,7 @@ impl LockGuard {
 
     /// A `'static` handle on the loss signal, for tasks that do the guarded work.
     pub fn lost_signal(&self) -> LostSignal {
-        LostSignal::new(self.shared.clone(), self.lease.clone())
+        LostSignal::new(self.lease.clone())
     }
 
     /// Extends the lock to `ttl` from now on every node that still holds it for this holder.
@@ -133,11 +127,11 @@ impl LockGuard {
     /// shortened one if `ttl` shortens the lock (some nodes may have applied it). Its requests
     /// still on their way are ordered before the guard's next extend or release on each node.
     pub async fn extend(&self, ttl: Duration) -> Result<()> {
-        let ttl = self.shared.config.check_ttl(ttl)?;
+        let ttl = self.lease.config().check_ttl(ttl)?;
         if self.released {
             return Err(self.lease.lost_error());
         }
-        self.lease.renew(&self.shared, ttl, None).await
+        self.lease.renew(ttl, None).await
     }
 
     /// Gives up this guard's hold; true when it was the last one on the lease.
@@ -153,7 +147,7 @@ impl LockGuard {
         Error::NotHeld {
             key: self.lease.key.to_string(),
             confirmed,
-            required: self.shared.config.required,
+            required: self.lease.config().required,
             failures,
         }
     }
@@ -177,16 +171,16 @@ impl LockGuard {
             };
         }
         let was_lost = self.lease.end();
-        let outcome = self.lease.release_on_nodes(&self.shared).await;
+        let outcome = self.lease.release_on_nodes().await;
         if outcome.decision == Decision::Reached && !was_lost {
-            self.shared
-                .counters
+            self.lease
+                .counters()
                 .released
                 .fetch_add(1, Ordering::Relaxed);
             Ok(())
         } else {
-            self.shared
-                .counters
+            self.lease
+                .counters()
                 .release_failed
                 .fetch_add(1, Ordering::Relaxed);
             Err(self.not_held(outcome.tally.yes(), outcome.failures))
@@ -205,10 +199,9 @@ impl Drop for LockGuard {
         }
         self.lease.end();
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let shared = self.shared.clone();
             let lease = self.lease.clone();
             handle.spawn(async move {
-                lease.release_on_nodes(&shared).await;
+                lease.release_on_nodes().await;
             });
         }
     }

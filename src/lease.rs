@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::config::Config;
 use crate::error::{Error, Op, Result};
 use crate::fanout::{broadcast, fan_out, read_flag, Outcome};
 use crate::key::Key;
@@ -18,9 +19,11 @@ use crate::ordering::{InFlight, Stragglers};
 use crate::quorum::{self, Decision};
 use crate::scripts::SendBy;
 use crate::scripts::{Call, EXTEND, RELEASE};
-use crate::state::ClientState;
+use crate::state::{ClientState, Counters};
 
 pub(crate) struct Lease {
+    /// The client's nodes, settings and counters.
+    client: Arc<ClientState>,
     pub(crate) key: Key,
     pub(crate) holder: String,
     state: Mutex<State>,
@@ -50,6 +53,7 @@ struct State {
 
 impl Lease {
     pub(crate) fn new(
+        client: Arc<ClientState>,
         key: Key,
         holder: String,
         ttl: Duration,
@@ -58,6 +62,7 @@ impl Lease {
         in_flight: Vec<Stragglers>,
     ) -> Lease {
         Lease {
+            client,
             key,
             holder,
             state: Mutex::new(State {
@@ -73,6 +78,16 @@ impl Lease {
             token,
             in_flight: InFlight::new(in_flight),
         }
+    }
+
+    /// The client's settings.
+    pub(crate) fn config(&self) -> &Config {
+        &self.client.config
+    }
+
+    /// The client's counters.
+    pub(crate) fn counters(&self) -> &Counters {
+        &self.client.counters
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -104,7 +119,7 @@ impl Lease {
         &self.signal
     }
 
-    pub(crate) fn mark_lost(&self, shared: &ClientState) {
+    pub(crate) fn mark_lost(&self) {
         let first = {
             let mut s = self.state();
             let first = !s.lost && !s.ended;
@@ -112,7 +127,7 @@ impl Lease {
             first
         };
         if first {
-            shared.counters.lost.fetch_add(1, Ordering::Relaxed);
+            self.client.counters.lost.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(key = %self.key, "lock lost");
         }
         self.signal.cancel();
@@ -173,20 +188,15 @@ impl Lease {
     ///
     /// With `repair_by` (the watchdog), the answers of the other nodes are awaited until then,
     /// and the nodes that said they lack the entry get it back.
-    pub(crate) async fn renew(
-        &self,
-        shared: &ClientState,
-        ttl: Duration,
-        repair_by: Option<Instant>,
-    ) -> Result<()> {
+    pub(crate) async fn renew(&self, ttl: Duration, repair_by: Option<Instant>) -> Result<()> {
         let span = tracing::debug_span!("extend", key = %self.key, ?ttl);
         async {
-            let config = &shared.config;
+            let (config, nodes) = (&self.client.config, &self.client.nodes);
             let drift = quorum::drift(ttl, config.drift_factor);
             let ttl_ms = ttl.as_millis().to_string();
             let lost = || {
                 if !self.state().ended {
-                    self.mark_lost(shared);
+                    self.mark_lost();
                 }
                 Err(self.lost_error())
             };
@@ -218,20 +228,23 @@ impl Lease {
                 self.key.bytes(),
                 &[self.holder.as_bytes(), ttl_ms.as_bytes()],
             );
-            let mut fan = fan_out(&shared.nodes, config.required, call, read_flag);
+            let mut fan = fan_out(nodes, config.required, call, read_flag);
             let decided = tokio::time::timeout_at(self.deadline(), fan.decide()).await;
             let decided_at = Instant::now();
             let outcome = &fan.outcome;
             let reached = decided.is_ok() && outcome.decision == Decision::Reached;
             if reached && self.confirm(ttl, next, decided_at) {
-                shared.counters.extended.fetch_add(1, Ordering::Relaxed);
+                self.client
+                    .counters
+                    .extended
+                    .fetch_add(1, Ordering::Relaxed);
                 if let Some(by) = repair_by {
                     // Bounded, so that the next renewal is not delayed by a slow node.
                     let _ = tokio::time::timeout_at(by, fan.collect()).await;
                     let refused = fan.outcome.refused.clone();
                     self.in_flight.push(fan.detach());
                     if !refused.is_empty() {
-                        self.repair(shared, &refused).await;
+                        self.repair(&refused).await;
                     }
                 } else {
                     self.in_flight.push(fan.detach());
@@ -243,20 +256,12 @@ impl Lease {
                 self.in_flight.push(fan.detach());
                 return lost();
             }
-            let (refused, yes) = (outcome.tally.refused(), outcome.tally.yes());
-            let error = if shared.nodes.len() - refused < config.required {
+            let error = if outcome.tally.refusals_rule_out_quorum() {
                 // Enough nodes said the entry is gone that no quorum can hold it any more.
-                self.mark_lost(shared);
+                self.mark_lost();
                 self.lost_error()
             } else {
-                Error::NoQuorum {
-                    op: Op::Extend,
-                    key: self.key.to_string(),
-                    confirmed: yes,
-                    required: config.required,
-                    refused,
-                    failures: std::mem::take(&mut fan.outcome.failures),
-                }
+                outcome.no_quorum(Op::Extend, &self.key)
             };
             self.in_flight.push(fan.detach());
             Err(error)
@@ -268,7 +273,7 @@ impl Lease {
     /// Puts the entry back on `nodes` where the key is absent, for the remaining validity
     /// (docs/DESIGN.md, "Repair"). Only called right after a quorum confirmed a renewal, for
     /// the nodes that answered that they lack the entry.
-    async fn repair(&self, shared: &ClientState, nodes: &[usize]) {
+    async fn repair(&self, nodes: &[usize]) {
         let Some(remaining) = self.live_deadline().map(|d| d - Instant::now()) else {
             return;
         };
@@ -283,13 +288,13 @@ impl Lease {
             self.holder.as_bytes(),
             ms.as_bytes(),
         );
-        let answers = broadcast(&shared.nodes, nodes.iter().copied(), call, SendBy::Sha).await;
+        let answers = broadcast(&self.client.nodes, nodes.iter().copied(), call, SendBy::Sha).await;
         let repaired = answers
             .iter()
             .filter(|a| matches!(a, Ok(redis::Value::Okay)))
             .count();
         if repaired > 0 {
-            shared
+            self.client
                 .counters
                 .repaired
                 .fetch_add(repaired as u64, Ordering::Relaxed);
@@ -300,7 +305,7 @@ impl Lease {
     /// Releases on every node (compare-and-delete, publishing the release notice), after the
     /// lease's calls in flight. Returns at quorum; when the quorum is not reached, waits for
     /// every node's answer (each bounded by the node timeout), so that the report is exact.
-    pub(crate) async fn release_on_nodes(&self, shared: &ClientState) -> Outcome {
+    pub(crate) async fn release_on_nodes(&self) -> Outcome {
         let span = tracing::debug_span!("release", key = %self.key);
         async {
             let _ops = self.ops.lock().await;
@@ -310,7 +315,8 @@ impl Lease {
                 self.key.bytes(),
                 &[self.holder.as_bytes(), self.key.release_channel(), b"1"],
             );
-            let mut fan = fan_out(&shared.nodes, shared.config.required, call, read_flag);
+            let client = &self.client;
+            let mut fan = fan_out(&client.nodes, client.config.required, call, read_flag);
             if fan.decide().await == Decision::Reached {
                 // Stragglers finish in the background: nothing of this lease follows.
                 let _ = fan.detach();
@@ -331,7 +337,6 @@ impl Lease {
 /// Cheap to clone, `Send + Sync + 'static`: hand it to the tasks doing the guarded work.
 #[derive(Clone)]
 pub struct LostSignal {
-    shared: Arc<ClientState>,
     lease: Arc<Lease>,
 }
 
@@ -345,8 +350,8 @@ impl std::fmt::Debug for LostSignal {
 }
 
 impl LostSignal {
-    pub(crate) fn new(shared: Arc<ClientState>, lease: Arc<Lease>) -> LostSignal {
-        LostSignal { shared, lease }
+    pub(crate) fn new(lease: Arc<Lease>) -> LostSignal {
+        LostSignal { lease }
     }
 
     /// Whether the lock can no longer be trusted (lost, expired, released or dropped).
@@ -370,7 +375,7 @@ impl LostSignal {
                 () = tokio::time::sleep_until(deadline) => {
                     // The deadline may have moved (renewed) while we slept.
                     if self.lease.live_deadline().is_none() {
-                        self.lease.mark_lost(&self.shared);
+                        self.lease.mark_lost();
                         return;
                     }
                 }

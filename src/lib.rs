@@ -94,17 +94,21 @@
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
+mod acquire;
+mod backoff;
 mod builder;
+mod client;
 mod config;
 mod error;
 mod fanout;
 mod guard;
 mod key;
 mod lease;
-mod lock;
 mod node;
 mod ordering;
 mod owner;
+mod reentry;
+mod request;
 /// The handshake of ordering invariant 4 (see `ordering`). Its code is in `progress.rs`,
 /// included here with the standard atomics and, by the loom test (tests/loom_progress.rs),
 /// with loom's, so that the code checked is the code that runs.
@@ -128,12 +132,13 @@ pub mod testkit;
 struct ReadmeDoctests;
 
 pub use builder::Builder;
+pub use client::QuorumLock;
 pub use config::{MAX_DURATION, MAX_TTL};
 pub use error::{Error, FailureKind, NodeFailure, Op, Result};
 pub use guard::LockGuard;
 pub use key::{MAX_KEY_LEN, RESERVED_PREFIX};
 pub use lease::LostSignal;
-pub use lock::{LockRequest, QuorumLock, Scoped};
 pub use owner::Owner;
 pub use quorum::Quorum;
+pub use request::{LockRequest, Scoped};
 pub use state::Stats;

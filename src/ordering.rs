@@ -34,7 +34,6 @@ use tokio::sync::watch;
 
 use crate::scripts::Call;
 
-
 /// Invariant 5: polls `work` once, which writes its requests onto every live connection,
 /// and lets it finish in a background task. What the caller sends next runs after it.
 pub(crate) fn write_now_finish_later(work: impl Future<Output = ()> + Send + 'static) {

@@ -147,6 +147,18 @@ impl Tally {
         }
     }
 
+    /// Whether the failed nodes alone leave room for a quorum: when an attempt missed it,
+    /// refusals (other holders) made the difference, not failures (contention, not an outage).
+    pub fn failures_leave_room(&self) -> bool {
+        self.nodes.saturating_sub(self.failed) >= self.required
+    }
+
+    /// Whether so many nodes refused that no quorum can hold the entry any more (for extend:
+    /// the lock is gone).
+    pub fn refusals_rule_out_quorum(&self) -> bool {
+        self.nodes.saturating_sub(self.refused) < self.required
+    }
+
     /// Nodes that confirmed.
     pub fn yes(&self) -> usize {
         self.yes

@@ -21,22 +21,30 @@ use crate::node::Nodes;
 /// The waiters of one key's release channel.
 pub(crate) struct Channel {
     notify: Notify,
-    /// Per recent holder value: how many nodes announced they freed the key from it, and
-    /// whether that already woke a waiter.
-    recent: Mutex<Vec<(Vec<u8>, usize, bool)>>,
+    /// The latest releases heard of, each with how many nodes announced it.
+    recent: Mutex<Vec<ReleaseNotices>>,
     /// How many nodes must announce one holder's release before a waiter is woken: the
     /// quorum, or fewer when fewer nodes confirmed the subscription.
     threshold: AtomicUsize,
 }
 
-/// Holder values tracked per channel (notices of different releases may interleave).
-const RECENT_HOLDERS: usize = 4;
+/// The notices heard of one release (one holder value, known by its digest).
+struct ReleaseNotices {
+    digest: Vec<u8>,
+    /// Nodes that announced they freed the key from this holder.
+    nodes: usize,
+    /// Whether this release already woke a waiter.
+    woke: bool,
+}
+
+/// Releases tracked per channel (notices of different releases may interleave).
+const RECENT_RELEASES: usize = 4;
 
 impl Channel {
     fn new(quorum: usize) -> Channel {
         Channel {
             notify: Notify::new(),
-            recent: Mutex::new(Vec::with_capacity(RECENT_HOLDERS)),
+            recent: Mutex::new(Vec::with_capacity(RECENT_RELEASES)),
             threshold: AtomicUsize::new(quorum),
         }
     }
@@ -45,36 +53,46 @@ impl Channel {
         &self.notify
     }
 
-    /// Counts one node's notice that it freed the key from `holder`. Once a quorum of nodes
+    /// Counts one node's notice that it freed the key from the holder whose digest is `digest`. Once a quorum of nodes
     /// did (an attempt can now succeed), wakes one waiter, the longest waiting; the remaining
     /// notices of that release wake nobody. A failed attempt's rollback frees at most a
     /// minority of nodes, so it wakes nobody (no ping-pong of failing attempts).
-    fn report_free(&self, holder: &[u8]) -> bool {
+    fn report_free(&self, digest: &[u8]) -> bool {
         let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
-        let at = match recent.iter().position(|(h, _, _)| h.as_slice() == holder) {
+        let at = match recent.iter().position(|r| r.digest == digest) {
             Some(at) => at,
             None => {
-                if recent.len() == RECENT_HOLDERS {
+                if recent.len() == RECENT_RELEASES {
                     recent.remove(0);
                 }
-                recent.push((holder.to_vec(), 0, false));
+                recent.push(ReleaseNotices {
+                    digest: digest.to_vec(),
+                    nodes: 0,
+                    woke: false,
+                });
                 recent.len() - 1
             }
         };
-        let entry = &mut recent[at];
-        entry.1 += 1;
-        if entry.2 || entry.1 < self.threshold.load(Ordering::Relaxed).max(1) {
+        let release = &mut recent[at];
+        release.nodes += 1;
+        if release.woke || release.nodes < self.threshold.load(Ordering::Relaxed).max(1) {
             return false;
         }
-        entry.2 = true;
+        release.woke = true;
         // A wake-up that finds no waiter is kept as a permit for the next one.
         self.notify.notify_one();
         true
     }
 }
 
-/// Channel name -> (waiters, channel).
-type Registry = HashMap<Vec<u8>, (usize, Arc<Channel>)>;
+/// A waited-on channel: how many of the client's tasks wait on it.
+struct Registration {
+    waiters: usize,
+    channel: Arc<Channel>,
+}
+
+/// Channel name -> its registration.
+type Registry = HashMap<Vec<u8>, Registration>;
 
 enum Command {
     Subscribe(Vec<u8>, oneshot::Sender<bool>),
@@ -110,7 +128,7 @@ impl Wakeups {
 
     /// Tasks of this client currently waiting for a release notice.
     pub(crate) fn waiting(&self) -> u64 {
-        self.channels().values().map(|(n, _)| *n as u64).sum()
+        self.channels().values().map(|r| r.waiters as u64).sum()
     }
 
     fn channels(&self) -> std::sync::MutexGuard<'_, Registry> {
@@ -138,14 +156,14 @@ impl Wakeups {
     /// Joins the line of this client's waiters on `channel`, if there is one: a newcomer then
     /// waits for its turn (a wake-up, FIFO) instead of racing the waiters already in line,
     /// which would only split the votes of the next hand-off.
-    pub(crate) fn join_line(self: &Arc<Self>, channel: &[u8]) -> Option<Subscription> {
+    fn join_line(self: &Arc<Self>, channel: &[u8]) -> Option<Subscription> {
         let mut channels = self.channels();
-        let (waiters, chan) = channels.get_mut(channel)?;
-        *waiters += 1;
+        let registration = channels.get_mut(channel)?;
+        registration.waiters += 1;
         Some(Subscription {
             wakeups: self.clone(),
             name: channel.to_vec(),
-            channel: chan.clone(),
+            channel: registration.channel.clone(),
         })
     }
 
@@ -153,19 +171,23 @@ impl Wakeups {
     /// (bounded by the node timeout) until the subscriptions are confirmed, so that a release
     /// after this returns is seen. Returns the subscription and how many nodes confirmed (N
     /// when the channel was already subscribed).
-    pub(crate) async fn join(self: &Arc<Self>, channel: Vec<u8>) -> (Subscription, usize) {
+    async fn join(self: &Arc<Self>, channel: Vec<u8>) -> (Subscription, usize) {
         let (sub, replies) = {
             // The map lock orders SUBSCRIBE and UNSUBSCRIBE commands per channel: a leave and a
             // join racing each other reach every node's worker in the order they happened.
             let mut channels = self.channels();
             let (chan, replies) = match channels.get_mut(&channel) {
-                Some((waiters, chan)) => {
-                    *waiters += 1;
-                    (chan.clone(), Vec::new())
+                Some(registration) => {
+                    registration.waiters += 1;
+                    (registration.channel.clone(), Vec::new())
                 }
                 None => {
                     let chan = Arc::new(Channel::new(self.quorum));
-                    channels.insert(channel.clone(), (1, chan.clone()));
+                    let registration = Registration {
+                        waiters: 1,
+                        channel: chan.clone(),
+                    };
+                    channels.insert(channel.clone(), registration);
                     let replies = self
                         .workers()
                         .iter()
@@ -213,11 +235,11 @@ impl Wakeups {
 
     fn leave(&self, name: &[u8]) {
         let mut channels = self.channels();
-        let Some((waiters, _)) = channels.get_mut(name) else {
+        let Some(registration) = channels.get_mut(name) else {
             return;
         };
-        *waiters -= 1;
-        if *waiters == 0 {
+        registration.waiters -= 1;
+        if registration.waiters == 0 {
             channels.remove(name);
             if let Some(workers) = self.workers.get() {
                 for w in workers {
@@ -227,10 +249,10 @@ impl Wakeups {
         }
     }
 
-    fn on_message(&self, channel: &[u8], holder: &[u8]) {
-        let chan = self.channels().get(channel).map(|(_, c)| c.clone());
+    fn on_message(&self, channel: &[u8], digest: &[u8]) {
+        let chan = self.channels().get(channel).map(|r| r.channel.clone());
         if let Some(chan) = chan {
-            if chan.report_free(holder) {
+            if chan.report_free(digest) {
                 self.notices.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -241,18 +263,67 @@ impl Wakeups {
     }
 }
 
+/// One waiting acquire's place among its client's waiters of a key: its subscription to the
+/// key's release channel, made when first needed and left when the waiter is dropped (also
+/// when its acquire is cancelled).
+pub(crate) struct Waiter {
+    wakeups: Option<Arc<Wakeups>>,
+    channel: Vec<u8>,
+    subscription: Option<Subscription>,
+    /// The client already had waiters on the key: wait for a turn before the first attempt.
+    turn_first: bool,
+}
+
+impl Waiter {
+    /// A waiter on `channel`; with `wakeups` (pub/sub on) it joins the line of the client's
+    /// waiters already there (local FIFO): racing them would only split the next hand-off's
+    /// votes.
+    pub(crate) fn new(wakeups: Option<&Arc<Wakeups>>, channel: &[u8]) -> Waiter {
+        let subscription = wakeups.and_then(|w| w.join_line(channel));
+        Waiter {
+            wakeups: wakeups.cloned(),
+            channel: channel.to_vec(),
+            turn_first: subscription.is_some(),
+            subscription,
+        }
+    }
+
+    /// True once, when the waiter is to wait for its turn before its first attempt.
+    pub(crate) fn take_turn_first(&mut self) -> bool {
+        std::mem::take(&mut self.turn_first)
+    }
+
+    /// The channel to listen on, once subscribed.
+    pub(crate) fn channel(&self) -> Option<Arc<Channel>> {
+        self.subscription.as_ref().map(|s| s.channel.clone())
+    }
+
+    /// Subscribes, unless already subscribed or pub/sub is off. True when it just did: a
+    /// release before the subscription was active sent a notice nobody heard, so the caller
+    /// tries again at once.
+    ///
+    /// Cancel safe: a subscription interrupted while the nodes confirm it is left at once.
+    pub(crate) async fn subscribe(&mut self) -> bool {
+        let Some(wakeups) = self
+            .wakeups
+            .as_ref()
+            .filter(|_| self.subscription.is_none())
+        else {
+            return false;
+        };
+        let (subscription, confirmed) = wakeups.join(self.channel.clone()).await;
+        tracing::debug!(confirmed, "subscribed to release notices");
+        self.subscription = Some(subscription);
+        true
+    }
+}
+
 /// A waiter's registration on a release channel; leaving (drop) unsubscribes with the last
 /// waiter.
-pub(crate) struct Subscription {
+struct Subscription {
     wakeups: Arc<Wakeups>,
     name: Vec<u8>,
     channel: Arc<Channel>,
-}
-
-impl Subscription {
-    pub(crate) fn channel(&self) -> &Arc<Channel> {
-        &self.channel
-    }
 }
 
 impl Drop for Subscription {

@@ -12,7 +12,6 @@ use tokio::time::Instant;
 
 use crate::error::Error;
 use crate::lease::Lease;
-use crate::state::ClientState;
 
 /// Keeps `lease` alive with renewals of `ttl` until it ends, is lost, or `max_hold` (from now)
 /// is reached; after that the lock simply runs out at its deadline.
@@ -21,12 +20,7 @@ use crate::state::ClientState;
 /// the lease, measured from the acquire's start). A renewal takes effect
 /// as soon as a quorum confirms it; the slower nodes' answers are awaited (for repair) only
 /// until the next one is due, so that one slow node cannot delay the schedule.
-pub(crate) async fn run(
-    shared: Arc<ClientState>,
-    lease: Arc<Lease>,
-    ttl: Duration,
-    max_hold: Option<Duration>,
-) {
+pub(crate) async fn run(lease: Arc<Lease>, ttl: Duration, max_hold: Option<Duration>) {
     // Beyond what an Instant can hold, there is no limit.
     let limit = max_hold.and_then(|m| Instant::now().checked_add(m));
     // The first renewal is due a third into the lease as the acquire measured it (from its
@@ -46,20 +40,20 @@ pub(crate) async fn run(
             // The last renewal is shortened to end at the limit (the lease cuts its deadline
             // before sending it).
             renew_ttl = renew_ttl.min(limit.saturating_duration_since(start));
-            if shared.config.check_ttl(renew_ttl).is_err() {
+            if lease.config().check_ttl(renew_ttl).is_err() {
                 tracing::debug!(key = %lease.key, "maximum hold time reached; renewals stop");
                 return;
             }
         }
         let due = start + ttl / 3;
-        match lease.renew(&shared, renew_ttl, Some(due)).await {
+        match lease.renew(renew_ttl, Some(due)).await {
             Ok(()) => next = due,
             Err(Error::LockLost { .. }) => return,
             Err(e) => {
                 // The current validity still stands: try again soon, until it runs out (renew
                 // then reports the loss).
                 tracing::warn!(key = %lease.key, error = %e, "renewal failed; retrying");
-                let pause = shared.config.retry_delay.max(Duration::from_millis(10));
+                let pause = lease.config().retry_delay.max(Duration::from_millis(10));
                 next = Instant::now() + pause.min(ttl / 3);
             }
         }

@@ -1,0 +1,332 @@
+//! Taking a lock: one attempt (fan-out, validity, fencing token, rollback) and the waiting
+//! loop around it (docs/DESIGN.md, "Acquire", "Fencing tokens" and "Waiting").
+
+use std::pin::pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::backoff::Backoff;
+use crate::config::check_duration;
+use crate::error::{Error, Op, Result};
+use crate::fanout::{broadcast, fan_out, read_acquire, read_flag, Outcome};
+use crate::guard::LockGuard;
+use crate::key::Key;
+use crate::lease::Lease;
+use crate::ordering::{write_now_finish_later, Stragglers};
+use crate::quorum::{self, Decision};
+use crate::reentry::HoldTable;
+use crate::scripts::{Call, SendBy, ACQUIRE_FENCED, FENCE_MAX, RELEASE};
+use crate::state::ClientState;
+use crate::wakeup::Waiter;
+
+/// How a request's lock is kept.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum LeaseMode {
+    /// A fixed TTL; it expires unless extended.
+    Fixed(Duration),
+    /// Renewed by the watchdog; the lease length, or the client's default.
+    Watchdog(Option<Duration>),
+}
+
+/// A request's settings as the caller gave them (see [`LockRequest`](crate::LockRequest)).
+pub(crate) struct Spec<'a> {
+    pub(crate) key: Vec<u8>,
+    pub(crate) lease: LeaseMode,
+    pub(crate) max_hold: Option<Duration>,
+    pub(crate) wait: Option<Duration>,
+    pub(crate) fencing: bool,
+    pub(crate) owner: Option<&'a Arc<HoldTable>>,
+}
+
+/// A checked request.
+struct Plan<'a> {
+    key: Key,
+    ttl: Duration,
+    watchdog: bool,
+    fencing: bool,
+    max_hold: Option<Duration>,
+    wait: Duration,
+    owner: Option<&'a Arc<HoldTable>>,
+}
+
+/// What one attempt ended with, short of a guard.
+enum Miss {
+    /// Other holders refused enough nodes; the smallest PTTL they reported.
+    Contended(Option<Duration>),
+    /// Nodes failed, or the quorum came too late.
+    Failed(Error),
+}
+
+/// One attempt: `Ok(None)` when another holder has the lock.
+pub(crate) async fn once(state: &Arc<ClientState>, spec: Spec<'_>) -> Result<Option<LockGuard>> {
+    let plan = plan(state, spec)?;
+    let span = tracing::debug_span!("acquire", key = %plan.key, ttl = ?plan.ttl);
+    async {
+        if let Some(guard) = reenter(&plan) {
+            return Ok(Some(guard));
+        }
+        match attempt(state, &plan).await {
+            Ok(guard) => Ok(Some(guard)),
+            Err(Miss::Contended(_)) => Ok(None),
+            Err(Miss::Failed(e)) => Err(e),
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+/// Attempts until success or the wait ends. Between attempts the waiter sleeps until the key's
+/// release notice or its [`Backoff`] pause.
+pub(crate) async fn waiting(state: &Arc<ClientState>, spec: Spec<'_>) -> Result<LockGuard> {
+    let plan = plan(state, spec)?;
+    let span = tracing::debug_span!("acquire", key = %plan.key, ttl = ?plan.ttl, wait = ?plan.wait);
+    wait_loop(state, &plan).instrument(span).await
+}
+
+/// Checks a request's key and durations against the client's settings.
+fn plan<'a>(state: &ClientState, spec: Spec<'a>) -> Result<Plan<'a>> {
+    let config = &state.config;
+    let key = Key::new(&spec.key)?;
+    let (ttl, watchdog) = match spec.lease {
+        LeaseMode::Fixed(ttl) => (ttl, false),
+        LeaseMode::Watchdog(lease) => (lease.unwrap_or(config.watchdog_lease), true),
+    };
+    let ttl = config.check_ttl(ttl)?;
+    if let Some(max_hold) = spec.max_hold {
+        check_duration("max_hold", max_hold)?;
+    }
+    if let Some(wait) = spec.wait {
+        check_duration("wait", wait)?;
+    }
+    Ok(Plan {
+        key,
+        ttl,
+        watchdog,
+        fencing: spec.fencing,
+        max_hold: spec.max_hold,
+        wait: spec.wait.unwrap_or(config.wait_timeout),
+        owner: spec.owner,
+    })
+}
+
+async fn wait_loop(state: &Arc<ClientState>, plan: &Plan<'_>) -> Result<LockGuard> {
+    let config = &state.config;
+    let start = Instant::now();
+    let deadline = start + plan.wait;
+    let mut backoff = Backoff::new(config.retry_delay, config.retry_jitter);
+    let mut waiter = Waiter::new(state.wakeups.as_ref(), plan.key.release_channel());
+    let mut attempts: u32 = 0;
+    loop {
+        if let Some(guard) = reenter(plan) {
+            return Ok(guard);
+        }
+        // Listen before the attempt, so that a release between the attempt and the wait below
+        // is not missed.
+        let channel = waiter.channel();
+        let mut notified = pin!(channel.as_ref().map(|c| c.notify().notified()));
+        if let Some(n) = notified.as_mut().as_pin_mut() {
+            n.enable();
+        }
+        let miss = if waiter.take_turn_first() {
+            None
+        } else {
+            attempts = attempts.saturating_add(1);
+            match attempt(state, plan).await {
+                Ok(guard) => return Ok(guard),
+                Err(miss) => Some(miss),
+            }
+        };
+        let now = Instant::now();
+        let retries_left = config.max_retries.is_none_or(|max| attempts <= max);
+        let (error, hint) = match miss {
+            Some(Miss::Failed(e)) => (Some(e), None),
+            Some(Miss::Contended(hint)) => (None, hint),
+            None => (None, None),
+        };
+        // Out of time or retries, once at least one attempt was made.
+        if (now >= deadline || !retries_left) && attempts > 0 {
+            return Err(error.unwrap_or_else(|| Error::WaitTimeout {
+                key: plan.key.to_string(),
+                waited: now - start,
+                attempts,
+            }));
+        }
+        if error.is_none() && waiter.subscribe().await {
+            continue;
+        }
+        let pause = backoff.pause(error.is_none(), hint, rand::random());
+        let sleep = tokio::time::sleep_until((now + pause).min(deadline));
+        match notified.as_mut().as_pin_mut() {
+            Some(n) => tokio::select! {
+                () = n => {
+                    state.counters.woken.fetch_add(1, Ordering::Relaxed);
+                    backoff.woken();
+                }
+                () = sleep => {}
+            },
+            None => sleep.await,
+        }
+    }
+}
+
+/// A reentrant owner's nested acquire: joins its live hold on the key, if any.
+fn reenter(plan: &Plan<'_>) -> Option<LockGuard> {
+    let owner = plan.owner?;
+    let lease = owner.reenter(plan.key.bytes())?;
+    Some(LockGuard::new(lease, Some(owner.clone())))
+}
+
+/// A fresh holder value: 128 random bits, prefixed for an owner with the client's and the
+/// owner's ids.
+fn holder_value(state: &ClientState, owner: Option<&Arc<HoldTable>>) -> String {
+    let nonce = uuid::Uuid::new_v4().simple();
+    match owner {
+        Some(o) => format!("{}:{}:{nonce}", state.client_id, o.id),
+        None => nonce.to_string(),
+    }
+}
+
+/// One attempt: fan out, tally, compute the validity, and roll back on every node when it is
+/// not a success.
+async fn attempt(
+    state: &Arc<ClientState>,
+    plan: &Plan<'_>,
+) -> std::result::Result<LockGuard, Miss> {
+    let config = &state.config;
+    let (key, ttl) = (&plan.key, plan.ttl);
+    let holder = holder_value(state, plan.owner);
+    let ttl_ms = ttl.as_millis().to_string();
+    let fence = plan.fencing.then(|| key.fence_key());
+    let argv: [&[u8]; 2] = [holder.as_bytes(), ttl_ms.as_bytes()];
+    let call = match &fence {
+        Some(fence) => Call::with_keys(&ACQUIRE_FENCED, &[key.bytes(), fence], &argv),
+        None => Call::set_if_absent("acquire", key.bytes(), argv[0], argv[1]),
+    };
+    state.counters.attempts.fetch_add(1, Ordering::Relaxed);
+
+    // RedLock step 1: the validity is measured from before the first request is sent.
+    let t0 = Instant::now();
+    let mut fan = fan_out(&state.nodes, config.required, call, read_acquire);
+    let decision = fan.decide().await;
+    let drift = quorum::drift(ttl, config.drift_factor);
+
+    let miss = match decision {
+        Decision::Reached => {
+            let (token, written) = match &fence {
+                Some(fence) => fence_token(state, key, fence, fan.outcome.max_yes).await,
+                None => (Ok(None), None),
+            };
+            let elapsed = t0.elapsed();
+            let error = match (token, quorum::validity(ttl, elapsed, drift)) {
+                (Ok(token), Some(v)) if v > config.min_validity => {
+                    state.counters.acquired.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(validity = ?v, ?token, ?elapsed, "acquired");
+                    // Every reachable node should get the entry (so that one node that later
+                    // forgets it cannot leave the lock on a bare quorum): the stragglers
+                    // finish in the background, and the lease's next call settles them first
+                    // (ordering invariant 4).
+                    let in_flight = fan.detach().into_iter().chain(written).collect();
+                    let deadline = t0 + quorum::trusted_for(ttl, drift);
+                    return Ok(hold(state, plan, holder, deadline, token, in_flight));
+                }
+                (Err(e), _) => e,
+                _ => Error::ValidityExhausted {
+                    key: key.to_string(),
+                    elapsed,
+                    ttl,
+                },
+            };
+            // The write-back's stragglers must not overtake the rollback (ordering invariant
+            // 4); dropping the fan-out below stops the acquire's.
+            if let Some(written) = written {
+                written.settle().await;
+            }
+            Miss::Failed(error)
+        }
+        _ if fan.outcome.tally.failures_leave_room() => Miss::Contended(fan.outcome.hint),
+        _ => Miss::Failed(fan.outcome.no_quorum(Op::Acquire, key)),
+    };
+    // Stops the requests not yet written; those written stay queued ahead of the rollback on
+    // their connections (ordering invariant 5).
+    drop(fan);
+    let counter = match &miss {
+        Miss::Contended(_) => &state.counters.contended,
+        Miss::Failed(_) => &state.counters.failed,
+    };
+    counter.fetch_add(1, Ordering::Relaxed);
+    // RedLock step 5: roll back on every node, also those that failed or timed out: they may
+    // have applied the acquire. The holder value is unique to this attempt, so a late rollback
+    // can never delete a later attempt's entry. Written before a retry can be sent (ordering
+    // invariant 5): otherwise the retry could be refused by this attempt's own entry.
+    write_now_finish_later(rollback(state.clone(), key.clone(), holder));
+    Err(miss)
+}
+
+/// The fencing token of an acquisition: the largest counter among the confirming nodes,
+/// written back (`max`) to a quorum before the guard exists, so that any later quorum sees it
+/// and hands out a larger one. Returns the write-back's requests still in flight, for the
+/// lease to order before its next call.
+async fn fence_token(
+    state: &ClientState,
+    key: &Key,
+    fence: &[u8],
+    max: Option<i64>,
+) -> (Result<Option<u64>>, Option<Stragglers>) {
+    let token = max.and_then(|m| u64::try_from(m).ok()).filter(|&t| t > 0);
+    let Some(token) = token else {
+        // Cannot happen with the fenced script (it counts from 1); treated as no quorum.
+        let none = Outcome::empty(state.nodes.len(), state.config.required);
+        return (Err(none.no_quorum(Op::Acquire, key)), None);
+    };
+    let token_arg = token.to_string();
+    let call = Call::new(&FENCE_MAX, fence, &[token_arg.as_bytes()]);
+    let mut written = fan_out(&state.nodes, state.config.required, call, read_flag);
+    let result = match written.decide().await {
+        Decision::Reached => Ok(Some(token)),
+        _ => Err(written.outcome.no_quorum(Op::Acquire, key)),
+    };
+    (result, written.detach())
+}
+
+/// Wraps a confirmed acquisition in its guard, starting the watchdog if asked.
+fn hold(
+    state: &Arc<ClientState>,
+    plan: &Plan<'_>,
+    holder: String,
+    deadline: Instant,
+    token: Option<u64>,
+    in_flight: Vec<Stragglers>,
+) -> LockGuard {
+    let lease = Arc::new(Lease::new(
+        state.clone(),
+        plan.key.clone(),
+        holder,
+        plan.ttl,
+        deadline,
+        token,
+        in_flight,
+    ));
+    if plan.watchdog {
+        tokio::spawn(crate::watchdog::run(lease.clone(), plan.ttl, plan.max_hold));
+    }
+    let owner = plan.owner.map(|o| {
+        o.register(&lease);
+        o.clone()
+    });
+    LockGuard::new(lease, owner)
+}
+
+/// Releases an attempt's entries on every node, by plain EVAL (ordering invariant 5),
+/// announcing only the nodes it gave back (see the release script).
+async fn rollback(state: Arc<ClientState>, key: Key, holder: String) {
+    let call = Call::new(
+        &RELEASE,
+        key.bytes(),
+        &[holder.as_bytes(), key.release_channel(), b"2"],
+    );
+    broadcast(&state.nodes, 0..state.nodes.len(), call, SendBy::Eval).await;
+}

@@ -1,0 +1,130 @@
+//! The client handle, [`QuorumLock`]: cheap to clone, the entry point to every lock.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::builder::Builder;
+use crate::error::Result;
+use crate::guard::LockGuard;
+use crate::lease::LostSignal;
+use crate::owner::Owner;
+use crate::request::{LockRequest, Scoped};
+use crate::state::{ClientState, Stats};
+
+/// A client for locks held across N independent Redis masters (RedLock, or MultiLock with
+/// [`Quorum::All`](crate::Quorum::All)).
+///
+/// Cheap to clone (an `Arc`); clones share connections and counters. The connections close
+/// when the last clone and the last guard are dropped.
+#[derive(Clone)]
+pub struct QuorumLock {
+    state: Arc<ClientState>,
+}
+
+impl std::fmt::Debug for QuorumLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuorumLock")
+            .field("nodes", &self.nodes())
+            .field("quorum", &self.state.config.quorum)
+            .field("required", &self.state.config.required)
+            .finish()
+    }
+}
+
+impl QuorumLock {
+    /// Starts configuring a client.
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    pub(crate) fn from_state(state: ClientState) -> QuorumLock {
+        QuorumLock {
+            state: Arc::new(state),
+        }
+    }
+
+    /// The configured nodes, passwords redacted.
+    pub fn nodes(&self) -> Vec<String> {
+        self.state
+            .nodes
+            .iter()
+            .map(|n| n.name().to_string())
+            .collect()
+    }
+
+    /// How many nodes must confirm an operation.
+    pub fn quorum_size(&self) -> usize {
+        self.state.config.required
+    }
+
+    /// A snapshot of this client's counters (shared by its clones).
+    pub fn stats(&self) -> Stats {
+        self.state.snapshot()
+    }
+
+    /// Starts a request for `key` with per-request settings. Without [`ttl`](LockRequest::ttl)
+    /// the lock is kept alive by the watchdog (a lease of the client's
+    /// [`watchdog_lease`](Builder::watchdog_lease), renewed every third of it) until released.
+    pub fn lock(&self, key: impl AsRef<[u8]>) -> LockRequest<'_> {
+        LockRequest::new(&self.state, key.as_ref())
+    }
+
+    /// A new reentrant owner (see [`Owner`]).
+    pub fn owner(&self) -> Owner {
+        Owner::new(self.state.clone())
+    }
+
+    /// Acquires `key` for a fixed `ttl` (no watchdog), waiting up to the configured wait time
+    /// (default 10 s) while others hold it: woken by the holder's release notice, or retrying
+    /// after a jittered delay.
+    ///
+    /// # Errors
+    /// [`Error::InvalidKey`](crate::Error::InvalidKey), [`Error::InvalidTtl`](crate::Error::InvalidTtl); [`Error::WaitTimeout`](crate::Error::WaitTimeout) when the lock stayed
+    /// held by others; [`Error::NoQuorum`](crate::Error::NoQuorum) or [`Error::ValidityExhausted`](crate::Error::ValidityExhausted) when the last
+    /// attempt failed for lack of nodes or time.
+    ///
+    /// # Cancel safety
+    /// Cancel safe in effect: an attempt interrupted by cancellation leaves at most entries
+    /// that expire with their TTL (no guard exists, so none is released); it never leaves a
+    /// lock that is reported as held.
+    pub async fn acquire(&self, key: impl AsRef<[u8]>, ttl: Duration) -> Result<LockGuard> {
+        self.lock(key).ttl(ttl).acquire().await
+    }
+
+    /// One attempt to acquire `key` for a fixed `ttl`: `Ok(None)` when another holder has it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidKey`](crate::Error::InvalidKey), [`Error::InvalidTtl`](crate::Error::InvalidTtl); [`Error::NoQuorum`](crate::Error::NoQuorum) when too many nodes
+    /// failed to tell; [`Error::ValidityExhausted`](crate::Error::ValidityExhausted) when the quorum came too late.
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    pub async fn try_acquire(
+        &self,
+        key: impl AsRef<[u8]>,
+        ttl: Duration,
+    ) -> Result<Option<LockGuard>> {
+        self.lock(key).ttl(ttl).try_acquire().await
+    }
+
+    /// Runs `work` while holding `key` under the watchdog, and releases at the end.
+    ///
+    /// `work` gets the lock's [`LostSignal`] (for tasks it spawns); the future itself is
+    /// dropped (cancelled) the moment the lock is lost. The result says whether the work
+    /// completed within the lock or was cut off. See [`LockRequest::run`] for per-request
+    /// settings.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire), for taking the lock.
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops `work` and releases the lock in the background.
+    pub async fn with_lock<F, Fut, T>(&self, key: impl AsRef<[u8]>, work: F) -> Result<Scoped<T>>
+    where
+        F: FnOnce(LostSignal) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        self.lock(key).run(work).await
+    }
+}

@@ -1,0 +1,164 @@
+//! A lock request with its per-request settings ([`LockRequest`]), and what a scoped run
+//! reports ([`Scoped`]).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::acquire::{self, LeaseMode, Spec};
+use crate::error::Result;
+use crate::guard::LockGuard;
+use crate::lease::LostSignal;
+use crate::reentry::HoldTable;
+use crate::state::ClientState;
+
+/// What [`QuorumLock::with_lock`](crate::QuorumLock::with_lock) and [`LockRequest::run`] report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Scoped<T> {
+    /// The work completed while the lock was held.
+    Completed(T),
+    /// The lock was lost; the work was cut off (dropped) at that moment.
+    Lost,
+}
+
+impl<T> Scoped<T> {
+    /// The work's result, if it completed.
+    pub fn completed(self) -> Option<T> {
+        match self {
+            Scoped::Completed(v) => Some(v),
+            Scoped::Lost => None,
+        }
+    }
+}
+
+/// A request for one lock, with settings that override the client's defaults.
+#[must_use]
+pub struct LockRequest<'a> {
+    state: &'a Arc<ClientState>,
+    spec: Spec<'a>,
+}
+
+impl std::fmt::Debug for LockRequest<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let spec = &self.spec;
+        f.debug_struct("LockRequest")
+            .field("key", &String::from_utf8_lossy(&spec.key))
+            .field("lease", &spec.lease)
+            .field("max_hold", &spec.max_hold)
+            .field("wait", &spec.wait)
+            .field("fencing", &spec.fencing)
+            .field("owned", &spec.owner.is_some())
+            .finish()
+    }
+}
+
+impl<'a> LockRequest<'a> {
+    pub(crate) fn new(state: &'a Arc<ClientState>, key: &[u8]) -> LockRequest<'a> {
+        LockRequest {
+            state,
+            spec: Spec {
+                key: key.to_vec(),
+                lease: LeaseMode::Watchdog(None),
+                max_hold: None,
+                wait: None,
+                fencing: false,
+                owner: None,
+            },
+        }
+    }
+
+    /// A fixed TTL: the lock expires after it unless extended or released; no watchdog.
+    /// Defaults to none (the watchdog keeps the lock).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.spec.lease = LeaseMode::Fixed(ttl);
+        self
+    }
+
+    /// Keeps the lock with the watchdog, renewing a lease of `lease` every third of it.
+    /// Defaults to the client's [`watchdog_lease`](crate::Builder::watchdog_lease) (30 s).
+    pub fn watchdog(mut self, lease: Duration) -> Self {
+        self.spec.lease = LeaseMode::Watchdog(Some(lease));
+        self
+    }
+
+    /// Stops the watchdog's renewals once the lock has been held this long; it then expires
+    /// at the end of its current lease. Defaults to none (renewed until released).
+    pub fn max_hold(mut self, max: Duration) -> Self {
+        self.spec.max_hold = Some(max);
+        self
+    }
+
+    /// How long [`acquire`](Self::acquire) keeps trying. Defaults to the client's
+    /// [`wait_timeout`](crate::Builder::wait_timeout) (10 s).
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.spec.wait = Some(wait);
+        self
+    }
+
+    /// Hands out a fencing token with the lock ([`LockGuard::fencing_token`]): strictly
+    /// increasing across successive holders of the key, for storage that rejects writes
+    /// carrying an older token. Costs one more round trip (the token is written back to a
+    /// quorum before the guard is returned). Defaults to `false`.
+    pub fn fencing(mut self, enabled: bool) -> Self {
+        self.spec.fencing = enabled;
+        self
+    }
+
+    pub(crate) fn owner(mut self, owner: &'a Arc<HoldTable>) -> Self {
+        self.spec.owner = Some(owner);
+        self
+    }
+
+    /// Acquires the lock, waiting while others hold it. See [`QuorumLock::acquire`](crate::QuorumLock::acquire).
+    ///
+    /// # Errors
+    /// As [`QuorumLock::acquire`](crate::QuorumLock::acquire).
+    ///
+    /// # Cancel safety
+    /// As [`QuorumLock::acquire`](crate::QuorumLock::acquire).
+    pub async fn acquire(self) -> Result<LockGuard> {
+        acquire::waiting(self.state, self.spec).await
+    }
+
+    /// One attempt; `Ok(None)` when another holder has the lock. See
+    /// [`QuorumLock::try_acquire`](crate::QuorumLock::try_acquire).
+    ///
+    /// # Errors
+    /// As [`QuorumLock::try_acquire`](crate::QuorumLock::try_acquire).
+    ///
+    /// # Cancel safety
+    /// As [`QuorumLock::acquire`](crate::QuorumLock::acquire).
+    pub async fn try_acquire(self) -> Result<Option<LockGuard>> {
+        acquire::once(self.state, self.spec).await
+    }
+
+    /// Acquires the lock (waiting), runs `work` while holding it, and releases it. See
+    /// [`QuorumLock::with_lock`](crate::QuorumLock::with_lock).
+    ///
+    /// # Errors
+    /// As [`QuorumLock::acquire`](crate::QuorumLock::acquire), for taking the lock.
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops `work` and releases the lock in the background.
+    pub async fn run<F, Fut, T>(self, work: F) -> Result<Scoped<T>>
+    where
+        F: FnOnce(LostSignal) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = self.acquire().await?;
+        let signal = guard.lost_signal();
+        let work = work(signal.clone());
+        let outcome = tokio::select! {
+            // Loss first: work that finishes in the same instant the lock is lost is reported
+            // as cut off.
+            biased;
+            () = signal.wait() => Scoped::Lost,
+            value = work => Scoped::Completed(value),
+        };
+        if let Err(e) = guard.release().await {
+            tracing::warn!(error = %e, "release after scoped work was not confirmed");
+        }
+        Ok(outcome)
+    }
+}
