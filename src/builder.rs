@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use futures::future::join_all;
 
+use crate::address::{redact, NodeAddr};
 use crate::client::QuorumLock;
 use crate::config::{check_duration, Config};
 use crate::error::{Error, FailureKind, NodeFailure, Result};
-use crate::node::{redact, Node, NodeAddr};
+use crate::node::Node;
 use crate::quorum::Quorum;
 use crate::scripts::MAX_NODES;
 use crate::state::ClientState;

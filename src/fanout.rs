@@ -48,12 +48,7 @@ fn node_call(
     form: SendBy,
 ) -> impl Future<Output = NodeAnswer> + Send + 'static {
     let (nodes, call) = (nodes.clone(), call.clone());
-    async move {
-        let answer = nodes[i].run(&call, form, i).await;
-        // Done: nothing of this request can be sent any more (ordering invariant 4).
-        call.progress.queued(i);
-        (i, answer)
-    }
+    async move { (i, nodes[i].run(&call, form, i).await) }
 }
 
 impl Outcome {
@@ -152,11 +147,9 @@ where
             return None;
         }
         let mut pending = std::mem::take(&mut self.pending);
-        Some(Stragglers::spawn(
-            self.call.clone(),
-            self.nodes.len(),
-            async move { while pending.next().await.is_some() {} },
-        ))
+        Some(Stragglers::spawn(self.call.clone(), async move {
+            while pending.next().await.is_some() {}
+        }))
     }
 
     fn count(&mut self, i: usize, result: Result<Value, NodeFailure>) {

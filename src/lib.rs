@@ -95,6 +95,7 @@
 #![deny(unsafe_code)]
 
 mod acquire;
+mod address;
 mod backoff;
 mod builder;
 mod client;

@@ -15,10 +15,10 @@
 //!    request is ahead of every later one.
 //! 4. **Stragglers are settled before the next call.** A call decided at quorum leaves its
 //!    undecided requests ([`Stragglers`]) with its lease ([`InFlight`]); the lease's next call
-//!    first stops those not yet written and waits for those that may be on their way (the
-//!    handshake of `progress.rs`: either the straggler sees "stopped" before it writes, or the
-//!    next call sees it unwritten and waits). Cancel safe: everything is stopped before the
-//!    first await.
+//!    first stops those not yet written and waits only if one is being written right then
+//!    (the handshake of `progress.rs`: either the straggler sees "stopped" before it writes,
+//!    or the next call sees it writing and waits). Cancel safe: everything is stopped before
+//!    the first await.
 //! 5. **A failed attempt is rolled back behind itself.** Dropping its fan-out stops the
 //!    requests not yet written (and any NOSCRIPT fallback); the rollback, sent as plain EVAL,
 //!    is written onto every live connection in one poll ([`write_now_finish_later`]) before a
@@ -48,7 +48,6 @@ pub(crate) fn write_now_finish_later(work: impl Future<Output = ()> + Send + 'st
 /// settles them (invariant 4).
 pub(crate) struct Stragglers {
     call: Arc<Call>,
-    nodes: usize,
     /// Closed when the task ends (its sender is dropped with it, also on panic or shutdown).
     done: watch::Receiver<()>,
 }
@@ -57,7 +56,6 @@ impl Stragglers {
     /// Lets `rest` (the call's undecided requests) finish in a background task.
     pub(crate) fn spawn(
         call: Arc<Call>,
-        nodes: usize,
         rest: impl Future<Output = ()> + Send + 'static,
     ) -> Stragglers {
         let (finished, done) = watch::channel(());
@@ -65,20 +63,18 @@ impl Stragglers {
             let _finished = finished;
             rest.await;
         });
-        Stragglers { call, nodes, done }
+        Stragglers { call, done }
     }
 
     fn is_done(&self) -> bool {
         self.done.has_changed().is_err()
     }
 
-    /// Stops the requests not yet written to their connection; true when one may still be
-    /// on its way (the caller must wait for the task before sending anything after it).
+    /// Stops the requests not yet written to their connection; true when one may be being
+    /// written right now (the caller must wait for the task before sending anything after
+    /// it).
     fn stop(&self) -> bool {
-        // Stop first: a request that finished never set its "queued" bit when its connect
-        // failed, and must not make the caller wait.
-        let maybe_on_its_way = self.call.progress.stop(self.nodes);
-        maybe_on_its_way && !self.is_done()
+        self.call.progress.stop() && !self.is_done()
     }
 
     async fn finished(mut done: watch::Receiver<()>) {

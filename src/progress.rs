@@ -4,12 +4,12 @@
 // `AtomicBool`, `AtomicU64` and `Ordering` without importing them.
 
 /// Lets a later call of the same lease (a renewal, the release) know whether it can be sent at
-/// once: a request whose send has begun keeps its place in the connection's queue (the
-/// multiplexed connection's channel is FIFO, also when full), so anything sent later runs
-/// after it on that node. A request that has not begun (still connecting, or between a
-/// NOSCRIPT answer and its EVAL fallback, or between a dropped connection and the retry) could
-/// be overtaken, so the later call either waits for it or stops it: either the straggler sees
-/// `stopped` before it sends, or the caller sees it unqueued and waits.
+/// once. A request is "on its way" only while it is being written to its connection: before,
+/// it checks whether the call was stopped (and then is never written); after, it holds its
+/// place in the connection's queue (ordering invariant 3), so anything written later runs
+/// after it. So the later call stops the call and waits only when a request is caught in that
+/// short window; a request still waiting for its connection, or for a NOSCRIPT fallback or a
+/// re-send, checks again before it writes and is never written.
 ///
 /// Each side writes its flag and then reads the other's (a Dekker-style handshake). Every
 /// access is a read-modify-write, so that the handshake holds by the modification order of
@@ -19,33 +19,33 @@
 #[derive(Default)]
 #[allow(unreachable_pub)]
 pub struct Progress {
-    /// Bit `i`: node `i`'s request holds its place in the queue.
-    queued: AtomicU64,
+    /// Bit `i`: node `i`'s request is being written to its connection.
+    writing: AtomicU64,
     stopped: AtomicBool,
 }
 
 impl Progress {
-    /// Before a node's request is sent: false when the caller has stopped the call.
+    /// Before a node's request is written: false when the call was stopped (the request must
+    /// not be written); true when it may be, and is now "on its way" until
+    /// [`written`](Self::written).
     pub fn may_send(&self, slot: usize) -> bool {
-        self.queued.fetch_and(!(1 << slot), Ordering::SeqCst);
-        !self.stopped.fetch_or(false, Ordering::SeqCst)
+        self.writing.fetch_or(1 << slot, Ordering::SeqCst);
+        if self.stopped.fetch_or(false, Ordering::SeqCst) {
+            self.writing.fetch_and(!(1 << slot), Ordering::SeqCst);
+            return false;
+        }
+        true
     }
 
     /// After a node's request was first polled: it holds its place in the queue.
-    pub fn queued(&self, slot: usize) {
-        self.queued.fetch_or(1 << slot, Ordering::SeqCst);
+    pub fn written(&self, slot: usize) {
+        self.writing.fetch_and(!(1 << slot), Ordering::SeqCst);
     }
 
-    /// Stops every request of the `nodes` nodes not yet queued; true when one may still be on
-    /// its way (the caller must wait for the stragglers before overtaking them).
-    pub fn stop(&self, nodes: usize) -> bool {
+    /// Stops every request not yet written; true when one may be being written right now
+    /// (the caller must wait for the call to end before writing anything after it).
+    pub fn stop(&self) -> bool {
         self.stopped.swap(true, Ordering::SeqCst);
-        let all = if nodes >= 64 {
-            u64::MAX
-        } else {
-            (1u64 << nodes) - 1
-        };
-        self.queued.fetch_or(0, Ordering::SeqCst) & all != all
+        self.writing.fetch_or(0, Ordering::SeqCst) != 0
     }
 }
-

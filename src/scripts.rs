@@ -49,7 +49,8 @@ pub(crate) struct Call {
     pub(crate) progress: Progress,
 }
 
-/// The most nodes a client may have: [`Progress`] keeps one bit per node.
+/// The most nodes a client may have: [`Progress`](crate::progress::Progress) keeps one bit per
+/// node.
 pub(crate) const MAX_NODES: usize = 64;
 
 impl Call {

@@ -3,7 +3,7 @@
 //!
 //! A straggler is a request of an earlier call still on its way when the next call of the same
 //! lease starts: it calls `may_send`, writes itself to the connection (its place in the
-//! queue), then `queued`; it may be re-sent after a dropped connection, which repeats the
+//! queue), then `written`; it may be re-sent after a dropped connection, which repeats the
 //! three steps. The next call runs `stop`, and when that says a request may be on its way, it
 //! waits for the stragglers to finish before writing itself. Loom runs every interleaving of
 //! the two threads under the C11 memory model and checks that the next call's write always
@@ -30,7 +30,7 @@ fn straggler(progress: &Progress, wire: &Wire, slot: usize, sends: usize) {
             return;
         }
         wire.lock().unwrap().push("straggler");
-        progress.queued(slot);
+        progress.written(slot);
     }
 }
 
@@ -48,7 +48,7 @@ fn check(nodes: usize, sends: usize) {
             })
             .collect();
         // The next call of the lease: waits for the stragglers when one may be on its way.
-        if progress.stop(nodes) {
+        if progress.stop() {
             for t in tasks {
                 t.join().unwrap();
             }
@@ -95,7 +95,7 @@ fn ignoring_the_handshake_lets_a_straggler_overtake() {
                 let (progress, wire) = (progress.clone(), wire.clone());
                 thread::spawn(move || straggler(&progress, &wire, 0, 1))
             };
-            let _ = progress.stop(1);
+            let _ = progress.stop();
             wire.lock().unwrap().push("next call");
             task.join().unwrap();
             assert_eq!(wire.lock().unwrap().last(), Some(&"next call"));

@@ -1,0 +1,177 @@
+//! A node's address: parsing every URL form the redis crate accepts, and keeping its
+//! password out of everything shown (display form, error messages).
+
+use crate::error::Error;
+
+/// A parsed node address: the redis client for it, and its display form without secrets.
+pub(crate) struct NodeAddr {
+    pub(crate) display: String,
+    /// Every form in which the password could appear in a message (decoded and as written).
+    secrets: Vec<String>,
+    pub(crate) client: redis::Client,
+}
+
+/// Query parameters that carry a password (`unix:///path?pass=...` for the redis crate).
+const SECRET_PARAMS: [&str; 2] = ["pass", "password"];
+
+impl NodeAddr {
+    /// Parses `redis://[user:pass@]host:port[/db]`, `rediss://...`, `unix:///path[?pass=..]`
+    /// or `redis+unix:///path[?pass=..]`.
+    pub(crate) fn parse(raw: &str) -> Result<NodeAddr, Error> {
+        let invalid = |reason: String| Error::InvalidNodeUrl {
+            address: redact_unparsed(raw),
+            reason,
+        };
+        let url = url::Url::parse(raw.trim()).map_err(|e| invalid(e.to_string()))?;
+        match url.scheme() {
+            "redis" | "unix" | "redis+unix" => {}
+            "rediss" if cfg!(feature = "tls") => {}
+            "rediss" => {
+                return Err(invalid(
+                    "rediss:// needs the `tls` feature of quorum-lock".into(),
+                ))
+            }
+            other => {
+                return Err(invalid(format!(
+                    "unsupported scheme {other:?} (use redis://, rediss:// or unix://)"
+                )))
+            }
+        }
+        if matches!(url.scheme(), "redis" | "rediss") && url.host_str().is_none_or(str::is_empty) {
+            return Err(invalid("no host".into()));
+        }
+        let mut secrets = Vec::new();
+        let mut shown = url.clone();
+        if let Some(p) = url.password() {
+            secrets.push(p.to_string());
+            secrets.extend(percent_decode(p));
+            // Cannot fail: the URL has a host, since it has a password.
+            let _ = shown.set_password(Some("***"));
+        }
+        if url.query_pairs().any(|(k, _)| SECRET_PARAMS.contains(&&*k)) {
+            let pairs: Vec<(String, String)> = url
+                .query_pairs()
+                .map(|(k, v)| {
+                    if SECRET_PARAMS.contains(&&*k) {
+                        secrets.push(v.to_string());
+                        (k.into_owned(), "***".to_string())
+                    } else {
+                        (k.into_owned(), v.into_owned())
+                    }
+                })
+                .collect();
+            // The raw (still encoded) values too, as they were written.
+            for part in url.query().unwrap_or("").split('&') {
+                if let Some((k, v)) = part.split_once('=') {
+                    if SECRET_PARAMS.contains(&k) {
+                        secrets.push(v.to_string());
+                    }
+                }
+            }
+            shown.query_pairs_mut().clear().extend_pairs(pairs);
+        }
+        secrets.retain(|s| !s.is_empty());
+        let display = shown.to_string();
+        let client = redis::Client::open(url.as_str())
+            .map_err(|e| invalid(scrub(&e.to_string(), &secrets)))?;
+        Ok(NodeAddr {
+            display,
+            secrets,
+            client,
+        })
+    }
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// An address as it may be shown: parsed and redacted, or, when it does not parse, with
+/// everything that could be a credential hidden.
+pub(crate) fn redact(raw: &str) -> String {
+    NodeAddr::parse(raw).map_or_else(|_| redact_unparsed(raw), |a| a.display)
+}
+
+/// Redacts the credentials of an address that did not even parse: everything between `://`
+/// and the last `@` is hidden, and so is the value of every `pass=` / `password=` parameter.
+pub(crate) fn redact_unparsed(raw: &str) -> String {
+    let userinfo_hidden = match (raw.find("://"), raw.rfind('@')) {
+        (Some(s), Some(at)) if at > s + 3 => format!("{}***{}", &raw[..s + 3], &raw[at..]),
+        (None, Some(at)) => format!("***{}", &raw[at..]),
+        _ => raw.to_string(),
+    };
+    let Some((head, query)) = userinfo_hidden.split_once('?') else {
+        return userinfo_hidden;
+    };
+    let query: Vec<String> = query
+        .split('&')
+        .map(|part| match part.split_once('=') {
+            Some((k, _)) if SECRET_PARAMS.contains(&k) => format!("{k}=***"),
+            _ => part.to_string(),
+        })
+        .collect();
+    format!("{head}?{}", query.join("&"))
+}
+
+/// Removes every occurrence of a secret from a message (defence in depth: redis errors do not
+/// normally echo passwords, but nothing we print may).
+pub(crate) fn scrub(msg: &str, secrets: &[String]) -> String {
+    let mut msg = msg.to_string();
+    for s in secrets.iter().filter(|s| !s.is_empty()) {
+        msg = msg.replace(s.as_str(), "***");
+    }
+    msg
+}
+
+impl NodeAddr {
+    /// `msg` with every form of this node's password replaced by `***`.
+    pub(crate) fn scrub(&self, msg: &str) -> String {
+        scrub(msg, &self.secrets)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_redacted() {
+        let a = NodeAddr::parse("redis://user:s3cr%40t@127.0.0.1:7001/2").unwrap();
+        assert_eq!(a.display, "redis://user:***@127.0.0.1:7001/2");
+        assert!(a.secrets.iter().any(|s| s == "s3cr@t"));
+        assert_eq!(scrub("bad s3cr@t here", &a.secrets), "bad *** here");
+        assert_eq!(scrub("bad s3cr%40t here", &a.secrets), "bad *** here");
+        let a = NodeAddr::parse("redis://:pw@localhost:6379").unwrap();
+        assert!(!a.display.contains("pw"), "{}", a.display);
+    }
+
+    #[test]
+    fn unparsable_addresses_hide_credentials() {
+        assert_eq!(redact_unparsed("redis://u:p@[bad"), "redis://***@[bad");
+        assert_eq!(redact_unparsed("u:p@host"), "***@host");
+        let err = NodeAddr::parse("redis://u:hunter2@[bad:1").err().unwrap();
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+    }
+
+    #[test]
+    fn schemes_are_checked() {
+        assert!(NodeAddr::parse("http://127.0.0.1:1").is_err());
+        assert!(NodeAddr::parse("unix:///tmp/redis.sock").is_ok());
+        assert!(NodeAddr::parse("redis://127.0.0.1:1").is_ok());
+        assert!(NodeAddr::parse("not a url").is_err());
+        assert!(NodeAddr::parse("").is_err());
+    }
+}
