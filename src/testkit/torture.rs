@@ -219,9 +219,9 @@ async fn contend(
                 false => (request, lease, None),
             }
         };
-        let hold = match rng.random_range(0..4) {
-            0 => Duration::from_millis(rng.random_range(0..40)),
-            _ => lease.mul_f64(rng.random_range(0.0..3.0)),
+        let hold = match rng.random_bool(0.5) {
+            true => Duration::from_millis(rng.random_range(0..40)),
+            false => lease.mul_f64(rng.random_range(0.0..3.0)),
         };
         let before = locks.stats();
         let asked = super::monotonic_nanos();
