@@ -184,11 +184,11 @@ impl Builder {
         self
     }
 
-    /// **Unsafe, for negative tests only** (feature `testkit`): requires exactly `k`
-    /// confirmations without checking that `k` is a majority. With `k <= N/2` two holders can
-    /// both reach "quorum"; the torture suite uses this to prove that its checker catches it.
+    /// Requires exactly `k` confirmations without checking that `k` is a majority: only for
+    /// [`testkit::unchecked_quorum`](crate::testkit::unchecked_quorum), never in the public
+    /// builder.
     #[cfg(feature = "testkit")]
-    pub fn unchecked_quorum_for_tests(mut self, k: usize) -> Self {
+    pub(crate) fn unchecked_quorum(mut self, k: usize) -> Self {
         self.unchecked_quorum = Some(k);
         self
     }

@@ -91,7 +91,7 @@
 //! pub/sub wake-ups; `owner` reentrancy; `builder` configuration and build-time checks;
 //! `error` the error type.
 
-#![warn(missing_docs)]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![deny(unsafe_code)]
 
 mod acquire;

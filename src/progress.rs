@@ -17,8 +17,7 @@
 /// synchronizes), not only by the total order of `SeqCst` loads, which loom does not model:
 /// tests/loom_progress.rs checks every interleaving.
 #[derive(Default)]
-#[allow(unreachable_pub)]
-pub struct Progress {
+pub(crate) struct Progress {
     /// Bit `i`: node `i`'s request is being written to its connection.
     writing: AtomicU64,
     stopped: AtomicBool,
@@ -28,7 +27,7 @@ impl Progress {
     /// Before a node's request is written: false when the call was stopped (the request must
     /// not be written); true when it may be, and is now "on its way" until
     /// [`written`](Self::written).
-    pub fn may_send(&self, slot: usize) -> bool {
+    pub(crate) fn may_send(&self, slot: usize) -> bool {
         self.writing.fetch_or(1 << slot, Ordering::SeqCst);
         if self.stopped.fetch_or(false, Ordering::SeqCst) {
             self.writing.fetch_and(!(1 << slot), Ordering::SeqCst);
@@ -38,13 +37,13 @@ impl Progress {
     }
 
     /// After a node's request was first polled: it holds its place in the queue.
-    pub fn written(&self, slot: usize) {
+    pub(crate) fn written(&self, slot: usize) {
         self.writing.fetch_and(!(1 << slot), Ordering::SeqCst);
     }
 
     /// Stops every request not yet written; true when one may be being written right now
     /// (the caller must wait for the call to end before writing anything after it).
-    pub fn stop(&self) -> bool {
+    pub(crate) fn stop(&self) -> bool {
         self.stopped.swap(true, Ordering::SeqCst);
         self.writing.fetch_or(0, Ordering::SeqCst) != 0
     }

@@ -78,6 +78,7 @@ pub fn validity(ttl: Duration, elapsed: Duration, drift: Duration) -> Option<Dur
 
 /// What one node said about one step of an operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Vote {
     /// The node confirmed (acquired, extended, released).
     Yes,
@@ -100,6 +101,7 @@ pub struct Tally {
 
 /// The outcome a [`Tally`] has reached so far.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Decision {
     /// Not decided yet: more answers are needed.
     Pending,

@@ -62,7 +62,7 @@ async fn bad_keys_and_ttls() {
     guard.release().await.unwrap();
     for i in 0..fleet.len() {
         assert!(
-            entry(fleet, i, &key).await.is_empty(),
+            entry(fleet, i, &key).await.is_none(),
             "a rejected call touched node {i}"
         );
     }

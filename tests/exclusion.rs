@@ -62,7 +62,7 @@ async fn sixteen_tasks_never_overlap(quorum: Quorum) {
     );
     for i in 0..fleet.len() {
         assert!(
-            entry(fleet, i, &key).await.is_empty(),
+            entry(fleet, i, &key).await.is_none(),
             "node {i} still holds the key"
         );
     }

@@ -42,7 +42,7 @@ async fn works_after_script_flush() {
         .expect("extend after flush");
     guard.release().await.expect("release after flush");
     for i in 0..3 {
-        assert!(entry(&fleet, i, &key).await.is_empty());
+        assert!(entry(&fleet, i, &key).await.is_none());
         assert!(
             command_calls(&fleet, i, "eval").await >= 1,
             "node {i} never fell back to EVAL"

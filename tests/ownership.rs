@@ -60,7 +60,7 @@ async fn extend_after_expiry_is_lost_and_recreates_nothing() {
     assert!(!guard.is_held());
     for i in 0..fleet.len() {
         assert!(
-            entry(fleet, i, &key).await.is_empty(),
+            entry(fleet, i, &key).await.is_none(),
             "node {i} re-created the key"
         );
     }
@@ -97,7 +97,7 @@ async fn extend_refused_by_a_majority_marks_the_guard_lost() {
     assert!(!guard.is_held());
     for i in 0..3 {
         assert!(
-            entry(fleet, i, &key).await.is_empty(),
+            entry(fleet, i, &key).await.is_none(),
             "extend re-created node {i}'s entry"
         );
     }

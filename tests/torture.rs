@@ -471,8 +471,7 @@ async fn negative_control_a_majority_restarted_without_persistence_admits_a_seco
 async fn negative_control_a_minority_quorum_admits_a_second_holder() {
     let fleet = own_fleet(5);
     let minority = |f: &Fleet| {
-        builder(f, Quorum::Majority)
-            .unchecked_quorum_for_tests(2)
+        quorum_lock::testkit::unchecked_quorum(builder(f, Quorum::Majority), 2)
             .lazy(true)
             .build()
     };

@@ -82,7 +82,7 @@ async fn an_attempt_leaving_less_than_min_validity_fails_and_is_rolled_back() {
     }
     for i in 0..5 {
         eventually(&fleet, Duration::from_secs(10), "rolled back", || async {
-            entry(&fleet, i, &key).await.is_empty()
+            entry(&fleet, i, &key).await.is_none()
         })
         .await;
     }
@@ -113,7 +113,7 @@ async fn an_attempt_slower_than_the_ttl_never_returns_a_guard() {
     );
     for i in 0..5 {
         eventually(&fleet, Duration::from_secs(10), "rolled back", || async {
-            entry(&fleet, i, &key).await.is_empty()
+            entry(&fleet, i, &key).await.is_none()
         })
         .await;
     }

@@ -30,6 +30,14 @@ pub use fenced_store::FencedStore;
 pub use process::RedisProcess;
 pub use proxy::{Fault, FaultProxy};
 
+/// **Unsafe, for negative tests only**: `builder` requiring exactly `k` confirmations
+/// without checking that `k` is a majority. With `k <= N/2` two holders can both reach
+/// "quorum"; the torture suite uses this to prove that its checker catches it. Not a builder
+/// method, so that production code cannot reach it by autocompletion.
+pub fn unchecked_quorum(builder: crate::Builder, k: usize) -> crate::Builder {
+    builder.unchecked_quorum(k)
+}
+
 /// What a node keeps across a restart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]

@@ -1,7 +1,6 @@
 //! Helpers shared by the integration tests: fleets, clients, and direct node inspection.
 #![allow(dead_code)]
 
-use std::collections::HashMap;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -54,22 +53,21 @@ pub async fn conn(fleet: &Fleet, i: usize) -> redis::aio::MultiplexedConnection 
         .expect("test connection")
 }
 
-/// The lock entry stored for `key` on node `i`, as holder value -> 1 (empty if absent).
-pub async fn entry(fleet: &Fleet, i: usize, key: &str) -> HashMap<String, i64> {
+/// The holder value stored for `key` on node `i`, if any.
+pub async fn entry(fleet: &Fleet, i: usize, key: &str) -> Option<String> {
     let mut c = conn(fleet, i).await;
-    let holder: Option<String> = redis::cmd("GET")
+    redis::cmd("GET")
         .arg(key)
         .query_async(&mut c)
         .await
-        .expect("GET");
-    holder.into_iter().map(|h| (h, 1)).collect()
+        .expect("GET")
 }
 
 /// How many of the fleet's nodes hold `key` for `holder`.
 pub async fn nodes_holding(fleet: &Fleet, key: &str, holder: &str) -> usize {
     let mut n = 0;
     for i in 0..fleet.len() {
-        if entry(fleet, i, key).await.contains_key(holder) {
+        if entry(fleet, i, key).await.as_deref() == Some(holder) {
             n += 1;
         }
     }
