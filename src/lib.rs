@@ -79,17 +79,38 @@
 //!
 //! # Not built yet
 //!
-//! The CLI is planned (see the README).
+//! Metrics (the `metrics` facade), tests against TLS nodes with a custom CA, Docker fleets
+//! (docker-compose, testcontainers) and the lock family (read-write, fair, multi-key,
+//! semaphore). The `quorum-lock` command is built (feature `cli`, see the README).
 //!
 //! # Layout
 //!
-//! `quorum` is the pure arithmetic (quorum sizes, drift, validity, the tally); `scripts` the
-//! Lua run on the nodes; `node` one connection per node with its timeout and error
-//! classification; `fanout` the concurrent call to all nodes with early decision; `lock` the
-//! client and the acquire/wait loop; `lease` one acquisition's shared state with renew,
-//! repair and release; `guard` the caller's handle on it; `watchdog` renewal; `wakeup` the
-//! pub/sub wake-ups; `owner` reentrancy; `builder` configuration and build-time checks;
-//! `error` the error type.
+//! One file per concept, listed so that each module imports only from those above it (the one
+//! exception: `builder` and `client` name each other, as a builder and what it builds do):
+//!
+//! - `quorum`: pure arithmetic: quorum sizes, drift, validity, the tally of node answers.
+//! - `error`: the error enum and the per-node failure.
+//! - `progress`: the stop-or-wait handshake of in-flight requests (also checked by loom).
+//! - `backoff`: retry timing of a waiting acquire (pure).
+//! - `key`: the key check, the names derived from a key, the reserved namespace.
+//! - `config`: validated settings and the checks of durations and TTLs.
+//! - `scripts`: the commands and Lua scripts run on the nodes, one call shared by all nodes.
+//! - `address`: node URLs, and keeping their passwords out of everything shown.
+//! - `node`: one master: its connection, background reconnect, per-call timeout, errors.
+//! - `ordering`: the rules that keep a lease's later call behind its earlier ones.
+//! - `fanout`: one call to every node, decided at quorum.
+//! - `wakeup`: pub/sub release notices and the waiters they wake.
+//! - `state`: a client's shared state and counters.
+//! - `lease`: one acquisition: deadline, loss, renew, repair, release, the loss signal.
+//! - `watchdog`: renewals of a lock kept without a fixed TTL.
+//! - `reentry`: an owner's table of held leases.
+//! - `guard`: the caller's handle on a held lock.
+//! - `acquire`: one attempt and the waiting loop.
+//! - `request`: a lock request and its per-request settings.
+//! - `owner`: reentrant owners.
+//! - `client`: the client handle.
+//! - `builder`: configuration and the build-time checks on the nodes.
+//! - `testkit` (feature): real redis-server fleets with failure injection.
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![deny(unsafe_code)]

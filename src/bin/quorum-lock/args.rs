@@ -1,0 +1,344 @@
+//! The command line (clap): global settings, the subcommands and their options, and the
+//! parsers for durations, quorum rules, signals and keys.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::error::ErrorKind;
+use clap::{Args, Parser, Subcommand};
+use quorum_lock::Quorum;
+
+use crate::exit;
+use crate::values::{parse_duration, parse_key, parse_quorum, parse_signal};
+
+/// The exit codes, shown by `--help` (and documented in the README).
+const EXIT_CODES: &str = "\
+Exit codes:
+  0        success (run: the command's own code)
+  1        the lock stayed busy (the -E/--conflict-exit-code value)
+  64       usage error
+  69       too few nodes reachable for a quorum (not contention)
+  71       an operating-system error (signal handlers, writing to stdout)
+  75       the lock was lost, or --max-hold reached, while the command ran (it was stopped)
+  78       configuration error (bad node address, config file or setting)
+  126      the command is not executable
+  127      the command was not found
+  128+N    the command was killed by signal N (also the CLI itself, on a signal while waiting)";
+
+const ABOUT: &str = "\
+Locks across N independent Redis masters (RedLock / MultiLock), for cron jobs and scripts.
+
+`run` is flock(1) across the fleet: it holds the lock while the command runs, renews it, and
+stops the command (its whole process group) before the lock could pass to anyone else.";
+
+/// `quorum-lock [GLOBAL OPTIONS] COMMAND ...`
+#[derive(Debug, Parser)]
+#[command(
+    name = "quorum-lock",
+    version,
+    about = ABOUT,
+    after_help = EXIT_CODES,
+    arg_required_else_help = true
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Settings for every command; each also comes from the environment or the config file
+/// (command line first, then the environment, then the file).
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Global options")]
+pub struct GlobalArgs {
+    /// Node addresses, comma-separated: redis://[user:pass@]host:port[/db], rediss://...,
+    /// unix:///path. Prefer the environment or the config file for passwords: the command
+    /// line is visible to other local users.
+    #[arg(
+        long,
+        global = true,
+        env = "QUORUM_LOCK_NODES",
+        hide_env_values = true,
+        value_name = "URL,..."
+    )]
+    pub nodes: Option<String>,
+
+    /// How many nodes must confirm: majority (default), all, or a number K (more than half).
+    #[arg(long, global = true, env = "QUORUM_LOCK_QUORUM", hide_env_values = true, value_parser = parse_quorum)]
+    pub quorum: Option<Quorum>,
+
+    /// How long one node may take to answer one call [default: 50ms].
+    #[arg(long, global = true, env = "QUORUM_LOCK_NODE_TIMEOUT", hide_env_values = true, value_name = "DUR", value_parser = parse_duration)]
+    pub node_timeout: Option<Duration>,
+
+    /// How long to wait for each node's first connection [default: 2s]; status and check also
+    /// wait this long for each node's answers.
+    #[arg(long, global = true, env = "QUORUM_LOCK_CONNECT_TIMEOUT", hide_env_values = true, value_name = "DUR", value_parser = parse_duration)]
+    pub connect_timeout: Option<Duration>,
+
+    /// A TOML file with the same settings: nodes, quorum, node_timeout, connect_timeout.
+    #[arg(
+        long,
+        global = true,
+        env = "QUORUM_LOCK_CONFIG",
+        hide_env_values = true,
+        value_name = "FILE"
+    )]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a command while holding KEY (flock(1) across the fleet).
+    #[command(after_help = RUN_HELP)]
+    Run(RunArgs),
+    /// Acquire KEY, print the holder token, keep the lock until a signal or stdin closes.
+    Hold(HoldArgs),
+    /// Show each node's view of KEY and whether a quorum holds it.
+    Status(StatusArgs),
+    /// For scripts: acquire KEY for a fixed TTL and print the holder token (no renewal).
+    Acquire(AcquireArgs),
+    /// For scripts: extend KEY held with TOKEN to a new TTL.
+    Extend(ExtendArgs),
+    /// For scripts: release KEY held with TOKEN.
+    Release(ReleaseArgs),
+    /// Check every node for what weakens the lock's safety.
+    Check(CheckArgs),
+}
+
+const RUN_HELP: &str = "\
+The command runs in its own process group, dies with quorum-lock (parent-death signal), and
+gets QUORUM_LOCK_KEY, QUORUM_LOCK_HELD=1 and, with --fencing, QUORUM_LOCK_FENCING_TOKEN.
+INT, TERM and HUP sent to quorum-lock go to the command's group; the lock is released after
+the command ends. If no renewal is confirmed by the lock's deadline minus --kill-grace, the
+group gets --kill-signal, and KILL after the grace (never later than the deadline); the exit
+code is then 75.
+
+Examples:
+  quorum-lock run -n nightly-report -- /usr/local/bin/report --full
+  quorum-lock run -w 2m --lease 1m --hold-min 10m backup -c 'pg_dump db | gzip > /b/db.gz'
+
+Exit codes:
+  the command's code; 128+N if a signal N killed it; 1 (-E) busy; 64 usage; 69 nodes
+  unreachable; 75 lock lost or --max-hold reached while it ran; 78 configuration; 126 not
+  executable; 127 not found";
+
+/// How to take a lock: shared by `run`, `hold` and `acquire`.
+#[derive(Debug, Args)]
+pub struct WaitArgs {
+    /// How long to wait while someone else holds the lock.
+    #[arg(short, long, value_name = "DUR", default_value = "10s", value_parser = parse_duration)]
+    pub wait: Duration,
+
+    /// One attempt, no waiting.
+    #[arg(short, long, conflicts_with = "wait")]
+    pub nonblock: bool,
+
+    /// The exit code when the lock stayed busy.
+    #[arg(short = 'E', long, value_name = "CODE", default_value_t = 1)]
+    pub conflict_exit_code: u8,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub wait: WaitArgs,
+
+    /// The lock's lease, renewed every third of it while the command runs.
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_duration)]
+    pub lease: Duration,
+
+    /// Hand the command a fencing token (QUORUM_LOCK_FENCING_TOKEN).
+    #[arg(long)]
+    pub fencing: bool,
+
+    /// Stop renewing after this long: the command is stopped (exit 75) before the lock ends.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub max_hold: Option<Duration>,
+
+    /// Keep the lock at least this long after acquiring it, also when the command ends
+    /// sooner, so that a late run on another host does not repeat the job.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub hold_min: Option<Duration>,
+
+    /// The signal sent to the command's group when the lock can no longer be trusted.
+    #[arg(long, value_name = "SIG", default_value = "TERM", value_parser = parse_signal)]
+    pub kill_signal: i32,
+
+    /// Time between --kill-signal and KILL; the signal is sent this long before the lock's
+    /// deadline. At most half the lease [default: 5s, or a quarter of --lease if shorter].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub kill_grace: Option<Duration>,
+
+    /// Run STRING with $SHELL -c (/bin/sh when SHELL is unset).
+    #[arg(short = 'c', value_name = "STRING", conflicts_with = "cmd")]
+    pub shell_command: Option<String>,
+
+    /// The lock key.
+    #[arg(value_parser = parse_key)]
+    pub key: String,
+
+    /// The command and its arguments (after `--` if they start with a dash).
+    #[arg(
+        value_name = "CMD",
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        required_unless_present = "shell_command"
+    )]
+    pub cmd: Vec<String>,
+}
+
+impl RunArgs {
+    /// The kill grace: as given, else 5 s or a quarter of the lease, whichever is shorter.
+    pub fn kill_grace(&self) -> Duration {
+        self.kill_grace
+            .unwrap_or_else(|| DEFAULT_KILL_GRACE.min(self.lease / 4))
+    }
+}
+
+const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Args)]
+pub struct HoldArgs {
+    #[command(flatten)]
+    pub wait: WaitArgs,
+
+    /// The lock's lease, renewed every third of it while held.
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_duration)]
+    pub lease: Duration,
+
+    /// Also take a fencing token (printed after the holder token).
+    #[arg(long)]
+    pub fencing: bool,
+
+    /// Stop renewing after this long (the lock then ends, exit 75).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub max_hold: Option<Duration>,
+
+    /// Print a JSON object instead of the plain line.
+    #[arg(long)]
+    pub json: bool,
+
+    /// The lock key.
+    #[arg(value_parser = parse_key)]
+    pub key: String,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+
+    /// The lock key.
+    #[arg(value_parser = parse_key)]
+    pub key: String,
+}
+
+#[derive(Debug, Args)]
+pub struct AcquireArgs {
+    #[command(flatten)]
+    pub wait: WaitArgs,
+
+    /// The lock's TTL: it expires after that unless extended or released.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub ttl: Duration,
+
+    /// Also take a fencing token (printed after the holder token).
+    #[arg(long)]
+    pub fencing: bool,
+
+    /// Print a JSON object instead of the plain line.
+    #[arg(long)]
+    pub json: bool,
+
+    /// The lock key.
+    #[arg(value_parser = parse_key)]
+    pub key: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ExtendArgs {
+    /// The new TTL, from now.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub ttl: Duration,
+
+    /// Print a JSON object.
+    #[arg(long)]
+    pub json: bool,
+
+    /// The lock key.
+    #[arg(value_parser = parse_key)]
+    pub key: String,
+
+    /// The holder token printed by `acquire`, or `-` to read it from stdin (the command line
+    /// is visible to other local users).
+    pub token: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    /// Print a JSON object.
+    #[arg(long)]
+    pub json: bool,
+
+    /// The lock key.
+    #[arg(value_parser = parse_key)]
+    pub key: String,
+
+    /// The holder token printed by `acquire`, or `-` to read it from stdin.
+    pub token: String,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Report a node whose clock is further than this from the others'.
+    #[arg(long, value_name = "DUR", default_value = "500ms", value_parser = parse_duration)]
+    pub clock_tolerance: Duration,
+}
+
+/// Parses the command line. Help and version go to stdout with exit 0; every usage error is
+/// one line on stderr with exit 64 (clap's own code, 2, means nothing to cron or scripts).
+pub fn parse() -> Result<Cli, u8> {
+    match Cli::try_parse() {
+        Ok(cli) => Ok(cli),
+        Err(e) => match e.kind() {
+            ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+                let _ = e.print();
+                Err(exit::OK)
+            }
+            ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+                eprint!("{}", e.render());
+                Err(exit::USAGE)
+            }
+            _ => {
+                eprintln!("quorum-lock: {} (see --help)", one_line(&e));
+                Err(exit::USAGE)
+            }
+        },
+    }
+}
+
+/// clap's message without its usage block and tips, on one line.
+fn one_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let head = text.split("\n\n").next().unwrap_or("");
+    let head = head.strip_prefix("error: ").unwrap_or(head);
+    head.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

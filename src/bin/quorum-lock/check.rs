@@ -1,0 +1,299 @@
+//! `check`: connects to every node and reports what weakens the lock's safety: the same
+//! server listed twice (INFO run_id), replicas (ROLE), no AOF or `appendfsync` other than
+//! `always` (a restarted node forgets its locks), an evicting `maxmemory-policy` (locks have a
+//! TTL, so even `volatile-*` may evict them), and a clock far from the others' (TIME against
+//! the local clock, corrected by half the round trip).
+
+use std::collections::HashMap;
+use std::fmt::Write;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures::future::join_all;
+use serde::Serialize;
+
+use crate::args::CheckArgs;
+use crate::direct::{int, targets, text, Target};
+use crate::exit::{self, Failure};
+use crate::settings::Settings;
+use crate::values::format_duration;
+
+/// How many TIME round trips per node; the fastest one gives the offset.
+const TIME_SAMPLES: usize = 3;
+
+#[derive(Debug, Default, Serialize)]
+struct NodeReport {
+    node: String,
+    reachable: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+    run_id: Option<String>,
+    version: Option<String>,
+    role: Option<String>,
+    aof: Option<bool>,
+    /// `None` when CONFIG GET was refused (renamed away, or denied by an ACL).
+    appendfsync: Option<String>,
+    maxmemory_policy: Option<String>,
+    /// The node's clock minus this machine's, corrected by half the round trip.
+    clock_offset_ms: Option<f64>,
+    rtt_ms: Option<f64>,
+}
+
+#[derive(Debug, Serialize)]
+struct Finding {
+    severity: &'static str,
+    node: Option<String>,
+    message: String,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    nodes: Vec<NodeReport>,
+    quorum: usize,
+    reachable: usize,
+    findings: Vec<Finding>,
+}
+
+pub async fn check(settings: &Settings, args: &CheckArgs) -> Result<u8, Failure> {
+    let required = settings.required()?;
+    let nodes = targets(&settings.nodes)?;
+    let reports = join_all(nodes.iter().map(|n| inspect(settings, n))).await;
+    let findings = findings(&reports, args.clock_tolerance);
+    let reachable = reports.iter().filter(|r| r.reachable).count();
+    let report = Report {
+        nodes: reports,
+        quorum: required,
+        reachable,
+        findings,
+    };
+    if args.json {
+        let json = serde_json::to_string(&report)
+            .map_err(|e| Failure::new(exit::SOFTWARE, format!("encoding JSON: {e}")))?;
+        exit::print(&format!("{json}\n"))?;
+    } else {
+        exit::print(&plain(&report))?;
+    }
+    Ok(if reachable < required {
+        exit::UNAVAILABLE
+    } else if !report.findings.is_empty() {
+        exit::CONFIG
+    } else {
+        exit::OK
+    })
+}
+
+async fn inspect(settings: &Settings, node: &Target) -> NodeReport {
+    let mut report = NodeReport {
+        node: node.name.clone(),
+        ..NodeReport::default()
+    };
+    if let Err(e) = read(settings, node, &mut report).await {
+        report.reachable = false;
+        report.error = Some(e);
+    }
+    report
+}
+
+async fn read(settings: &Settings, node: &Target, report: &mut NodeReport) -> Result<(), String> {
+    let limit = settings.connect_timeout;
+    let mut conn = node.connect(limit, limit).await?;
+    let info = node.query(&mut conn, &redis::cmd("INFO"), limit).await?;
+    report.reachable = true;
+    let info: HashMap<String, String> = text(&info)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+        .collect();
+    report.run_id = info.get("run_id").cloned();
+    report.version = info.get("redis_version").cloned();
+    report.aof = info.get("aof_enabled").map(|v| v == "1");
+    report.maxmemory_policy = info.get("maxmemory_policy").cloned();
+    // ROLE is the authoritative answer; INFO's replication section is the fallback when an
+    // ACL denies ROLE.
+    report.role = match node.query(&mut conn, &redis::cmd("ROLE"), limit).await {
+        Ok(redis::Value::Array(items)) => items.first().and_then(text),
+        _ => info.get("role").cloned(),
+    };
+    let mut get = redis::cmd("CONFIG");
+    get.arg("GET").arg("appendfsync");
+    if let Ok(redis::Value::Array(items)) = node.query(&mut conn, &get, limit).await {
+        report.appendfsync = items.get(1).and_then(text);
+    }
+    let mut best: Option<(f64, f64)> = None;
+    for _ in 0..TIME_SAMPLES {
+        let sent = SystemTime::now();
+        let Ok(redis::Value::Array(t)) = node.query(&mut conn, &redis::cmd("TIME"), limit).await
+        else {
+            break;
+        };
+        let rtt = sent.elapsed().unwrap_or_default();
+        let (Some(secs), Some(micros)) = (t.first().and_then(int), t.get(1).and_then(int)) else {
+            break;
+        };
+        let node_ms = secs as f64 * 1000.0 + micros as f64 / 1000.0;
+        let local_ms = sent
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs_f64()
+            * 1000.0;
+        // The node read its clock about half a round trip after we sent the command.
+        let rtt_ms = rtt.as_secs_f64() * 1000.0;
+        let offset = node_ms - (local_ms + rtt_ms / 2.0);
+        if best.is_none_or(|(r, _)| rtt_ms < r) {
+            best = Some((rtt_ms, offset));
+        }
+    }
+    if let Some((rtt, offset)) = best {
+        report.rtt_ms = Some(rtt);
+        report.clock_offset_ms = Some(offset);
+    }
+    Ok(())
+}
+
+fn findings(reports: &[NodeReport], tolerance: Duration) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let mut add = |severity, node: &str, message: String| {
+        out.push(Finding {
+            severity,
+            node: Some(node.to_string()),
+            message,
+        });
+    };
+    let mut seen: HashMap<&str, &str> = HashMap::new();
+    for r in reports {
+        if !r.reachable {
+            add(
+                "error",
+                &r.node,
+                format!("unreachable: {}", r.error.as_deref().unwrap_or("no answer")),
+            );
+            continue;
+        }
+        if let Some(run_id) = &r.run_id {
+            if let Some(first) = seen.insert(run_id, &r.node) {
+                add(
+                    "error",
+                    &r.node,
+                    format!(
+                        "the same redis server as {first} (run_id {run_id}): it would count twice toward the quorum"
+                    ),
+                );
+            }
+        }
+        if let Some(role) = r.role.as_deref().filter(|role| *role != "master") {
+            add(
+                "error",
+                &r.node,
+                format!("role {role}: every node must be an independent master"),
+            );
+        }
+        match (r.aof, r.appendfsync.as_deref()) {
+            (Some(false), _) => add(
+                "warning",
+                &r.node,
+                "no AOF (appendonly no): after a restart this node forgets its locks; enable appendonly with appendfsync always, or delay restarts by more than the longest TTL".into(),
+            ),
+            (Some(true), Some("always")) => {}
+            (Some(true), Some(other)) => add(
+                "warning",
+                &r.node,
+                format!("appendfsync {other}: after a crash this node may forget the locks of the last second; set appendfsync always"),
+            ),
+            (Some(true), None) => add(
+                "warning",
+                &r.node,
+                "appendfsync unknown (CONFIG GET refused): it must be always for a restart to keep the locks".into(),
+            ),
+            (None, _) => {}
+        }
+        if let Some(policy) = r
+            .maxmemory_policy
+            .as_deref()
+            .filter(|p| p.starts_with("allkeys") || p.starts_with("volatile"))
+        {
+            add(
+                "warning",
+                &r.node,
+                format!("maxmemory-policy {policy} may evict lock entries early; use noeviction"),
+            );
+        }
+    }
+    // The clocks: each node against the median of all, so that one wrong clock stands out
+    // (and this machine's own offset, shared by all, cancels).
+    let mut offsets: Vec<f64> = reports.iter().filter_map(|r| r.clock_offset_ms).collect();
+    offsets.sort_by(f64::total_cmp);
+    if let Some(&median) = offsets.get(offsets.len() / 2) {
+        let limit = tolerance.as_secs_f64() * 1000.0;
+        for r in reports {
+            if let Some(offset) = r.clock_offset_ms {
+                let off = offset - median;
+                if off.abs() > limit {
+                    add(
+                        "warning",
+                        &r.node,
+                        format!(
+                            "clock {:+.0} ms from the others' (more than {}): check its time synchronisation; a clock that jumps expires locks early",
+                            off,
+                            format_duration(tolerance)
+                        ),
+                    );
+                }
+            }
+        }
+    }
+    out
+}
+
+fn plain(r: &Report) -> String {
+    let mut out = String::new();
+    for n in &r.nodes {
+        if !n.reachable {
+            let _ = writeln!(out, "{}: unreachable", n.node);
+            continue;
+        }
+        let or = |v: &Option<String>| v.clone().unwrap_or_else(|| "?".to_string());
+        let aof = match n.aof {
+            Some(true) => "yes",
+            Some(false) => "no",
+            None => "?",
+        };
+        let clock = match (n.clock_offset_ms, n.rtt_ms) {
+            // No "-0.0": an offset below the shown precision is zero.
+            (Some(o), Some(rtt)) => {
+                let o = if o.abs() < 0.05 { 0.0 } else { o };
+                format!("{o:+.1} ms from this machine (rtt {rtt:.1} ms)")
+            }
+            _ => "?".to_string(),
+        };
+        let _ =
+            writeln!(out,
+            "{}: redis {}, role {}, aof {aof}, appendfsync {}, maxmemory-policy {}, clock {clock}",
+            n.node,
+            or(&n.version),
+            or(&n.role),
+            n.appendfsync.as_deref().unwrap_or("unknown"),
+            or(&n.maxmemory_policy),
+        );
+    }
+    for f in &r.findings {
+        let _ = match &f.node {
+            Some(node) => writeln!(out, "{}: {node}: {}", f.severity, f.message),
+            None => writeln!(out, "{}: {}", f.severity, f.message),
+        };
+    }
+    if r.reachable < r.quorum {
+        let _ = writeln!(
+            out,
+            "only {} of {} nodes reachable; the quorum needs {}",
+            r.reachable,
+            r.nodes.len(),
+            r.quorum
+        );
+    }
+    let _ = match r.findings.len() {
+        0 => writeln!(out, "no problems found"),
+        1 => writeln!(out, "1 problem found"),
+        n => writeln!(out, "{n} problems found"),
+    };
+    out
+}

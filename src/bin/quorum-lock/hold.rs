@@ -1,0 +1,133 @@
+//! Taking a lock through the library (shared by `run`, `hold` and `acquire`), and the two
+//! commands that hand the holder token to a script: `hold` (renewed until a signal or stdin
+//! closes) and `acquire` (a fixed TTL, left to expire or to `extend` / `release`).
+
+use quorum_lock::{LockGuard, LockRequest};
+use tokio::io::AsyncReadExt;
+
+use crate::args::{AcquireArgs, HoldArgs, WaitArgs};
+use crate::child::Signals;
+use crate::exit::{self, Failure};
+use crate::settings::Settings;
+
+/// Takes the lock: one attempt with `--nonblock`, else waiting up to `--wait`.
+///
+/// # Errors
+/// The `--conflict-exit-code` when the lock stayed busy, 69 when too few nodes answered,
+/// 64 for a bad key or lease, 78 for a bad setting.
+pub async fn take(req: LockRequest<'_>, wait: &WaitArgs, key: &str) -> Result<LockGuard, Failure> {
+    let conflict = wait.conflict_exit_code;
+    if wait.nonblock {
+        match req.try_acquire().await {
+            Ok(Some(guard)) => Ok(guard),
+            Ok(None) => Err(Failure::new(
+                conflict,
+                format!("busy: lock {key:?} is held by another holder"),
+            )),
+            Err(e) => Err(Failure::from_lock(&e, conflict)),
+        }
+    } else {
+        req.wait(wait.wait)
+            .acquire()
+            .await
+            .map_err(|e| Failure::from_lock(&e, conflict))
+    }
+}
+
+/// What `hold` and `acquire` print: the holder token, and the fencing token if asked for.
+///
+/// # Errors
+/// Exit 71 when stdout cannot be written (the caller still holds the guard, and releases it).
+fn print_tokens(guard: &LockGuard, key: &str, json: bool) -> Result<(), Failure> {
+    let line = if json {
+        serde_json::json!({
+            "key": key,
+            "holder": guard.holder(),
+            "fencing_token": guard.fencing_token(),
+            "validity_ms": guard.validity().as_millis() as u64,
+        })
+        .to_string()
+    } else {
+        match guard.fencing_token() {
+            Some(token) => format!("{} {token}", guard.holder()),
+            None => guard.holder().to_string(),
+        }
+    };
+    exit::print(&format!("{line}\n"))
+}
+
+/// `hold KEY`: acquires under the watchdog, prints the tokens, and keeps the lock until a
+/// signal (INT, TERM, HUP) or the end of stdin; then releases it.
+///
+/// # Errors
+/// As [`take`]; 75 when the lock is lost while held (or `--max-hold` ends it), or when the
+/// release finds it no longer held by a quorum.
+pub async fn hold(settings: &Settings, args: &HoldArgs) -> Result<u8, Failure> {
+    let client = settings.connect().await?;
+    let mut signals = Signals::install()?;
+    let mut req = client
+        .lock(&args.key)
+        .watchdog(args.lease)
+        .fencing(args.fencing);
+    if let Some(max) = args.max_hold {
+        req = req.max_hold(max);
+    }
+    let guard = tokio::select! {
+        taken = take(req, &args.wait, &args.key) => taken?,
+        signal = signals.recv() => return Ok(exit::signalled(signal)),
+    };
+    if let Err(failure) = print_tokens(&guard, &args.key, args.json) {
+        let _ = guard.release().await;
+        return Err(failure);
+    }
+    let lost = guard.lost_signal();
+    tokio::select! {
+        () = lost.wait() => {
+            return Err(Failure::new(
+                exit::LOST,
+                format!("lock {:?} lost: no renewal was confirmed in time (or --max-hold ended it)", args.key),
+            ));
+        }
+        _ = signals.recv() => {}
+        () = stdin_closed() => {}
+    }
+    guard
+        .release()
+        .await
+        .map(|()| exit::OK)
+        .map_err(|e| Failure::from_lock(&e, exit::SOFTWARE))
+}
+
+/// Completes at the end of stdin (the script closed it, or exited). Whatever is written to
+/// it is ignored.
+async fn stdin_closed() {
+    let mut stdin = tokio::io::stdin();
+    let mut buf = [0u8; 1024];
+    while let Ok(n) = stdin.read(&mut buf).await {
+        if n == 0 {
+            return;
+        }
+    }
+}
+
+/// `acquire KEY --ttl DUR`: takes the lock for a fixed TTL and prints the tokens. The lock is
+/// then left to expire, or to `extend` and `release` with the holder token.
+///
+/// # Errors
+/// As [`take`].
+pub async fn acquire(settings: &Settings, args: &AcquireArgs) -> Result<u8, Failure> {
+    let client = settings.connect().await?;
+    let req = client.lock(&args.key).ttl(args.ttl).fencing(args.fencing);
+    let guard = take(req, &args.wait, &args.key).await?;
+    if let Err(failure) = print_tokens(&guard, &args.key, args.json) {
+        let _ = guard.release().await;
+        return Err(failure);
+    }
+    // Dropping the guard would release the lock; the script owns it now.
+    std::mem::forget(guard);
+    // The acquire returned at quorum; its requests to the slower nodes finish in the
+    // background, each within the node timeout, so that the entry lands on every reachable
+    // node (the library has no call to await them). Exiting at once would cut them off.
+    tokio::time::sleep(settings.node_timeout).await;
+    Ok(exit::OK)
+}

@@ -1,0 +1,1039 @@
+//! The `quorum-lock` binary, driven as a user drives it, against real `redis-server` fleets
+//! (each test its own, on free ports): exclusion across processes under node faults, the
+//! loss path (the command and its grandchildren dead before the lock's deadline), exit
+//! codes, signal forwarding, `status`, `hold` from a shell script, the fixed-TTL steps, and a
+//! Redis ACL user limited to the commands the library and the CLI send.
+//!
+//! Waits are bounded polls for an event (a file, a line, a counter); the timing bounds are
+//! generous for a loaded 2-core machine.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use quorum_lock::testkit::{Fleet, Persistence};
+use quorum_lock::QuorumLock;
+
+const BIN: &str = env!("CARGO_BIN_EXE_quorum-lock");
+
+/// Settings the tests must not inherit from the environment they run in.
+const ENV: [&str; 6] = [
+    "QUORUM_LOCK_NODES",
+    "QUORUM_LOCK_QUORUM",
+    "QUORUM_LOCK_NODE_TIMEOUT",
+    "QUORUM_LOCK_CONNECT_TIMEOUT",
+    "QUORUM_LOCK_CONFIG",
+    "QUORUM_LOCK_LOG",
+];
+
+/// The CLI with a clean environment and `nodes` (given through the environment, as an
+/// operator would, to keep passwords off the command line). Generous timeouts: a loaded
+/// machine must not turn a healthy node into a failed one.
+fn cli_with(nodes: &[String]) -> Command {
+    environment(Command::new(BIN), nodes)
+}
+
+fn environment(mut cmd: Command, nodes: &[String]) -> Command {
+    for var in ENV {
+        cmd.env_remove(var);
+    }
+    cmd.env("QUORUM_LOCK_NODES", nodes.join(","))
+        .env("QUORUM_LOCK_NODE_TIMEOUT", "250ms")
+        .env("SHELL", "/bin/sh")
+        .stdin(Stdio::null());
+    cmd
+}
+
+fn cli(fleet: &Fleet) -> Command {
+    cli_with(&fleet.urls())
+}
+
+/// Runs to completion: (exit code, stdout, stderr).
+fn run(cmd: &mut Command) -> (i32, String, String) {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = cmd.output().expect("running quorum-lock");
+    (
+        status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&stdout).into_owned(),
+        String::from_utf8_lossy(&stderr).into_owned(),
+    )
+}
+
+/// Polls `check` every 10 ms until it holds; panics naming `what` after `limit`.
+fn wait_for(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !check() {
+        assert!(Instant::now() < deadline, "not within {limit:?}: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A spawned CLI that is killed if the test ends early.
+struct Running(Child);
+
+impl Running {
+    fn spawn(cmd: &mut Command) -> Running {
+        Running(cmd.spawn().expect("spawning quorum-lock"))
+    }
+
+    fn pid(&self) -> i32 {
+        i32::try_from(self.0.id()).expect("pid")
+    }
+
+    /// Waits for the exit (bounded): its code.
+    fn exit_code(&mut self, limit: Duration) -> i32 {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.0.try_wait().expect("try_wait") {
+                return status.code().unwrap_or(-1);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "quorum-lock did not exit within {limit:?}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn stderr(&mut self) -> String {
+        let mut text = String::new();
+        if let Some(mut err) = self.0.stderr.take() {
+            let _ = err.read_to_string(&mut text);
+        }
+        text
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Lines of a child's stdout, read on a thread so that a wait for one is bounded.
+struct Lines(mpsc::Receiver<String>);
+
+impl Lines {
+    fn of(stdout: impl Read + Send + 'static) -> Lines {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Lines(rx)
+    }
+
+    fn next(&self, limit: Duration) -> String {
+        self.0
+            .recv_timeout(limit)
+            .unwrap_or_else(|e| panic!("no line within {limit:?}: {e}"))
+    }
+}
+
+fn signal(pid: i32, sig: i32) {
+    // SAFETY: kill(2) with a pid this test started (or read from its pid file).
+    #[allow(unsafe_code)]
+    let r = unsafe { libc::kill(pid, sig) };
+    assert_eq!(r, 0, "signal {sig} to {pid}");
+}
+
+/// Whether `pid` is gone (or a zombie: dead, only not yet reaped).
+fn gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_none_or(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
+    }
+}
+
+fn read_pid(path: &Path) -> i32 {
+    std::fs::read_to_string(path)
+        .expect("pid file")
+        .trim()
+        .parse()
+        .expect("a pid")
+}
+
+fn conn(fleet: &Fleet, i: usize) -> redis::Connection {
+    fleet
+        .client(i)
+        .get_connection_with_timeout(Duration::from_secs(5))
+        .expect("test connection")
+}
+
+/// The value stored for `key` on node `i`.
+fn entry(fleet: &Fleet, i: usize, key: &str) -> Option<String> {
+    redis::cmd("GET")
+        .arg(key)
+        .query(&mut conn(fleet, i))
+        .expect("GET")
+}
+
+fn holding(fleet: &Fleet, key: &str) -> usize {
+    (0..fleet.len())
+        .filter(|&i| entry(fleet, i, key).is_some())
+        .count()
+}
+
+fn tempdir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("quorum-lock-cli-")
+        .tempdir()
+        .expect("tempdir")
+}
+
+fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+#[test]
+fn twelve_processes_never_overlap_while_a_node_is_killed_and_another_paused() {
+    const WORKERS: usize = 12;
+    const RUNS: usize = 10;
+    let fleet = Arc::new(Fleet::start(5).expect("fleet"));
+    let dir = tempdir();
+    let log = dir.path().join("log");
+    let done = Arc::new(AtomicUsize::new(0));
+    // Each critical section appends its start and end; with O_APPEND the file's line order
+    // is the order of the writes, so exclusion means strict s/e alternation of one run.
+    let script = r#"echo "s $RUN $(date +%s%N)" >> "$LOG"; echo "e $RUN $(date +%s%N)" >> "$LOG""#;
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|w| {
+            let (fleet, done, log) = (fleet.clone(), done.clone(), log.clone());
+            std::thread::spawn(move || {
+                let mut failures = Vec::new();
+                for r in 0..RUNS {
+                    let (code, _, stderr) = run(cli(&fleet)
+                        // After the pause, every build waits the connect timeout for the
+                        // paused node, and every release up to the node timeout for the
+                        // acquire's request to it, still waiting for a connection; a short
+                        // lease bounds the wait should a release miss its quorum.
+                        .args(["--connect-timeout", "1s", "--node-timeout", "100ms"])
+                        .args(["run", "-w", "120s", "--lease", "5s", "cli:exclusion"])
+                        .args(["-c", script])
+                        .env("RUN", format!("{w}.{r}"))
+                        .env("LOG", &log));
+                    if code != 0 {
+                        failures.push(format!("worker {w} run {r}: exit {code}: {stderr}"));
+                    }
+                    done.fetch_add(1, Ordering::SeqCst);
+                }
+                failures
+            })
+        })
+        .collect();
+    let total = WORKERS * RUNS;
+    let started = Instant::now();
+    wait_for(Duration::from_secs(120), "20 runs done", || {
+        done.load(Ordering::SeqCst) >= 20
+    });
+    eprintln!("20 done at {:?}", started.elapsed());
+    fleet.kill(0).expect("kill node 0");
+    // Late, so that fewer runs pay the paused node's timeouts (above).
+    wait_for(Duration::from_secs(120), "90 runs done", || {
+        done.load(Ordering::SeqCst) >= 90
+    });
+    eprintln!("90 done at {:?}", started.elapsed());
+    fleet.pause(1).expect("pause node 1");
+    let failures: Vec<String> = workers
+        .into_iter()
+        .flat_map(|w| w.join().expect("worker thread"))
+        .collect();
+    fleet.resume(1).expect("resume node 1");
+    assert!(failures.is_empty(), "runs failed:\n{}", failures.join("\n"));
+
+    let text = std::fs::read_to_string(&log).expect("log");
+    let lines: Vec<Vec<&str>> = text.lines().map(|l| l.split(' ').collect()).collect();
+    assert_eq!(
+        lines.len(),
+        2 * total,
+        "every run wrote start and end:\n{text}"
+    );
+    let mut previous_end: u128 = 0;
+    for pair in lines.chunks(2) {
+        let (start, end) = (&pair[0], &pair[1]);
+        assert!(
+            start[0] == "s" && end[0] == "e" && start[1] == end[1],
+            "critical sections overlap: {start:?} then {end:?}\n{text}"
+        );
+        let (t0, t1): (u128, u128) = (start[2].parse().expect("ns"), end[2].parse().expect("ns"));
+        assert!(
+            previous_end <= t0 && t0 <= t1,
+            "a section started before the previous one ended: {start:?}\n{text}"
+        );
+        previous_end = t1;
+    }
+    eprintln!("{total} runs in {:?}", started.elapsed());
+}
+
+#[test]
+fn a_majority_pause_kills_the_command_and_its_grandchildren_before_the_deadline() {
+    let fleet = Fleet::start(5).expect("fleet");
+    let dir = tempdir();
+    let key = "cli:loss";
+    let lease = Duration::from_secs(3);
+    // The command ignores TERM where it can (its background grandchild ignores it outright),
+    // so only the KILL that must come before the deadline ends it.
+    let script = r#"
+        trap '' TERM
+        sleep 1000 &
+        echo $! > "$DIR/grandchild.pid"
+        trap 'echo seen > "$DIR/term.seen"' TERM
+        echo $$ > "$DIR/child.pid"
+        while :; do sleep 0.05; done
+    "#;
+    let mut cli_run = Running::spawn(
+        cli(&fleet)
+            .args([
+                "--node-timeout",
+                "100ms",
+                "run",
+                "--lease",
+                "3s",
+                "--kill-grace",
+                "1s",
+            ])
+            .args([key, "-c", script])
+            .env("DIR", dir.path())
+            .stderr(Stdio::piped()),
+    );
+    let child_pid_file = dir.path().join("child.pid");
+    wait_for(Duration::from_secs(20), "the command started", || {
+        child_pid_file.exists() && dir.path().join("grandchild.pid").exists()
+    });
+    let child = read_pid(&child_pid_file);
+    let grandchild = read_pid(&dir.path().join("grandchild.pid"));
+
+    // A renewal shows as the entry's PTTL jumping back up to the lease on a live node. The
+    // majority is paused half a renewal period after one, so that the deadline (at most one
+    // lease after the last confirmed renewal started) is well inside the bound below.
+    let mut node4 = conn(&fleet, 4);
+    let pttl =
+        |c: &mut redis::Connection| -> i64 { redis::cmd("PTTL").arg(key).query(c).expect("PTTL") };
+    let mut last = pttl(&mut node4);
+    wait_for(Duration::from_secs(10), "a renewal", || {
+        let now = pttl(&mut node4);
+        let jumped = now > last + 200;
+        last = now;
+        jumped
+    });
+    std::thread::sleep(lease / 6);
+    for i in 0..3 {
+        fleet.pause(i).expect("pause");
+    }
+    // Every renewal that could still be confirmed started before this instant, so the
+    // lock's deadline is no later than this plus one lease.
+    let paused = Instant::now();
+    let latest_deadline = paused + lease;
+
+    wait_for(lease * 2, "the command and its grandchild gone", || {
+        gone(child) && gone(grandchild)
+    });
+    let dead_at = Instant::now();
+    let code = cli_run.exit_code(Duration::from_secs(10));
+    let stderr = cli_run.stderr();
+    for i in 0..3 {
+        fleet.resume(i).expect("resume");
+    }
+    eprintln!(
+        "the command died {:?} after the pause, the latest deadline was {lease:?} after it",
+        dead_at - paused
+    );
+    assert!(
+        dead_at < latest_deadline,
+        "the command died {:?} after the latest possible deadline",
+        dead_at - latest_deadline
+    );
+    assert!(
+        dir.path().join("term.seen").exists(),
+        "the command got the kill signal (TERM) before KILL"
+    );
+    assert_eq!(code, 75, "exit code for a lost lock; stderr: {stderr}");
+    // The command's own stderr (its shell reports the killed sleep) comes first.
+    let ours: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("quorum-lock:"))
+        .collect();
+    assert_eq!(ours.len(), 1, "one line of quorum-lock's: {stderr}");
+    assert!(ours[0].contains("stopped"), "it says why: {stderr}");
+}
+
+#[test]
+fn exit_codes_for_contention_and_for_the_command() {
+    let fleet = Fleet::start(3).expect("fleet");
+    let dir = tempdir();
+    let (code, token, _) = run(cli(&fleet).args(["acquire", "cli:busy", "--ttl", "30s"]));
+    assert_eq!(code, 0, "acquire");
+    assert_eq!(token.trim().len(), 32, "a holder token: {token}");
+
+    let (code, _, stderr) = run(cli(&fleet).args(["run", "-n", "cli:busy", "true"]));
+    assert_eq!(code, 1, "busy, one attempt: {stderr}");
+    assert!(stderr.contains("busy"), "{stderr}");
+    let (code, _, _) = run(cli(&fleet).args(["run", "-n", "-E", "42", "cli:busy", "true"]));
+    assert_eq!(code, 42, "busy with -E 42");
+    let (code, _, stderr) = run(cli(&fleet).args(["run", "-w", "300ms", "cli:busy", "true"]));
+    assert_eq!(code, 1, "busy after waiting: {stderr}");
+
+    let free = "cli:free";
+    let (code, _, _) = run(cli(&fleet).args(["run", free, "--", "sh", "-c", "exit 7"]));
+    assert_eq!(code, 7, "the command's own code");
+    let (code, _, _) = run(cli(&fleet).args(["run", free, "-c", "kill -USR1 $$"]));
+    assert_eq!(
+        code,
+        128 + libc::SIGUSR1,
+        "128 + the signal that killed the command"
+    );
+    let (code, _, stderr) = run(cli(&fleet).args(["run", free, "--", "no-such-command-here"]));
+    assert_eq!(code, 127, "not found: {stderr}");
+    let script = dir.path().join("not-executable.sh");
+    std::fs::write(&script, "#!/bin/sh\nexit 0\n").expect("script");
+    let (code, _, stderr) = run(cli(&fleet).args(["run", free]).arg(&script));
+    assert_eq!(code, 126, "not executable: {stderr}");
+    // --max-hold ends the lock while the command runs: stopped, 75.
+    let (code, _, stderr) = run(cli(&fleet)
+        .args([
+            "run",
+            "--lease",
+            "1s",
+            "--kill-grace",
+            "300ms",
+            "--max-hold",
+            "1500ms",
+        ])
+        .args([free, "sleep", "30"]));
+    assert_eq!(code, 75, "max hold reached: {stderr}");
+    // A release returns at quorum; the slowest node follows within moments.
+    wait_for(Duration::from_secs(5), "no entry left", || {
+        holding(&fleet, free) == 0
+    });
+}
+
+#[test]
+fn exit_codes_for_usage_configuration_and_unreachable_nodes() {
+    let fleet = Fleet::start(3).expect("fleet");
+    let dir = tempdir();
+    for args in [
+        vec!["run"],
+        vec!["run", "--bogus", "k", "true"],
+        vec!["--quorum", "most", "status", "k"],
+        vec!["run", "--lease", "30s", "--kill-grace", "20s", "k", "true"],
+        vec!["run", "-w", "10", "k", "true"],
+        vec!["status", "quorum-lock:fence:k"],
+        vec!["nonsense"],
+    ] {
+        let (code, _, stderr) = run(cli(&fleet).args(&args));
+        assert_eq!(code, 64, "usage error for {args:?}: {stderr}");
+        assert_eq!(
+            stderr.trim().lines().count(),
+            1,
+            "one line for {args:?}: {stderr}"
+        );
+    }
+    let (code, help, _) = run(cli(&fleet).arg("--help"));
+    assert_eq!(code, 0);
+    assert!(help.contains("Exit codes") && help.contains("75"), "{help}");
+
+    let bad_toml = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad_toml,
+        "nodes = [\"redis://:hunter2@127.0.0.1:1\"\nquorum = \n",
+    )
+    .expect("file");
+    let unknown_key = dir.path().join("unknown.toml");
+    std::fs::write(&unknown_key, "nodez = []\n").expect("file");
+    let missing = dir.path().join("missing.toml");
+    let url = fleet.url(0);
+    let mut cases: Vec<(&str, Command)> = vec![
+        ("missing config file", cli(&fleet)),
+        ("unparsable config file", cli_with(&[])),
+        ("unknown setting", cli(&fleet)),
+        (
+            "bad scheme",
+            cli_with(&["http://:hunter2@127.0.0.1:1".into()]),
+        ),
+        (
+            "bad url for status",
+            cli_with(&["redis://:hunter2@[::1".into()]),
+        ),
+        ("minority quorum", cli(&fleet)),
+        ("no nodes", cli_with(&[])),
+        (
+            "same server twice",
+            cli_with(&[url.clone(), url.replace("127.0.0.1", "localhost")]),
+        ),
+    ];
+    cases[0]
+        .1
+        .arg("--config")
+        .arg(&missing)
+        .args(["status", "k"]);
+    cases[1]
+        .1
+        .arg("--config")
+        .arg(&bad_toml)
+        .args(["status", "k"]);
+    cases[2]
+        .1
+        .arg("--config")
+        .arg(&unknown_key)
+        .args(["status", "k"]);
+    cases[3].1.args(["run", "k", "true"]);
+    cases[4].1.args(["status", "k"]);
+    cases[5].1.args(["--quorum", "1", "run", "k", "true"]);
+    cases[6].1.args(["run", "k", "true"]);
+    cases[7].1.args(["run", "k", "true"]);
+    for (what, mut cmd) in cases {
+        let (code, _, stderr) = run(&mut cmd);
+        assert_eq!(code, 78, "configuration error, {what}: {stderr}");
+        assert!(
+            !stderr.contains("hunter2"),
+            "{what}: password shown: {stderr}"
+        );
+        assert_eq!(
+            stderr.trim().lines().count(),
+            1,
+            "one line, {what}: {stderr}"
+        );
+    }
+
+    // Nodes that refuse connections: not contention, 69; the password never shown.
+    let down = Fleet::start(3).expect("fleet");
+    let urls: Vec<String> = (0..3)
+        .map(|i| down.url(i).replace("redis://", "redis://:hunter2@"))
+        .collect();
+    for i in 0..3 {
+        down.kill(i).expect("kill");
+    }
+    for args in [
+        vec!["run", "k", "true"],
+        vec!["status", "k"],
+        vec!["release", "k", "token"],
+    ] {
+        let (code, _, stderr) = run(cli_with(&urls).args(&args));
+        assert_eq!(code, 69, "unreachable, {args:?}: {stderr}");
+        assert!(!stderr.contains("hunter2"), "password shown: {stderr}");
+        assert!(
+            !stderr.contains("Error {") && !stderr.contains("Os {"),
+            "no Debug dump: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn signals_go_to_the_command_group_and_the_command_dies_with_the_cli() {
+    let fleet = Fleet::start(3).expect("fleet");
+    let dir = tempdir();
+    let key = "cli:signals";
+    let script = r#"
+        trap 'echo trapped > "$DIR/trapped"; while [ ! -e "$DIR/go" ]; do sleep 0.01; done; exit 3' TERM
+        echo $$ > "$DIR/child.pid"
+        while :; do sleep 0.05; done
+    "#;
+    let mut cli_run = Running::spawn(
+        cli(&fleet)
+            .args(["run", key, "-c", script])
+            .env("DIR", dir.path())
+            .stderr(Stdio::piped()),
+    );
+    wait_for(Duration::from_secs(20), "the command started", || {
+        dir.path().join("child.pid").exists()
+    });
+    signal(cli_run.pid(), libc::SIGTERM);
+    wait_for(Duration::from_secs(10), "the command got TERM", || {
+        dir.path().join("trapped").exists()
+    });
+    assert!(
+        holding(&fleet, key) >= 2,
+        "the lock is still held by a quorum while the command handles the signal"
+    );
+    std::fs::write(dir.path().join("go"), "").expect("go");
+    assert_eq!(
+        cli_run.exit_code(Duration::from_secs(10)),
+        3,
+        "the command's code"
+    );
+    // Released, not expired: the lease is 30 s.
+    wait_for(Duration::from_secs(5), "the lock released", || {
+        holding(&fleet, key) == 0
+    });
+
+    // The command dies with the CLI, even when the CLI is killed outright (parent-death
+    // signal): nothing keeps working after the lock stops being renewed.
+    let mut cli_run = Running::spawn(
+        cli(&fleet)
+            .args([
+                "run",
+                key,
+                "-c",
+                r#"echo $$ > "$DIR/orphan.pid"; exec sleep 100"#,
+            ])
+            .env("DIR", dir.path()),
+    );
+    let pid_file = dir.path().join("orphan.pid");
+    wait_for(Duration::from_secs(20), "the command started", || {
+        pid_file.exists()
+    });
+    let orphan = read_pid(&pid_file);
+    signal(cli_run.pid(), libc::SIGKILL);
+    assert_eq!(cli_run.exit_code(Duration::from_secs(10)), -1, "killed");
+    wait_for(
+        Duration::from_secs(10),
+        "the command gone with the CLI",
+        || gone(orphan),
+    );
+}
+
+#[test]
+fn status_during_a_hold_shows_a_quorum_and_never_the_holder_value() {
+    let fleet = Fleet::start(3).expect("fleet");
+    let key = "cli:status";
+    let mut hold = Running::spawn(
+        cli(&fleet)
+            .args(["hold", "--fencing", key])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped()),
+    );
+    let lines = Lines::of(hold.0.stdout.take().expect("stdout"));
+    let line = lines.next(Duration::from_secs(20));
+    let (token, fence) = line.split_once(' ').expect("token and fencing token");
+    assert_eq!(token.len(), 32, "{line}");
+    assert!(fence.parse::<u64>().is_ok_and(|f| f > 0), "{line}");
+
+    let (code, text, _) = run(cli(&fleet).args(["status", "--json", key]));
+    assert_eq!(code, 0);
+    assert!(!text.contains(token), "holder value shown: {text}");
+    let status = json(&text);
+    assert_eq!(status["verdict"], "held", "{text}");
+    assert_eq!(status["held_by"], 3, "{text}");
+    assert_eq!(status["quorum"], 2, "{text}");
+    let fence: i64 = fence.parse().expect("token");
+    let nodes = status["node_status"].as_array().expect("nodes");
+    for node in nodes {
+        assert_eq!(node["holder"], 1, "{text}");
+        assert!(node["ttl_ms"].as_i64().is_some_and(|t| t > 0), "{text}");
+    }
+    // The token was written back to a quorum (a node's counter may be higher: a re-sent
+    // fenced acquire counts twice there).
+    let fenced = nodes
+        .iter()
+        .filter(|n| n["fence"].as_i64().is_some_and(|f| f >= fence))
+        .count();
+    assert!(
+        fenced >= 2,
+        "counters at least the token on a quorum: {text}"
+    );
+    let (code, text, _) = run(cli(&fleet).args(["status", key]));
+    assert_eq!(code, 0);
+    assert!(text.contains("held by a quorum"), "{text}");
+    assert!(!text.contains(token), "holder value shown: {text}");
+
+    drop(hold.0.stdin.take());
+    assert_eq!(
+        hold.exit_code(Duration::from_secs(10)),
+        0,
+        "hold ends when stdin closes"
+    );
+    let (_, text, _) = run(cli(&fleet).args(["status", "--json", key]));
+    assert_eq!(json(&text)["verdict"], "free", "{text}");
+}
+
+#[test]
+fn hold_driven_by_a_shell_script_releases_when_its_stdin_closes() {
+    let fleet = Fleet::start(3).expect("fleet");
+    let dir = tempdir();
+    let key = "cli:script";
+    let script = r#"
+        coproc HOLD { exec "$QL" hold "$KEY"; }
+        pid=$HOLD_PID
+        read -r token <&"${HOLD[0]}"
+        echo "token=$token"
+        while [ ! -e "$DIR/go" ]; do sleep 0.01; done
+        exec {HOLD[1]}>&-
+        wait "$pid"
+        echo "exit=$?"
+    "#;
+    let mut bash = environment(Command::new("bash"), &fleet.urls());
+    bash.args(["-c", script])
+        .env("QL", BIN)
+        .env("KEY", key)
+        .env("DIR", dir.path())
+        .stdout(Stdio::piped());
+    let mut bash = Running::spawn(&mut bash);
+    let lines = Lines::of(bash.0.stdout.take().expect("stdout"));
+    let line = lines.next(Duration::from_secs(20));
+    let token = line
+        .strip_prefix("token=")
+        .expect("the script read a token");
+    assert_eq!(token.len(), 32, "{line}");
+    assert!(
+        (0..3)
+            .filter(|&i| entry(&fleet, i, key).as_deref() == Some(token))
+            .count()
+            >= 2,
+        "a quorum holds the printed token"
+    );
+    std::fs::write(dir.path().join("go"), "").expect("go");
+    assert_eq!(
+        lines.next(Duration::from_secs(10)),
+        "exit=0",
+        "hold's exit code"
+    );
+    assert_eq!(bash.exit_code(Duration::from_secs(10)), 0);
+    wait_for(Duration::from_secs(5), "released on every node", || {
+        holding(&fleet, key) == 0
+    });
+}
+
+#[test]
+fn the_command_gets_the_key_and_fencing_token_and_hold_min_keeps_the_lock() {
+    let fleet = Fleet::start(3).expect("fleet");
+    let key = "cli:env";
+    let (code, out, _) = run(cli(&fleet).args([
+        "run",
+        "--fencing",
+        key,
+        "-c",
+        r#"echo "$QUORUM_LOCK_KEY $QUORUM_LOCK_HELD $QUORUM_LOCK_FENCING_TOKEN""#,
+    ]));
+    assert_eq!(code, 0);
+    let fields: Vec<&str> = out.split_whitespace().collect();
+    assert_eq!(fields[..2], [key, "1"], "key and held flag: {out}");
+    let first: u64 = fields[2].parse().expect("a fencing token");
+    assert!(first >= 1, "{out}");
+    let (_, out, _) = run(cli(&fleet).args([
+        "run",
+        "--fencing",
+        key,
+        "-c",
+        "echo $QUORUM_LOCK_FENCING_TOKEN",
+    ]));
+    let second: u64 = out.trim().parse().expect("a fencing token");
+    assert!(
+        second > first,
+        "the next holder's token is larger: {first}, {second}"
+    );
+    let (_, out, _) =
+        run(cli(&fleet).args(["run", key, "-c", "echo ${QUORUM_LOCK_FENCING_TOKEN-unset}"]));
+    assert_eq!(out.trim(), "unset", "no token without --fencing");
+
+    // --hold-min: the command ends at once, the lock stays until the minimum has passed.
+    let started = Instant::now();
+    let (code, _, _) = run(cli(&fleet).args(["run", "--hold-min", "3s", key, "true"]));
+    assert_eq!(code, 0);
+    let (code, _, _) = run(cli(&fleet).args(["run", "-n", key, "true"]));
+    if started.elapsed() < Duration::from_millis(2500) {
+        assert_eq!(code, 1, "still held within --hold-min");
+    }
+    let (code, _, stderr) = run(cli(&fleet).args(["run", "-w", "10s", key, "true"]));
+    assert_eq!(code, 0, "free after --hold-min: {stderr}");
+    assert!(
+        started.elapsed() >= Duration::from_millis(2900),
+        "not before --hold-min"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_extend_and_release_by_token_follow_the_library() {
+    let fleet = Fleet::start(3).expect("fleet");
+    let key = "cli:steps";
+    let cli_out = |args: Vec<String>| {
+        let urls = fleet.urls();
+        async move {
+            tokio::task::spawn_blocking(move || run(cli_with(&urls).args(&args)))
+                .await
+                .expect("cli")
+        }
+    };
+    let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let (code, token, _) = cli_out(args(&["acquire", key, "--ttl", "10s"])).await;
+    assert_eq!(code, 0);
+    let token = token.trim().to_string();
+    // The acquire returns at quorum and lets the slower node's request finish before exiting.
+    wait_for(Duration::from_secs(5), "the entry on every node", || {
+        holding(&fleet, key) == 3
+    });
+
+    let (code, out, _) = cli_out(args(&["extend", "--json", key, &token, "--ttl", "60s"])).await;
+    assert_eq!(code, 0, "{out}");
+    let extended = json(&out);
+    assert_eq!(extended["extended"], true, "{out}");
+    let confirmed = extended["confirmed"].as_u64().expect("confirmed");
+    let long = (0..3)
+        .filter(|&i| {
+            let pttl: i64 = redis::cmd("PTTL")
+                .arg(key)
+                .query(&mut conn(&fleet, i))
+                .expect("PTTL");
+            pttl > 50_000
+        })
+        .count();
+    assert!(
+        confirmed >= 2 && long as u64 >= confirmed,
+        "extended to 60 s where confirmed: {out}"
+    );
+    let (code, _, stderr) = cli_out(args(&[
+        "extend",
+        key,
+        "0123456789abcdef0123456789abcdef",
+        "--ttl",
+        "60s",
+    ]))
+    .await;
+    assert_eq!(code, 75, "a wrong token holds nothing: {stderr}");
+
+    // A library client waits with a long retry delay: only the release notice, which the
+    // CLI's release publishes as the library does, can wake it in time.
+    let client = QuorumLock::builder()
+        .nodes(fleet.urls())
+        .node_timeout(Duration::from_millis(250))
+        .retry_delay(Duration::from_secs(60))
+        .build()
+        .await
+        .expect("client");
+    let waiter = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            client
+                .lock(key)
+                .ttl(Duration::from_secs(10))
+                .wait(Duration::from_secs(60))
+                .acquire()
+                .await
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while client.stats().waiting == 0 {
+        assert!(Instant::now() < deadline, "the waiter never waited");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let released = Instant::now();
+    let (code, _, stderr) = cli_out(args(&["release", key, &token])).await;
+    assert_eq!(code, 0, "{stderr}");
+    let guard = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("the waiter was woken by the release notice")
+        .expect("task")
+        .expect("acquired");
+    assert!(released.elapsed() < Duration::from_secs(20));
+    assert!(
+        client.stats().woken >= 1,
+        "woken by a notice, not its timer"
+    );
+    guard.release().await.expect("release");
+    let (code, _, _) = cli_out(args(&["release", key, &token])).await;
+    assert_eq!(code, 75, "releasing twice: not held");
+}
+
+#[test]
+fn check_reports_what_weakens_safety() {
+    let plain = Fleet::start(3).expect("fleet");
+    let (code, out, _) = run(cli(&plain).args(["check"]));
+    assert_eq!(code, 78, "nodes without AOF: {out}");
+    assert!(out.contains("no AOF"), "{out}");
+    let url = plain.url(0);
+    let (code, out, _) = run(cli_with(&[
+        url.clone(),
+        url.replace("127.0.0.1", "localhost"),
+        plain.url(1),
+    ])
+    .args(["check", "--json"]));
+    assert_eq!(code, 78, "{out}");
+    let report = json(&out);
+    let findings = report["findings"].as_array().expect("findings");
+    assert!(
+        findings.iter().any(|f| f["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("same redis server"))),
+        "{out}"
+    );
+
+    let safe = Fleet::builder()
+        .nodes(3)
+        .persistence(Persistence::AofAlways)
+        .start()
+        .expect("fleet");
+    let (code, out, _) = run(cli(&safe).args(["check"]));
+    assert_eq!(code, 0, "a safe fleet: {out}");
+    assert!(out.contains("no problems found"), "{out}");
+    let (code, out, _) = run(cli(&safe).args(["check", "--json"]));
+    assert_eq!(code, 0);
+    let report = json(&out);
+    for node in report["nodes"].as_array().expect("nodes") {
+        assert_eq!(node["role"], "master", "{out}");
+        assert_eq!(node["appendfsync"], "always", "{out}");
+        assert!(
+            node["clock_offset_ms"]
+                .as_f64()
+                .is_some_and(|o| o.abs() < 500.0),
+            "{out}"
+        );
+    }
+}
+
+/// The README's minimal ACL rule, for keys under `acl:`, with its additions for `check`
+/// (TIME, ROLE). The commands: SET (acquire, repair); EVAL, EVALSHA, SCRIPT LOAD (the
+/// scripts); GET, DEL, EXISTS, PEXPIRE, INCR, PTTL and PUBLISH (inside the scripts, where
+/// ACLs apply too); SUBSCRIBE, UNSUBSCRIBE (release notices); INFO and CONFIG GET (build-time
+/// checks). On Redis 7.2 and later also CLIENT SETINFO (the redis crate's handshake, which
+/// ignores a refusal), added by the test when the server knows it.
+const ACL_RULE: [&str; 26] = [
+    "locker",
+    "on",
+    ">s3cret-pw",
+    "resetkeys",
+    "~acl:*",
+    "~quorum-lock:fence:acl:*",
+    "resetchannels",
+    "&quorum-lock:released:acl:*",
+    "-@all",
+    "+set",
+    "+get",
+    "+del",
+    "+exists",
+    "+pexpire",
+    "+pttl",
+    "+incr",
+    "+publish",
+    "+eval",
+    "+evalsha",
+    "+script|load",
+    "+subscribe",
+    "+unsubscribe",
+    "+info",
+    "+config|get",
+    "+time",
+    "+role",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_acl_user_limited_to_the_library_commands_is_enough() {
+    let mut args = vec!["--user".to_string()];
+    args.extend(ACL_RULE.iter().map(|s| s.to_string()));
+    let fleet = Fleet::builder()
+        .nodes(3)
+        .server_args(args)
+        .start()
+        .expect("fleet");
+    let urls: Vec<String> = (0..3)
+        .map(|i| {
+            fleet
+                .url(i)
+                .replace("redis://", "redis://locker:s3cret-pw@")
+        })
+        .collect();
+    let key = "acl:job";
+
+    let client = QuorumLock::builder()
+        .nodes(&urls)
+        .node_timeout(Duration::from_millis(250))
+        .retry_delay(Duration::from_secs(60))
+        .build()
+        .await
+        .expect("build: INFO and CONFIG GET");
+    let guard = client
+        .acquire(key, Duration::from_secs(10))
+        .await
+        .expect("acquire");
+    guard.extend(Duration::from_secs(20)).await.expect("extend");
+    let fenced = {
+        let waiter = {
+            let client = client.clone();
+            tokio::spawn(async move {
+                client
+                    .lock(key)
+                    .ttl(Duration::from_secs(10))
+                    .fencing(true)
+                    .wait(Duration::from_secs(60))
+                    .acquire()
+                    .await
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while client.stats().waiting == 0 {
+            assert!(Instant::now() < deadline, "the waiter never subscribed");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        guard.release().await.expect("release");
+        tokio::time::timeout(Duration::from_secs(20), waiter)
+            .await
+            .expect("woken by the release notice (SUBSCRIBE, PUBLISH)")
+            .expect("task")
+            .expect("fenced acquire")
+    };
+    let first = fenced.fencing_token().expect("a fencing token");
+    fenced.release().await.expect("release");
+    let watched = client
+        .lock(key)
+        .watchdog(Duration::from_millis(900))
+        .acquire()
+        .await
+        .expect("watchdog lock");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while client.stats().extended < 3 {
+        assert!(Instant::now() < deadline, "renewals");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(watched.is_held());
+    watched.release().await.expect("release");
+
+    let cli = |args: &[&str]| {
+        let mut cmd = cli_with(&urls);
+        cmd.args(args);
+        tokio::task::spawn_blocking(move || run(&mut cmd))
+    };
+    let (code, out, stderr) = cli(&[
+        "run",
+        "--fencing",
+        key,
+        "-c",
+        "echo $QUORUM_LOCK_FENCING_TOKEN",
+    ])
+    .await
+    .expect("cli");
+    assert_eq!(code, 0, "run: {stderr}");
+    let second: u64 = out.trim().parse().expect("a fencing token");
+    assert!(second > first, "fencing tokens increase: {first}, {second}");
+    let (code, token, stderr) = cli(&["acquire", key, "--ttl", "10s"]).await.expect("cli");
+    assert_eq!(code, 0, "acquire: {stderr}");
+    let token = token.trim().to_string();
+    let (code, out, stderr) = cli(&["status", "--json", key]).await.expect("cli");
+    assert_eq!(code, 0, "status: {stderr}");
+    assert_eq!(json(&out)["verdict"], "held", "{out}");
+    let (code, _, stderr) = cli(&["extend", key, &token, "--ttl", "20s"])
+        .await
+        .expect("cli");
+    assert_eq!(code, 0, "extend: {stderr}");
+    let (code, _, stderr) = cli(&["release", key, &token]).await.expect("cli");
+    assert_eq!(code, 0, "release: {stderr}");
+    let (code, out, stderr) = cli(&["check", "--json"]).await.expect("cli");
+    assert_eq!(code, 78, "check (no AOF on test nodes): {stderr}");
+    for node in json(&out)["nodes"].as_array().expect("nodes") {
+        assert_eq!(node["role"], "master", "ROLE allowed: {out}");
+        assert!(node["appendfsync"].is_string(), "CONFIG GET allowed: {out}");
+        assert!(node["clock_offset_ms"].is_number(), "TIME allowed: {out}");
+    }
+
+    // Nothing was denied: the ACL log of every node is empty.
+    for i in 0..3 {
+        let log: Vec<redis::Value> = redis::cmd("ACL")
+            .arg("LOG")
+            .query(&mut conn(&fleet, i))
+            .expect("ACL LOG");
+        assert!(log.is_empty(), "node {i} denied something: {log:?}");
+    }
+    // And the rule does restrict: another key prefix is refused.
+    let (code, _, stderr) = cli(&["run", "-n", "other:job", "true"]).await.expect("cli");
+    assert_ne!(code, 0, "a key outside the rule is refused: {stderr}");
+}
