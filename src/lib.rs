@@ -75,7 +75,8 @@
 //!
 //! - `tls`: `rediss://` nodes, through rustls.
 //! - `testkit`: [`testkit`], real `redis-server` fleets with failure injection (kill, pause,
-//!   restart, fault proxy, clock jumps), history checking and the torture clients.
+//!   restart, fault proxy, clock jumps), and history recording and checking, for your own
+//!   tests too.
 //!
 //! # Not built yet
 //!

@@ -14,15 +14,18 @@
 //! with `QUORUM_LOCK_TORTURE_SEED` (the fault schedule and the clients' choices are seeded;
 //! timing is not, so a re-run replays the same plan, not the same interleaving).
 
+/// The torture clients (also run in the worker processes, which re-enter this binary).
+#[path = "torture/clients.rs"]
+mod clients;
 mod common;
 
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use clients::{ClientPlan, PathEvent, PATHS};
 use common::*;
 use quorum_lock::testkit::history::{check, Interval};
-use quorum_lock::testkit::torture::{ClientPlan, PathEvent, PATHS};
 use quorum_lock::testkit::{monotonic_nanos, Fleet, Persistence};
 use quorum_lock::{Quorum, QuorumLock};
 use rand::rngs::StdRng;

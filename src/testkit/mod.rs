@@ -11,7 +11,8 @@
 //! black hole, connection reset, heal), and [`expire_early`](Fleet::expire_early), the
 //! emulation of a node clock jumping forward (libfaketime cannot run Debian's redis-server).
 //! [`history`] records who believed it held which lock when, and checks that no two such
-//! intervals overlap.
+//! intervals overlap (for your own tests too: record an interval around each critical
+//! section, then check them all).
 //!
 //! The server binary is `$QUORUM_LOCK_REDIS_SERVER` if set, else `redis-server` on `PATH`. If
 //! it is missing, [`Fleet::start`] fails with a message saying how to install it.
@@ -20,7 +21,6 @@ mod fenced_store;
 pub mod history;
 mod process;
 mod proxy;
-pub mod torture;
 
 use std::io;
 use std::path::PathBuf;

@@ -10,8 +10,9 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
-use super::history::Interval;
-use crate::{Quorum, QuorumLock};
+use quorum_lock::testkit::history::Interval;
+use quorum_lock::testkit::monotonic_nanos;
+use quorum_lock::{Quorum, QuorumLock};
 
 /// What a group of torture clients does.
 #[derive(Debug, Clone)]
@@ -136,7 +137,7 @@ impl ClientPlan {
         })
     }
 
-    async fn client(&self) -> crate::Result<QuorumLock> {
+    async fn client(&self) -> quorum_lock::Result<QuorumLock> {
         QuorumLock::builder()
             .nodes(&self.urls)
             .quorum(self.at_least.map_or(Quorum::Majority, Quorum::AtLeast))
@@ -155,7 +156,7 @@ impl ClientPlan {
     ///
     /// # Panics
     /// If a task panics (the panic is passed on).
-    pub async fn run(&self) -> crate::Result<ClientReport> {
+    pub async fn run(&self) -> quorum_lock::Result<ClientReport> {
         let until = Instant::now() + self.duration;
         let mut tasks = Vec::new();
         for t in 0..self.tasks {
@@ -224,7 +225,7 @@ async fn contend(
             false => lease.mul_f64(rng.random_range(0.0..3.0)),
         };
         let before = locks.stats();
-        let asked = super::monotonic_nanos();
+        let asked = monotonic_nanos();
         // Sometimes the caller gives up on the acquire at a random point.
         let cancel_after = rng
             .random_bool(0.1)
@@ -248,7 +249,7 @@ async fn contend(
                 continue;
             }
         };
-        let start = super::monotonic_nanos();
+        let start = monotonic_nanos();
         report.event(
             if fenced {
                 "acquire fenced"
@@ -300,7 +301,7 @@ async fn contend(
                     (Some(Ok(())), true) => "extend shorter ok",
                     (Some(Ok(())), false) => "extend longer ok",
                 };
-                report.event(path, super::monotonic_nanos(), 1);
+                report.event(path, monotonic_nanos(), 1);
             }
         }
         if !was_lost {
@@ -333,13 +334,13 @@ async fn contend(
         report.span("repair", start, end, after.repaired - before.repaired);
         drop(nested);
         if rng.random_bool(0.15) {
-            report.event("guard dropped", super::monotonic_nanos(), 1);
+            report.event("guard dropped", monotonic_nanos(), 1);
             drop(guard);
         } else if guard.release().await.is_ok() {
-            report.event("release confirmed", super::monotonic_nanos(), 1);
+            report.event("release confirmed", monotonic_nanos(), 1);
         } else {
             report.unconfirmed_releases += 1;
-            report.event("release not confirmed", super::monotonic_nanos(), 1);
+            report.event("release not confirmed", monotonic_nanos(), 1);
         }
     }
     report
