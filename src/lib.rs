@@ -1,68 +1,6 @@
-//! Distributed mutual exclusion across N independent Redis masters, for tokio: the RedLock
-//! algorithm ([`Quorum::Majority`]), its all-nodes variant MultiLock ([`Quorum::All`]), and
-//! [`Quorum::AtLeast`] in between.
+#![doc = include_str!("../README.md")]
 //!
-//! # Quick start
-//!
-//! ```no_run
-//! use std::time::Duration;
-//! use quorum_lock::{QuorumLock, Quorum};
-//!
-//! # async fn run() -> Result<(), quorum_lock::Error> {
-//! let locks = QuorumLock::builder()
-//!     .nodes([
-//!         "redis://127.0.0.1:7001",
-//!         "redis://127.0.0.1:7002",
-//!         "redis://127.0.0.1:7003",
-//!         "redis://127.0.0.1:7004",
-//!         "redis://127.0.0.1:7005",
-//!     ])
-//!     .quorum(Quorum::Majority)
-//!     .node_timeout(Duration::from_millis(50))
-//!     .build()
-//!     .await?;
-//!
-//! let guard = locks.acquire("stock:mooncake", Duration::from_secs(10)).await?;
-//! // ... the critical section, finished well within guard.validity() ...
-//! guard.release().await?; // Err(NotHeld) would mean the section may have overlapped another
-//! # Ok(())
-//! # }
-//! ```
-//!
-//! # How it works
-//!
-//! An acquire sends `SET key holder NX PX ttl` with a fresh 128-bit holder value to all N
-//! nodes at once, each call bounded by the node timeout, and counts confirmations against the
-//! quorum, returning as soon as the outcome is decided. The lock's validity is
-//! `ttl - elapsed - (ttl * drift_factor + 2 ms)`, measured from before the first request was
-//! sent; without a quorum, or without validity left, the attempt is rolled back on **every**
-//! node (also those that timed out: they may still apply it). A waiter then sleeps until the
-//! key's release notice (pub/sub, one connection per node shared by the client's waiters, one
-//! waiter woken per release) or a jittered fallback delay. Release and extend act only where
-//! the stored holder value matches; extend never re-creates an expired entry.
-//!
-//! A lock taken without a fixed TTL ([`QuorumLock::lock`]) is kept by a watchdog that renews
-//! its lease every third of it, needs a quorum each time, repairs nodes that lost the entry,
-//! and marks the lock lost ([`LockGuard::lost`], [`LostSignal`]) once the validity runs out
-//! without a confirmed renewal. [`QuorumLock::with_lock`] runs work under such a lock and
-//! cancels it on loss. Reentrancy is an explicit [`Owner`].
-//!
-//! # Guarantees and limits
-//!
-//! - A guard is returned only if a quorum confirmed within the validity window; while
-//!   [`LockGuard::validity`] is positive no other guard for the key exists, under the
-//!   assumptions below.
-//! - Node clocks run at about the same rate (the drift factor covers rate differences, not
-//!   jumps); the client does not stall past its validity (check [`LockGuard::is_held`] before
-//!   side effects, or use fencing tokens, [`LockRequest::fencing`]).
-//! - Unavailable nodes never break exclusion; nodes that *forget* a held lock (restart without
-//!   persistence, clock jump, eviction) do, beyond `2q - N - 1` of them (a lock confirmed by
-//!   exactly q nodes must keep fewer than q nodes free). A plain [`Quorum::Majority`]
-//!   tolerates none; [`Quorum::AtLeast`]`(4)` of 5 tolerates two; [`Quorum::All`] (MultiLock)
-//!   tolerates N - 1 but refuses service while any node is down. See docs/SAFETY.md.
-//! - A guard's deadline is never later than the earliest expiry a quorum of its entries could
-//!   have: an extend or renewal to a shorter TTL cuts the deadline before it is sent.
-//! - One node (N = 1) is allowed and has no fault tolerance.
+//! ---
 //!
 //! # Cancellation
 //!
@@ -77,12 +15,7 @@
 //! - `testkit`: [`testkit`], real `redis-server` fleets with failure injection (kill, pause,
 //!   restart, fault proxy, clock jumps), and history recording and checking, for your own
 //!   tests too.
-//!
-//! # Not built yet
-//!
-//! Metrics (the `metrics` facade), tests against TLS nodes with a custom CA, Docker fleets
-//! (docker-compose, testcontainers) and the lock family (read-write, fair, multi-key,
-//! semaphore). The `quorum-lock` command is built (feature `cli`, see the README).
+//! - `cli`: the `quorum-lock` command (a binary; the library is unchanged by it).
 //!
 //! # Layout
 //!
@@ -148,11 +81,6 @@ mod watchdog;
 #[cfg(feature = "testkit")]
 #[allow(unsafe_code)]
 pub mod testkit;
-
-/// The README's usage example runs as a doc test (it starts its own fleet).
-#[cfg(all(doctest, feature = "testkit"))]
-#[doc = include_str!("../README.md")]
-struct ReadmeDoctests;
 
 pub use builder::Builder;
 pub use client::QuorumLock;
