@@ -229,7 +229,11 @@ async fn attempt(
                     // forgets it cannot leave the lock on a bare quorum): the stragglers
                     // finish in the background, and the lease's next call settles them first
                     // (ordering invariant 4).
-                    let in_flight = fan.detach().into_iter().chain(written).collect();
+                    let in_flight = fan
+                        .detach(&state.background)
+                        .into_iter()
+                        .chain(written)
+                        .collect();
                     let deadline = t0 + quorum::trusted_for(ttl, drift);
                     return Ok(hold(state, plan, holder, deadline, token, in_flight));
                 }
@@ -262,7 +266,10 @@ async fn attempt(
     // have applied the acquire. The holder value is unique to this attempt, so a late rollback
     // can never delete a later attempt's entry. Written before a retry can be sent (ordering
     // invariant 5): otherwise the retry could be refused by this attempt's own entry.
-    write_now_finish_later(rollback(state.clone(), key.clone(), holder));
+    write_now_finish_later(
+        &state.background,
+        rollback(state.clone(), key.clone(), holder),
+    );
     Err(miss)
 }
 
@@ -289,7 +296,7 @@ async fn fence_token(
         Decision::Reached => Ok(Some(token)),
         _ => Err(written.outcome.no_quorum(Op::Acquire, key)),
     };
-    (result, written.detach())
+    (result, written.detach(&state.background))
 }
 
 /// Wraps a confirmed acquisition in its guard, starting the watchdog if asked.

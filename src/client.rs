@@ -58,6 +58,19 @@ impl QuorumLock {
         self.state.config.required
     }
 
+    /// Waits until this client's background work has ended: the slower nodes' answers to
+    /// calls that returned at quorum (acquire, extend, release), the rollbacks of failed
+    /// attempts, and the releases of dropped guards, each bounded by the node timeout (the
+    /// watchdogs of held locks are not waited for). Call it before a short-lived process
+    /// exits: a runtime that shuts down drops that work, and a release that reached only a
+    /// quorum then leaves its entry on the other nodes until it expires.
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn finish_background(&self) {
+        self.state.background.idle().await;
+    }
+
     /// A snapshot of this client's counters (shared by its clones).
     pub fn stats(&self) -> Stats {
         self.state.snapshot()

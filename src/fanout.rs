@@ -12,7 +12,7 @@ use redis::Value;
 use crate::error::{Error, FailureKind, NodeFailure, Op};
 use crate::key::Key;
 use crate::node::Nodes;
-use crate::ordering::Stragglers;
+use crate::ordering::{BackgroundWork, Stragglers};
 use crate::quorum::{Decision, Tally, Vote};
 use crate::scripts::{Call, SendBy};
 
@@ -142,14 +142,16 @@ where
     }
 
     /// Lets the requests still running finish in a background task; `None` when none is.
-    pub(crate) fn detach(&mut self) -> Option<Stragglers> {
+    pub(crate) fn detach(&mut self, background: &Arc<BackgroundWork>) -> Option<Stragglers> {
         if self.pending.is_empty() {
             return None;
         }
         let mut pending = std::mem::take(&mut self.pending);
-        Some(Stragglers::spawn(self.call.clone(), async move {
-            while pending.next().await.is_some() {}
-        }))
+        Some(Stragglers::spawn(
+            background,
+            self.call.clone(),
+            async move { while pending.next().await.is_some() {} },
+        ))
     }
 
     fn count(&mut self, i: usize, result: Result<Value, NodeFailure>) {

@@ -200,9 +200,10 @@ impl Drop for LockGuard {
         self.lease.end();
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             let lease = self.lease.clone();
-            handle.spawn(async move {
+            let release = async move {
                 lease.release_on_nodes().await;
-            });
+            };
+            handle.spawn(self.lease.background().track(release));
         }
     }
 }

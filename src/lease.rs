@@ -15,7 +15,7 @@ use crate::config::Config;
 use crate::error::{Error, Op, Result};
 use crate::fanout::{broadcast, fan_out, read_flag, Outcome};
 use crate::key::Key;
-use crate::ordering::{InFlight, Stragglers};
+use crate::ordering::{BackgroundWork, InFlight, Stragglers};
 use crate::quorum::{self, Decision};
 use crate::scripts::SendBy;
 use crate::scripts::{Call, EXTEND, RELEASE};
@@ -83,6 +83,11 @@ impl Lease {
     /// The client's settings.
     pub(crate) fn config(&self) -> &Config {
         &self.client.config
+    }
+
+    /// The client's background work.
+    pub(crate) fn background(&self) -> &Arc<BackgroundWork> {
+        &self.client.background
     }
 
     /// The client's counters.
@@ -242,18 +247,18 @@ impl Lease {
                     // Bounded, so that the next renewal is not delayed by a slow node.
                     let _ = tokio::time::timeout_at(by, fan.collect()).await;
                     let refused = fan.outcome.refused.clone();
-                    self.in_flight.push(fan.detach());
+                    self.in_flight.push(fan.detach(&self.client.background));
                     if !refused.is_empty() {
                         self.repair(&refused).await;
                     }
                 } else {
-                    self.in_flight.push(fan.detach());
+                    self.in_flight.push(fan.detach(&self.client.background));
                 }
                 return Ok(());
             }
             if decided.is_err() || reached {
                 // No quorum before the deadline, or it came too late to count.
-                self.in_flight.push(fan.detach());
+                self.in_flight.push(fan.detach(&self.client.background));
                 return lost();
             }
             let error = if outcome.tally.refusals_rule_out_quorum() {
@@ -263,7 +268,7 @@ impl Lease {
             } else {
                 outcome.no_quorum(Op::Extend, &self.key)
             };
-            self.in_flight.push(fan.detach());
+            self.in_flight.push(fan.detach(&self.client.background));
             Err(error)
         }
         .instrument(span)
@@ -319,7 +324,7 @@ impl Lease {
             let mut fan = fan_out(&client.nodes, client.config.required, call, read_flag);
             if fan.decide().await == Decision::Reached {
                 // Stragglers finish in the background: nothing of this lease follows.
-                let _ = fan.detach();
+                let _ = fan.detach(&self.client.background);
             } else {
                 fan.collect().await;
             }

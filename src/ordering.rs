@@ -28,18 +28,72 @@
 //!    holder's own entry as its own (`scripts::Call::resend`).
 
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 use crate::scripts::Call;
 
 /// Invariant 5: polls `work` once, which writes its requests onto every live connection,
 /// and lets it finish in a background task. What the caller sends next runs after it.
-pub(crate) fn write_now_finish_later(work: impl Future<Output = ()> + Send + 'static) {
-    let mut work = Box::pin(work);
+pub(crate) fn write_now_finish_later(
+    background: &Arc<BackgroundWork>,
+    work: impl Future<Output = ()> + Send + 'static,
+) {
+    let mut work = Box::pin(background.track(work));
     if futures::FutureExt::now_or_never(work.as_mut()).is_none() {
         tokio::spawn(work);
+    }
+}
+
+/// A client's work still running in the background: the slower nodes' answers to calls that
+/// returned at quorum, rollbacks, and the releases of dropped guards (not the watchdogs).
+/// [`idle`](Self::idle) waits for it, so that a short-lived process can let every reachable
+/// node get every request before it exits.
+#[derive(Debug, Default)]
+pub(crate) struct BackgroundWork {
+    running: AtomicUsize,
+    idle: Notify,
+}
+
+impl BackgroundWork {
+    /// `work`, counted as running from now until it ends or is dropped.
+    pub(crate) fn track<F: Future>(self: &Arc<Self>, work: F) -> impl Future<Output = F::Output> {
+        let running = Running::new(self.clone());
+        async move {
+            let _running = running;
+            work.await
+        }
+    }
+
+    /// Waits until no tracked work runs.
+    pub(crate) async fn idle(&self) {
+        loop {
+            let idle = self.idle.notified();
+            if self.running.load(AtomicOrdering::Acquire) == 0 {
+                return;
+            }
+            idle.await;
+        }
+    }
+}
+
+/// Counts one piece of background work while it lives.
+struct Running(Arc<BackgroundWork>);
+
+impl Running {
+    fn new(work: Arc<BackgroundWork>) -> Running {
+        work.running.fetch_add(1, AtomicOrdering::AcqRel);
+        Running(work)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self.0.running.fetch_sub(1, AtomicOrdering::AcqRel) == 1 {
+            self.0.idle.notify_waiters();
+        }
     }
 }
 
@@ -55,14 +109,15 @@ pub(crate) struct Stragglers {
 impl Stragglers {
     /// Lets `rest` (the call's undecided requests) finish in a background task.
     pub(crate) fn spawn(
+        background: &Arc<BackgroundWork>,
         call: Arc<Call>,
         rest: impl Future<Output = ()> + Send + 'static,
     ) -> Stragglers {
         let (finished, done) = watch::channel(());
-        tokio::spawn(async move {
+        tokio::spawn(background.track(async move {
             let _finished = finished;
             rest.await;
-        });
+        }));
         Stragglers { call, done }
     }
 

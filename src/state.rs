@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::config::Config;
 use crate::node::Nodes;
+use crate::ordering::BackgroundWork;
 use crate::wakeup::Wakeups;
 
 /// State shared by a client's clones and its guards.
@@ -13,6 +14,8 @@ pub(crate) struct ClientState {
     pub(crate) nodes: Nodes,
     pub(crate) config: Config,
     pub(crate) counters: Counters,
+    /// Work still running in the background (see [`BackgroundWork`]).
+    pub(crate) background: Arc<BackgroundWork>,
     /// Pub/sub wake-ups for waiters; `None` when disabled.
     pub(crate) wakeups: Option<Arc<Wakeups>>,
     /// Identifies this client in holder values.
@@ -32,6 +35,7 @@ impl ClientState {
             nodes,
             config,
             counters: Counters::default(),
+            background: Arc::default(),
             wakeups,
             client_id: uuid::Uuid::new_v4().simple().to_string(),
         }

@@ -1211,3 +1211,43 @@ async fn a_set_nx_resent_after_a_connection_reset_counts_the_attempts_own_entry(
         ),
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// finish_background: a short-lived process lets its background work land before it exits
+// ---------------------------------------------------------------------------------------------
+
+/// A dropped guard is released by a background task, and a release returns at quorum while its
+/// requests to the other nodes finish in the background; a process that exits at once cuts
+/// that work off (the CLI's exits did, under load: entries stayed on a minority of nodes until
+/// they expired). After `finish_background` every node has seen the releases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_finish_background_every_node_has_seen_the_releases() {
+    let fleet = shared_fleet();
+    let locks = client(fleet, Quorum::Majority).await;
+    let keys: Vec<String> = (0..8).map(|i| unique_key(&format!("flush-{i}"))).collect();
+    let mut released = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        let guard = locks
+            .acquire(key, Duration::from_secs(60))
+            .await
+            .expect("acquire");
+        if i % 2 == 0 {
+            drop(guard); // released by a background task
+        } else {
+            released.push(guard.release()); // returns at quorum
+        }
+    }
+    for release in released {
+        release.await.expect("release");
+    }
+    locks.finish_background().await;
+    for key in &keys {
+        for i in 0..fleet.len() {
+            assert_eq!(
+                entry(fleet, i, key).await,
+                None,
+                "node {i} still holds {key} after finish_background"
+            );
+        }
+    }
+}

@@ -64,38 +64,45 @@ fn print_tokens(guard: &LockGuard, key: &str, json: bool) -> Result<(), Failure>
 /// release finds it no longer held by a quorum.
 pub async fn hold(settings: &Settings, args: &HoldArgs) -> Result<u8, Failure> {
     let client = settings.connect().await?;
-    let mut signals = Signals::install()?;
-    let mut req = client
-        .lock(&args.key)
-        .watchdog(args.lease)
-        .fencing(args.fencing);
-    if let Some(max) = args.max_hold {
-        req = req.max_hold(max);
-    }
-    let guard = tokio::select! {
-        taken = take(req, &args.wait, &args.key) => taken?,
-        signal = signals.recv() => return Ok(exit::signalled(signal)),
-    };
-    if let Err(failure) = print_tokens(&guard, &args.key, args.json) {
-        let _ = guard.release().await;
-        return Err(failure);
-    }
-    let lost = guard.lost_signal();
-    tokio::select! {
-        () = lost.wait() => {
-            return Err(Failure::new(
-                exit::LOST,
-                format!("lock {:?} lost: no renewal was confirmed in time (or --max-hold ended it)", args.key),
-            ));
+    let result = async {
+        let mut signals = Signals::install()?;
+        let mut req = client
+            .lock(&args.key)
+            .watchdog(args.lease)
+            .fencing(args.fencing);
+        if let Some(max) = args.max_hold {
+            req = req.max_hold(max);
         }
-        _ = signals.recv() => {}
-        () = stdin_closed() => {}
+        let guard = tokio::select! {
+            taken = take(req, &args.wait, &args.key) => taken?,
+            signal = signals.recv() => return Ok(exit::signalled(signal)),
+        };
+        if let Err(failure) = print_tokens(&guard, &args.key, args.json) {
+            let _ = guard.release().await;
+            return Err(failure);
+        }
+        let lost = guard.lost_signal();
+        tokio::select! {
+            () = lost.wait() => {
+                return Err(Failure::new(
+                    exit::LOST,
+                    format!("lock {:?} lost: no renewal was confirmed in time (or --max-hold ended it)", args.key),
+                ));
+            }
+            _ = signals.recv() => {}
+            () = stdin_closed() => {}
+        }
+        guard
+            .release()
+            .await
+            .map(|()| exit::OK)
+            .map_err(|e| Failure::from_lock(&e, exit::SOFTWARE))
     }
-    guard
-        .release()
-        .await
-        .map(|()| exit::OK)
-        .map_err(|e| Failure::from_lock(&e, exit::SOFTWARE))
+    .await;
+    // The release (or acquire) returned at quorum: let its requests to the slower nodes
+    // land before the process exits.
+    client.finish_background().await;
+    result
 }
 
 /// Completes at the end of stdin (the script closed it, or exited). Whatever is written to
@@ -126,8 +133,7 @@ pub async fn acquire(settings: &Settings, args: &AcquireArgs) -> Result<u8, Fail
     // Dropping the guard would release the lock; the script owns it now.
     std::mem::forget(guard);
     // The acquire returned at quorum; its requests to the slower nodes finish in the
-    // background, each within the node timeout, so that the entry lands on every reachable
-    // node (the library has no call to await them). Exiting at once would cut them off.
-    tokio::time::sleep(settings.node_timeout).await;
+    // background, so that the entry lands on every reachable node: wait for them.
+    client.finish_background().await;
     Ok(exit::OK)
 }

@@ -67,80 +67,87 @@ pub async fn run(settings: &Settings, args: &RunArgs) -> Result<u8, Failure> {
     }
     let command = Command::resolve(&args.cmd, args.shell_command.as_deref())?;
     let client = settings.connect().await?;
-    // Installed before the wait, so that INT or TERM while waiting ends it cleanly.
-    let mut signals = Signals::install()?;
-    let mut req = client
-        .lock(&args.key)
-        .watchdog(args.lease)
-        .fencing(args.fencing);
-    if let Some(max) = args.max_hold {
-        req = req.max_hold(max);
-    }
-    let guard = tokio::select! {
-        taken = take(req, &args.wait, &args.key) => taken?,
-        signal = signals.recv() => return Ok(exit::signalled(signal)),
-    };
-    let acquired = Instant::now();
-
-    let mut env = vec![
-        ("QUORUM_LOCK_KEY", args.key.clone()),
-        ("QUORUM_LOCK_HELD", "1".to_string()),
-    ];
-    if let Some(token) = guard.fencing_token() {
-        env.push(("QUORUM_LOCK_FENCING_TOKEN", token.to_string()));
-    }
-    // Spawned here, in the top-level future, which `block_on` polls on the main thread (see
-    // `Command::spawn` on the parent-death signal).
-    let (child, group) = match command.spawn(&env) {
-        Ok(spawned) => spawned,
-        Err(failure) => {
-            let _ = guard.release().await;
-            return Err(failure);
+    let result = async {
+        // Installed before the wait, so that INT or TERM while waiting ends it cleanly.
+        let mut signals = Signals::install()?;
+        let mut req = client
+            .lock(&args.key)
+            .watchdog(args.lease)
+            .fencing(args.fencing);
+        if let Some(max) = args.max_hold {
+            req = req.max_hold(max);
         }
-    };
-    let (status, stop) = supervise(&guard, child, group, &mut signals, args, grace).await;
+        let guard = tokio::select! {
+            taken = take(req, &args.wait, &args.key) => taken?,
+            signal = signals.recv() => return Ok(exit::signalled(signal)),
+        };
+        let acquired = Instant::now();
 
-    if let Some(stop) = stop {
-        // Best effort: the lock may still stand if the group died before the deadline.
-        let _ = guard.release().await;
-        let how = if stop.killed && args.kill_signal != libc::SIGKILL {
-            format!("{} and then KILL", signal_name(args.kill_signal))
-        } else {
-            signal_name(args.kill_signal)
+        let mut env = vec![
+            ("QUORUM_LOCK_KEY", args.key.clone()),
+            ("QUORUM_LOCK_HELD", "1".to_string()),
+        ];
+        if let Some(token) = guard.fencing_token() {
+            env.push(("QUORUM_LOCK_FENCING_TOKEN", token.to_string()));
+        }
+        // Spawned here, in the top-level future, which `block_on` polls on the main thread (see
+        // `Command::spawn` on the parent-death signal).
+        let (child, group) = match command.spawn(&env) {
+            Ok(spawned) => spawned,
+            Err(failure) => {
+                let _ = guard.release().await;
+                return Err(failure);
+            }
         };
-        let why = match stop.reason {
-            Reason::Lost => "the lock was lost".to_string(),
-            Reason::NotRenewed => format!(
-                "no renewal was confirmed by {} before the lock's deadline (nodes unreachable, or --max-hold reached)",
-                format_duration(grace)
-            ),
+        let (status, stop) = supervise(&guard, child, group, &mut signals, args, grace).await;
+
+        if let Some(stop) = stop {
+            // Best effort: the lock may still stand if the group died before the deadline.
+            let _ = guard.release().await;
+            let how = if stop.killed && args.kill_signal != libc::SIGKILL {
+                format!("{} and then KILL", signal_name(args.kill_signal))
+            } else {
+                signal_name(args.kill_signal)
+            };
+            let why = match stop.reason {
+                Reason::Lost => "the lock was lost".to_string(),
+                Reason::NotRenewed => format!(
+                    "no renewal was confirmed by {} before the lock's deadline (nodes unreachable, or --max-hold reached)",
+                    format_duration(grace)
+                ),
+            };
+            return Err(Failure::new(
+                exit::LOST,
+                format!(
+                    "lock {:?}: {why}; the command was stopped with {how}",
+                    args.key
+                ),
+            ));
+        }
+        let code = match status {
+            Ok(status) => exit_code(status),
+            Err(e) => {
+                let _ = guard.release().await;
+                return Err(Failure::os(format!("waiting for the command: {e}")));
+            }
         };
-        return Err(Failure::new(
-            exit::LOST,
-            format!(
-                "lock {:?}: {why}; the command was stopped with {how}",
+        if let Some(min) = args.hold_min {
+            keep_until(guard, acquired + min, &args.key).await;
+        } else if let Err(e) = guard.release().await {
+            // The command ran under the lock; only the release is unconfirmed. Its entries expire
+            // within one lease.
+            eprintln!(
+                "quorum-lock: warning: release of {:?} not confirmed: {e}",
                 args.key
-            ),
-        ));
-    }
-    let code = match status {
-        Ok(status) => exit_code(status),
-        Err(e) => {
-            let _ = guard.release().await;
-            return Err(Failure::os(format!("waiting for the command: {e}")));
+            );
         }
-    };
-    if let Some(min) = args.hold_min {
-        keep_until(guard, acquired + min, &args.key).await;
-    } else if let Err(e) = guard.release().await {
-        // The command ran under the lock; only the release is unconfirmed. Its entries expire
-        // within one lease.
-        eprintln!(
-            "quorum-lock: warning: release of {:?} not confirmed: {e}",
-            args.key
-        );
+        Ok(code)
     }
-    Ok(code)
+    .await;
+    // The release (or acquire) returned at quorum: let its requests to the slower nodes
+    // land before the process exits.
+    client.finish_background().await;
+    result
 }
 
 /// Waits for the command, forwarding INT/TERM/HUP to its group, and stops the group when the
