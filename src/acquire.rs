@@ -12,14 +12,14 @@ use tracing::Instrument;
 use crate::backoff::Backoff;
 use crate::config::check_duration;
 use crate::error::{Error, Op, Result};
-use crate::fanout::{broadcast, fan_out, read_acquire, read_flag, Outcome};
+use crate::fanout::{broadcast, fan_out, read_acquire, read_counter, read_flag};
 use crate::guard::LockGuard;
 use crate::key::Key;
 use crate::lease::Lease;
 use crate::ordering::{write_now_finish_later, Stragglers};
 use crate::quorum::{self, Decision};
 use crate::reentry::HoldTable;
-use crate::scripts::{Call, SendBy, ACQUIRE_FENCED, FENCE_MAX, RELEASE};
+use crate::scripts::{Call, SendBy, FENCE_MAX, RELEASE};
 use crate::state::ClientState;
 use crate::wakeup::Waiter;
 
@@ -200,12 +200,7 @@ async fn attempt(
     let (key, ttl) = (&plan.key, plan.ttl);
     let holder = holder_value(state, plan.owner);
     let ttl_ms = ttl.as_millis().to_string();
-    let fence = plan.fencing.then(|| key.fence_key());
-    let argv: [&[u8]; 2] = [holder.as_bytes(), ttl_ms.as_bytes()];
-    let call = match &fence {
-        Some(fence) => Call::with_keys(&ACQUIRE_FENCED, &[key.bytes(), fence], &argv),
-        None => Call::set_if_absent("acquire", key.bytes(), argv[0], argv[1]),
-    };
+    let call = Call::set_if_absent("acquire", key.bytes(), holder.as_bytes(), ttl_ms.as_bytes());
     state.counters.attempts.fetch_add(1, Ordering::Relaxed);
 
     // RedLock step 1: the validity is measured from before the first request is sent.
@@ -216,9 +211,9 @@ async fn attempt(
 
     let miss = match decision {
         Decision::Reached => {
-            let (token, written) = match &fence {
-                Some(fence) => fence_token(state, key, fence, fan.outcome.max_yes).await,
-                None => (Ok(None), None),
+            let (token, fencing) = match plan.fencing {
+                true => fence_token(state, key).await,
+                false => (Ok(None), Vec::new()),
             };
             let elapsed = t0.elapsed();
             let error = match (token, quorum::validity(ttl, elapsed, drift)) {
@@ -232,7 +227,7 @@ async fn attempt(
                     let in_flight = fan
                         .detach(&state.background)
                         .into_iter()
-                        .chain(written)
+                        .chain(fencing)
                         .collect();
                     let deadline = t0 + quorum::trusted_for(ttl, drift);
                     return Ok(hold(state, plan, holder, deadline, token, in_flight));
@@ -244,10 +239,10 @@ async fn attempt(
                     ttl,
                 },
             };
-            // The write-back's stragglers must not overtake the rollback (ordering invariant
+            // The fencing calls' stragglers must not overtake the rollback (ordering invariant
             // 4); dropping the fan-out below stops the acquire's.
-            if let Some(written) = written {
-                written.settle().await;
+            for stragglers in fencing {
+                stragglers.settle().await;
             }
             Miss::Failed(error)
         }
@@ -273,30 +268,51 @@ async fn attempt(
     Err(miss)
 }
 
-/// The fencing token of an acquisition: the largest counter among the confirming nodes,
-/// written back (`max`) to a quorum before the guard exists, so that any later quorum sees it
-/// and hands out a larger one. Returns the write-back's requests still in flight, for the
-/// lease to order before its next call.
-async fn fence_token(
-    state: &ClientState,
-    key: &Key,
-    fence: &[u8],
-    max: Option<i64>,
-) -> (Result<Option<u64>>, Option<Stragglers>) {
-    let token = max.and_then(|m| u64::try_from(m).ok()).filter(|&t| t > 0);
+/// The fencing token of an acquisition that a quorum just confirmed (docs/DESIGN.md, "Fencing
+/// tokens"): the key's counter is incremented on every node, the token is the largest answer
+/// among a quorum, and it is written back (`max`) to a quorum before the guard exists.
+///
+/// The increments come after the lock is held, never with the acquire itself: an acquire
+/// still contending can read a node before the previous holder's write-back reached it, and
+/// another node whose write-back was lost, and so get the previous holder's token again (the
+/// model check found this; docs/SAFETY.md). Incremented after the quorum, by a holder that
+/// holds only once its predecessor stopped holding, and so after the predecessor's write-back
+/// reached a quorum, the largest answer of any quorum exceeds every earlier token.
+///
+/// Returns the requests still in flight, for the lease to order before its next call.
+async fn fence_token(state: &ClientState, key: &Key) -> (Result<Option<u64>>, Vec<Stragglers>) {
+    let counter = key.fence_key();
+    let required = state.config.required;
+    let mut incremented = fan_out(
+        &state.nodes,
+        required,
+        Call::increment(&counter),
+        read_counter,
+    );
+    let mut in_flight = Vec::new();
+    let token = match incremented.decide().await {
+        Decision::Reached => incremented
+            .outcome
+            .max_yes
+            .and_then(|m| u64::try_from(m).ok()),
+        _ => None,
+    };
+    in_flight.extend(incremented.detach(&state.background));
     let Some(token) = token else {
-        // Cannot happen with the fenced script (it counts from 1); treated as no quorum.
-        let none = Outcome::empty(state.nodes.len(), state.config.required);
-        return (Err(none.no_quorum(Op::Acquire, key)), None);
+        return (
+            Err(incremented.outcome.no_quorum(Op::Acquire, key)),
+            in_flight,
+        );
     };
     let token_arg = token.to_string();
-    let call = Call::new(&FENCE_MAX, fence, &[token_arg.as_bytes()]);
-    let mut written = fan_out(&state.nodes, state.config.required, call, read_flag);
+    let call = Call::new(&FENCE_MAX, &counter, &[token_arg.as_bytes()]);
+    let mut written = fan_out(&state.nodes, required, call, read_flag);
     let result = match written.decide().await {
         Decision::Reached => Ok(Some(token)),
         _ => Err(written.outcome.no_quorum(Op::Acquire, key)),
     };
-    (result, written.detach(&state.background))
+    in_flight.extend(written.detach(&state.background));
+    (result, in_flight)
 }
 
 /// Wraps a confirmed acquisition in its guard, starting the watchdog if asked.

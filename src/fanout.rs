@@ -18,10 +18,10 @@ use crate::scripts::{Call, SendBy};
 
 /// What a node's script answer means for the operation.
 pub(crate) enum Answer {
-    /// Counts toward the quorum, with the script's value (the fencing counter for a fenced
-    /// acquire; otherwise not meaningful).
+    /// Counts toward the quorum, with the answer's value (a fencing counter's new value;
+    /// otherwise not meaningful).
     Yes(i64),
-    /// Refused; for acquire, with the holder's remaining TTL as a wake-up hint.
+    /// Refused; with the holder's remaining TTL as a wake-up hint, when known.
     Refused(Option<Duration>),
 }
 
@@ -232,22 +232,18 @@ pub(crate) fn int(v: &Value) -> Option<i64> {
     }
 }
 
-/// Reads an acquire's reply: `OK` / nil from `SET NX`, or the fenced script's
-/// `{1, counter}` / `{0, pttl}`.
+/// Reads an acquire's reply: `OK` / nil from `SET NX` (and from its re-sent form).
 pub(crate) fn read_acquire(v: &Value) -> Option<Answer> {
-    let items = match v {
-        Value::Okay => return Some(Answer::Yes(1)),
-        Value::Nil => return Some(Answer::Refused(None)),
-        Value::Array(items) => items,
-        _ => return None,
-    };
-    match (items.first().and_then(int), items.get(1).and_then(int)) {
-        (Some(1), Some(value)) => Some(Answer::Yes(value)),
-        (Some(0), Some(pttl)) => Some(Answer::Refused(
-            u64::try_from(pttl).ok().map(Duration::from_millis),
-        )),
+    match v {
+        Value::Okay => Some(Answer::Yes(1)),
+        Value::Nil => Some(Answer::Refused(None)),
         _ => None,
     }
+}
+
+/// Reads a counter's new value (`INCR`).
+pub(crate) fn read_counter(v: &Value) -> Option<Answer> {
+    int(v).map(Answer::Yes)
 }
 
 /// Reads a 1 / 0 script reply: 1 yes (released, extended, token written), 0 refused (this

@@ -199,11 +199,11 @@ impl Node {
     /// to be dead (the server restarted, or the connection was reset), `op` runs once more on
     /// a fresh connection (with the scripts loaded again), told that it is a re-send:
     /// otherwise every client would fail its first call to each restarted node. Every lock
-    /// call is safe to repeat in its re-sent form ([`Call::resend`]): the native acquire is
-    /// re-sent as a script that recognises this holder's own entry; the fenced acquire,
-    /// extend and repair are idempotent for one holder value (the fenced acquire counts once
-    /// more, which only raises the token); a repeated release can only under-report (answer
-    /// "not held" for an entry it already deleted).
+    /// call is safe to repeat in its re-sent form ([`Call::resend`]): the acquire is re-sent
+    /// as a script that recognises this holder's own entry; extend, repair and the fencing
+    /// write-back are idempotent for one holder value; a repeated fencing increment only
+    /// raises the token; a repeated release can only under-report (answer "not held" for an
+    /// entry it already deleted).
     async fn on_connection<'a, F, Fut>(&'a self, op: F) -> Result<Value, (u64, NodeFailure)>
     where
         F: Fn(MultiplexedConnection, bool) -> Fut + 'a,

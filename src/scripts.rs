@@ -90,6 +90,19 @@ impl Call {
         }
     }
 
+    /// `INCR counter`: the next value of a fencing counter (which never expires). Answers the
+    /// new value.
+    pub(crate) fn increment(counter: &[u8]) -> Call {
+        let mut incr = redis::cmd("INCR");
+        incr.arg(counter);
+        Call {
+            name: "fence-incr",
+            script: None,
+            command: incr,
+            progress: Progress::default(),
+        }
+    }
+
     /// What is sent first: EVALSHA for a script, else the native command.
     pub(crate) fn command(&self) -> &Cmd {
         &self.command
@@ -184,25 +197,6 @@ return redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
 "#,
 );
 
-/// Fenced acquire (docs/DESIGN.md, "Fencing tokens"), on one node: takes the key when it is free
-/// (or already this holder's: a repeated request is idempotent), and then increments the
-/// key's fencing counter, a separate key that never expires, and returns it.
-///
-/// KEYS[1] lock key, KEYS[2] fencing counter. ARGV[1] holder value, ARGV[2] TTL in ms.
-///
-/// Returns `{1, counter}`, or `{0, pttl}` when another holder has the key.
-pub(crate) static ACQUIRE_FENCED: LockScript = LockScript::new(
-    "acquire-fenced",
-    r#"
-local current = redis.call('get', KEYS[1])
-if current == false or current == ARGV[1] then
-  redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return {1, redis.call('incr', KEYS[2])}
-end
-return {0, redis.call('pttl', KEYS[1])}
-"#,
-);
-
 /// Fencing write-back, on one node: raises the counter to the token (never lowers it), so
 /// that every later quorum, which intersects this write's quorum, sees at least the token.
 ///
@@ -268,7 +262,7 @@ return 0
 );
 
 /// Every script, for loading on connect.
-pub(crate) static ALL_SCRIPTS: [&LockScript; 4] = [&ACQUIRE_FENCED, &FENCE_MAX, &RELEASE, &EXTEND];
+pub(crate) static ALL_SCRIPTS: [&LockScript; 3] = [&FENCE_MAX, &RELEASE, &EXTEND];
 
 /// How a script call is sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
