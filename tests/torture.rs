@@ -462,6 +462,11 @@ async fn negative_control_a_majority_restarted_without_persistence_admits_a_seco
     for i in 0..3 {
         fleet.restart(i).unwrap();
     }
+    // The two nodes that kept the lock and the counters go down, so that B's lock and its
+    // fencing increments can only reach the three that forgot both.
+    for i in 3..5 {
+        fleet.kill(i).unwrap();
+    }
     let report = assert_second_holder_is_caught(&b, &key, first, &guard_a).await;
     assert_eq!(
         report.token_regressions.len(),
