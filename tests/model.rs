@@ -3,8 +3,9 @@
 //! The model is a small state machine of what the library does, explored by breadth-first
 //! search over every interleaving within the bounds of each configuration. It mirrors:
 //!
-//! - **Acquire** (`src/acquire.rs`, `attempt`): note `t0`, send the acquire (`SET NX PX`, or
-//!   the fenced script that also increments the node's counter) to every node at once, decide
+//! - **Acquire** (`src/acquire.rs`, `attempt`): note `t0`, send the acquire (`SET NX PX`; in
+//!   the `Fencing::InAcquire` negative control, a script that also increments the node's
+//!   counter) to every node at once, decide
 //!   at quorum or as soon as the quorum became impossible. A guard exists only when the quorum
 //!   came while `now < t0 + ttl` (validity `ttl - elapsed - drift`, with drift 0 and
 //!   `min_validity` 0); its deadline is `t0 + ttl`. Otherwise the attempt is rolled back on
@@ -268,7 +269,7 @@ struct NodeState {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
-    /// `SET K h NX PX ttl`, or the fenced script (which also increments the counter).
+    /// `SET K h NX PX ttl` (with `Fencing::InAcquire`, also the counter's increment).
     Acquire = 0,
     /// The fencing write-back: `counter = max(counter, token)`.
     FenceMax = 1,
@@ -1069,7 +1070,7 @@ impl Protocol {
         }
     }
 
-    /// `lock.rs`, `rollback`: compare-and-delete on every node (the bug: only where yes).
+    /// `acquire.rs`, `rollback`: compare-and-delete on every node (the bug: only where yes).
     fn rollback(&self, s: &mut State, c: usize, log: &mut Log) {
         let now = s.now;
         let cl = &mut s.clients[c];
