@@ -21,6 +21,7 @@ use crate::quorum::{self, Decision};
 use crate::reentry::HoldTable;
 use crate::scripts::{Call, SendBy, FENCE_MAX, RELEASE};
 use crate::state::ClientState;
+use crate::telemetry::{self, AcquireEnd, AttemptEnd, Started};
 use crate::wakeup::Waiter;
 
 /// How a request's lock is kept.
@@ -65,7 +66,8 @@ enum Miss {
 pub(crate) async fn once(state: &Arc<ClientState>, spec: Spec<'_>) -> Result<Option<LockGuard>> {
     let plan = plan(state, spec)?;
     let span = tracing::debug_span!("acquire", key = %plan.key, ttl = ?plan.ttl);
-    async {
+    let started = Started::now();
+    let result = async {
         if let Some(guard) = reenter(&plan) {
             return Ok(Some(guard));
         }
@@ -76,7 +78,14 @@ pub(crate) async fn once(state: &Arc<ClientState>, spec: Spec<'_>) -> Result<Opt
         }
     }
     .instrument(span)
-    .await
+    .await;
+    let end = match &result {
+        Ok(Some(_)) => AcquireEnd::Acquired,
+        Ok(None) => AcquireEnd::Busy,
+        Err(_) => AcquireEnd::Failed,
+    };
+    telemetry::acquire_ended(started, end);
+    result
 }
 
 /// Attempts until success or the wait ends. Between attempts the waiter sleeps until the key's
@@ -84,7 +93,15 @@ pub(crate) async fn once(state: &Arc<ClientState>, spec: Spec<'_>) -> Result<Opt
 pub(crate) async fn waiting(state: &Arc<ClientState>, spec: Spec<'_>) -> Result<LockGuard> {
     let plan = plan(state, spec)?;
     let span = tracing::debug_span!("acquire", key = %plan.key, ttl = ?plan.ttl, wait = ?plan.wait);
-    wait_loop(state, &plan).instrument(span).await
+    let started = Started::now();
+    let result = wait_loop(state, &plan).instrument(span).await;
+    let end = match &result {
+        Ok(_) => AcquireEnd::Acquired,
+        Err(Error::WaitTimeout { .. }) => AcquireEnd::Timeout,
+        Err(_) => AcquireEnd::Failed,
+    };
+    telemetry::acquire_ended(started, end);
+    result
 }
 
 /// Checks a request's key and durations against the client's settings.
@@ -164,11 +181,15 @@ async fn wait_loop(state: &Arc<ClientState>, plan: &Plan<'_>) -> Result<LockGuar
             Some(n) => tokio::select! {
                 () = n => {
                     state.counters.woken.fetch_add(1, Ordering::Relaxed);
+                    telemetry::wakeup(true);
                     backoff.woken();
                 }
-                () = sleep => {}
+                () = sleep => telemetry::wakeup(false),
             },
-            None => sleep.await,
+            None => {
+                sleep.await;
+                telemetry::wakeup(false);
+            }
         }
     }
 }
@@ -219,6 +240,7 @@ async fn attempt(
             let error = match (token, quorum::validity(ttl, elapsed, drift)) {
                 (Ok(token), Some(v)) if v > config.min_validity => {
                     state.counters.acquired.fetch_add(1, Ordering::Relaxed);
+                    telemetry::attempt(AttemptEnd::Acquired);
                     tracing::debug!(validity = ?v, ?token, ?elapsed, "acquired");
                     // Every reachable node should get the entry (so that one node that later
                     // forgets it cannot leave the lock on a bare quorum): the stragglers
@@ -252,11 +274,13 @@ async fn attempt(
     // Stops the requests not yet written; those written stay queued ahead of the rollback on
     // their connections (ordering invariant 5).
     drop(fan);
-    let counter = match &miss {
-        Miss::Contended(_) => &state.counters.contended,
-        Miss::Failed(_) => &state.counters.failed,
+    let (counter, end) = match &miss {
+        Miss::Contended(_) => (&state.counters.contended, AttemptEnd::Contended),
+        Miss::Failed(_) => (&state.counters.failed, AttemptEnd::Failed),
     };
     counter.fetch_add(1, Ordering::Relaxed);
+    telemetry::attempt(end);
+    telemetry::rollback();
     // RedLock step 5: roll back on every node, also those that failed or timed out: they may
     // have applied the acquire. The holder value is unique to this attempt, so a late rollback
     // can never delete a later attempt's entry. Written before a retry can be sent (ordering

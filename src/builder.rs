@@ -274,6 +274,11 @@ impl Builder {
     /// Cancel safe: dropping the future drops the half-built client and its connections.
     pub async fn build(self) -> Result<QuorumLock> {
         let config = self.validate()?;
+        #[cfg(feature = "metrics")]
+        {
+            static DESCRIBED: std::sync::Once = std::sync::Once::new();
+            DESCRIBED.call_once(crate::telemetry::describe_metrics);
+        }
         let addrs = self
             .nodes
             .iter()

@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::lease::{Lease, LostSignal};
 use crate::quorum::Decision;
 use crate::reentry::HoldTable;
+use crate::telemetry::{self, ReleasedBy};
 
 /// A held lock. Dropping it releases the lock in the background (best effort: after a renewal
 /// in flight, if any, and within about twice the node timeout after that); call
@@ -172,7 +173,9 @@ impl LockGuard {
         }
         let was_lost = self.lease.end();
         let outcome = self.lease.release_on_nodes().await;
-        if outcome.decision == Decision::Reached && !was_lost {
+        let confirmed = outcome.decision == Decision::Reached && !was_lost;
+        telemetry::release(ReleasedBy::Release, confirmed);
+        if confirmed {
             self.lease
                 .counters()
                 .released
@@ -197,11 +200,13 @@ impl Drop for LockGuard {
         if self.released || !self.let_go() {
             return;
         }
-        self.lease.end();
+        let was_lost = self.lease.end();
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             let lease = self.lease.clone();
             let release = async move {
-                lease.release_on_nodes().await;
+                let outcome = lease.release_on_nodes().await;
+                let confirmed = outcome.decision == Decision::Reached && !was_lost;
+                telemetry::release(ReleasedBy::Drop, confirmed);
             };
             handle.spawn(self.lease.background().track(release));
         }

@@ -20,6 +20,7 @@ use crate::quorum::{self, Decision};
 use crate::scripts::SendBy;
 use crate::scripts::{Call, EXTEND, RELEASE};
 use crate::state::{ClientState, Counters};
+use crate::telemetry::{self, Hold, HoldEnd, LossReason, RenewalEnd, RenewedBy};
 
 pub(crate) struct Lease {
     /// The client's nodes, settings and counters.
@@ -42,6 +43,8 @@ pub(crate) struct Lease {
     /// fencing write-back, extend): the next operation settles them first, so that on each
     /// node it runs after them (ordering invariant 4).
     in_flight: InFlight,
+    /// The metrics of this hold (nothing without the `metrics` feature).
+    hold: Hold,
 }
 
 struct State {
@@ -77,6 +80,7 @@ impl Lease {
             holds: AtomicUsize::new(1),
             token,
             in_flight: InFlight::new(in_flight),
+            hold: Hold::start(),
         }
     }
 
@@ -124,7 +128,7 @@ impl Lease {
         &self.signal
     }
 
-    pub(crate) fn mark_lost(&self) {
+    pub(crate) fn mark_lost(&self, reason: LossReason) {
         let first = {
             let mut s = self.state();
             let first = !s.lost && !s.ended;
@@ -133,6 +137,8 @@ impl Lease {
         };
         if first {
             self.client.counters.lost.fetch_add(1, Ordering::Relaxed);
+            telemetry::lost(reason);
+            self.hold.end(HoldEnd::Lost);
             tracing::warn!(key = %self.key, "lock lost");
         }
         self.signal.cancel();
@@ -141,11 +147,15 @@ impl Lease {
     /// Ends the lease (release or drop): stops its watchdog and fires its signal. Returns
     /// whether it had been lost before.
     pub(crate) fn end(&self) -> bool {
-        let was_lost = {
+        let (was_lost, first) = {
             let mut s = self.state();
+            let first = !s.lost && !s.ended;
             s.ended = true;
-            s.lost
+            (s.lost, first)
         };
+        if first {
+            self.hold.end(HoldEnd::Ended);
+        }
         self.signal.cancel();
         was_lost
     }
@@ -199,10 +209,15 @@ impl Lease {
             let (config, nodes) = (&self.client.config, &self.client.nodes);
             let drift = quorum::drift(ttl, config.drift_factor);
             let ttl_ms = ttl.as_millis().to_string();
+            let by = match repair_by {
+                Some(_) => RenewedBy::Watchdog,
+                None => RenewedBy::Extend,
+            };
             let lost = || {
                 if !self.state().ended {
-                    self.mark_lost();
+                    self.mark_lost(LossReason::Expired);
                 }
+                telemetry::renewal(by, RenewalEnd::Lost);
                 Err(self.lost_error())
             };
             // A quorum confirmed after the deadline proves nothing: the entries may have
@@ -243,6 +258,7 @@ impl Lease {
                     .counters
                     .extended
                     .fetch_add(1, Ordering::Relaxed);
+                telemetry::renewal(by, RenewalEnd::Confirmed);
                 if let Some(by) = repair_by {
                     // Bounded, so that the next renewal is not delayed by a slow node.
                     let _ = tokio::time::timeout_at(by, fan.collect()).await;
@@ -263,9 +279,11 @@ impl Lease {
             }
             let error = if outcome.tally.refusals_rule_out_quorum() {
                 // Enough nodes said the entry is gone that no quorum can hold it any more.
-                self.mark_lost();
+                self.mark_lost(LossReason::Refused);
+                telemetry::renewal(by, RenewalEnd::Lost);
                 self.lost_error()
             } else {
+                telemetry::renewal(by, RenewalEnd::Failed);
                 outcome.no_quorum(Op::Extend, &self.key)
             };
             self.in_flight.push(fan.detach(&self.client.background));
@@ -303,6 +321,7 @@ impl Lease {
                 .counters
                 .repaired
                 .fetch_add(repaired as u64, Ordering::Relaxed);
+            telemetry::repaired(repaired);
             tracing::info!(key = %self.key, repaired, "lock entry restored on nodes that had lost it");
         }
     }
@@ -380,7 +399,7 @@ impl LostSignal {
                 () = tokio::time::sleep_until(deadline) => {
                     // The deadline may have moved (renewed) while we slept.
                     if self.lease.live_deadline().is_none() {
-                        self.lease.mark_lost();
+                        self.lease.mark_lost(LossReason::Expired);
                         return;
                     }
                 }

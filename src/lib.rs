@@ -15,6 +15,8 @@
 //! - `testkit`: [`testkit`], real `redis-server` fleets with failure injection (kill, pause,
 //!   restart, fault proxy, clock jumps), and history recording and checking, for your own
 //!   tests too.
+//! - `metrics`: metrics through the [`metrics`](https://docs.rs/metrics) facade (names and
+//!   labels in the README's "Metrics" table; no exporter is chosen for you).
 //! - `cli`: the `quorum-lock` command (a binary; the library is unchanged by it).
 //!
 //! # Layout
@@ -29,6 +31,7 @@
 //! - `key`: the key check, the names derived from a key, the reserved namespace.
 //! - `config`: validated settings and the checks of durations and TTLs.
 //! - `scripts`: the commands and Lua scripts run on the nodes, one call shared by all nodes.
+//! - `telemetry`: metrics through the `metrics` facade (empty without the feature).
 //! - `address`: node URLs, and keeping their passwords out of everything shown.
 //! - `node`: one master: its connection, background reconnect, per-call timeout, errors.
 //! - `ordering`: the rules that keep a lease's later call behind its earlier ones.
@@ -75,6 +78,7 @@ mod progress {
 pub mod quorum;
 mod scripts;
 mod state;
+mod telemetry;
 mod wakeup;
 mod watchdog;
 
@@ -93,3 +97,5 @@ pub use owner::Owner;
 pub use quorum::Quorum;
 pub use request::{LockRequest, Scoped};
 pub use state::Stats;
+#[cfg(feature = "metrics")]
+pub use telemetry::describe_metrics;

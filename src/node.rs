@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use std::time::Duration;
 use tokio::sync::Notify;
+use tracing::Instrument;
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
@@ -14,6 +15,7 @@ use redis::{AsyncConnectionConfig, Cmd, ErrorKind, RedisError, ServerErrorKind, 
 use crate::address::NodeAddr;
 use crate::error::{FailureKind, NodeFailure};
 use crate::scripts::{Call, SendBy, ALL_SCRIPTS};
+use crate::telemetry::{NodeRequest, NodeResult};
 
 /// The connection slot: the live connection with a generation number (so that a failure
 /// observed on an old connection does not throw away a newer one), and the state of the
@@ -173,7 +175,17 @@ impl Node {
                 format!("more than {MAX_IN_FLIGHT} requests in flight to this node"),
             ));
         };
-        self.bounded(self.timeout, self.on_connection(|mut conn, resent| async move {
+        let request = NodeRequest::start(slot, call.name);
+        // Named as the OpenTelemetry conventions for Redis clients name a command's span; the
+        // node is given by its index, never its address.
+        let span = tracing::trace_span!(
+            "redis",
+            "db.system.name" = "redis",
+            "db.operation.name" = call.verb(),
+            "quorum_lock.node" = slot,
+            "quorum_lock.operation" = call.name,
+        );
+        let result = self.bounded(self.timeout, self.on_connection(|mut conn, resent| async move {
             let first = match (form, resent) {
                 (_, true) => send(&mut conn, &call.resend(form), call, slot).await,
                 (SendBy::Sha, false) => send(&mut conn, call.command(), call, slot).await,
@@ -192,7 +204,14 @@ impl Node {
                 other => other,
             }
         }))
-        .await
+        .instrument(span)
+        .await;
+        request.end(match &result {
+            Ok(_) => NodeResult::Answered,
+            Err(f) if f.kind() == FailureKind::Timeout => NodeResult::Timeout,
+            Err(_) => NodeResult::Error,
+        });
+        result
     }
 
     /// Runs `op` on the node's connection. When a connection that was already open turns out

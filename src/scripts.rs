@@ -39,8 +39,10 @@ impl LockScript {
 /// One call, shared by the per-node requests of an operation: the command is packed once
 /// and sent to every node.
 pub(crate) struct Call {
-    /// For logs.
+    /// For logs and metrics.
     pub(crate) name: &'static str,
+    /// The Redis command sent first (EVALSHA for a script).
+    verb: &'static str,
     /// The script, for the EVAL fallback; `None` for a native command.
     script: Option<&'static LockScript>,
     command: Cmd,
@@ -71,6 +73,7 @@ impl Call {
         }
         Call {
             name: script.name,
+            verb: "EVALSHA",
             script: Some(script),
             command: evalsha,
             progress: Progress::default(),
@@ -84,6 +87,7 @@ impl Call {
         set.arg(key).arg(holder).arg("NX").arg("PX").arg(ms);
         Call {
             name,
+            verb: "SET",
             script: None,
             command: set,
             progress: Progress::default(),
@@ -97,10 +101,16 @@ impl Call {
         incr.arg(counter);
         Call {
             name: "fence-incr",
+            verb: "INCR",
             script: None,
             command: incr,
             progress: Progress::default(),
         }
+    }
+
+    /// The Redis command sent first, for spans (`db.operation.name`).
+    pub(crate) fn verb(&self) -> &'static str {
+        self.verb
     }
 
     /// What is sent first: EVALSHA for a script, else the native command.
