@@ -696,6 +696,75 @@ fn hold_driven_by_a_shell_script_releases_when_its_stdin_closes() {
     });
 }
 
+/// An HTTP GET of `path` on `addr`: the response's body.
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::Write;
+    let mut stream = std::net::TcpStream::connect(addr).expect("connecting to the exporter");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    write!(stream, "GET {path} HTTP/1.1\r\nhost: {addr}\r\n\r\n").expect("request");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("response");
+    let (head, body) = response.split_once("\r\n\r\n").expect("a response head");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body.to_string()
+}
+
+#[test]
+fn hold_serves_its_metrics_in_the_prometheus_format_without_keys_or_addresses() {
+    let fleet = Fleet::start(3).expect("fleet");
+    let key = "cli:metrics-secret-name";
+    let mut hold = Running::spawn(
+        cli(&fleet)
+            .args([
+                "hold",
+                "--lease",
+                "1500ms",
+                "--metrics-addr",
+                "127.0.0.1:0",
+                key,
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
+    let errors = Lines::of(hold.0.stderr.take().expect("stderr"));
+    let line = errors.next(Duration::from_secs(20));
+    let addr = line
+        .strip_prefix("quorum-lock: metrics on http://")
+        .and_then(|rest| rest.strip_suffix("/metrics"))
+        .unwrap_or_else(|| panic!("the bound address: {line}"))
+        .to_string();
+    let lines = Lines::of(hold.0.stdout.take().expect("stdout"));
+    let token = lines.next(Duration::from_secs(20));
+    // Held, and renewed at least once (every 500 ms).
+    let mut body = String::new();
+    wait_for(
+        Duration::from_secs(20),
+        "a confirmed renewal in the metrics",
+        || {
+            body = http_get(&addr, "/metrics");
+            body.contains("quorum_lock_renewals_total{by=\"watchdog\",outcome=\"confirmed\"}")
+        },
+    );
+    assert!(body.contains("quorum_lock_held 1"), "{body}");
+    assert!(
+        body.contains("quorum_lock_acquire_attempts_total{outcome=\"acquired\"} 1"),
+        "{body}"
+    );
+    assert!(
+        body.contains("# TYPE quorum_lock_acquire_duration_seconds summary"),
+        "{body}"
+    );
+    assert!(body.contains("node=\"2\""), "per-node series: {body}");
+    for secret in [key, token.as_str(), "127.0.0.1", "redis://"] {
+        assert!(!body.contains(secret), "{secret:?} in the metrics: {body}");
+    }
+    drop(hold.0.stdin.take());
+    assert_eq!(hold.exit_code(Duration::from_secs(10)), 0);
+}
+
 #[test]
 fn the_command_gets_the_key_and_fencing_token_and_hold_min_keeps_the_lock() {
     let fleet = Fleet::start(3).expect("fleet");

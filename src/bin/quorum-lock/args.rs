@@ -220,6 +220,11 @@ pub struct HoldArgs {
     #[arg(long)]
     pub json: bool,
 
+    /// Serve the lock's metrics in the Prometheus text format on this address while it is
+    /// held (e.g. 127.0.0.1:9464; port 0 picks one, printed on stderr).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
+
     /// The lock key.
     #[arg(value_parser = parse_key)]
     pub key: String,

@@ -63,6 +63,9 @@ fn print_tokens(guard: &LockGuard, key: &str, json: bool) -> Result<(), Failure>
 /// As [`take`]; 75 when the lock is lost while held (or `--max-hold` ends it), or when the
 /// release finds it no longer held by a quorum.
 pub async fn hold(settings: &Settings, args: &HoldArgs) -> Result<u8, Failure> {
+    if let Some(addr) = args.metrics_addr {
+        crate::exporter::serve(addr).await?;
+    }
     let client = settings.connect().await?;
     let result = async {
         let mut signals = Signals::install()?;

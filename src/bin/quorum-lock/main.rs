@@ -11,7 +11,8 @@
 //! `exit` exit codes and the one-line failure; `run` the supervised command and its loss
 //! handling; `child` its process group, exit status and the CLI's signals; `hold` taking a
 //! lock through the library, `hold` and `acquire`; `direct` per-node connections for what the
-//! library has no API for; `steps` extend and release by holder token; `status`; `check`.
+//! library has no API for; `steps` extend and release by holder token; `status`; `check`;
+//! `exporter` the Prometheus endpoint of `hold --metrics-addr`.
 
 #![deny(unsafe_code)]
 
@@ -20,6 +21,7 @@ mod check;
 mod child;
 mod direct;
 mod exit;
+mod exporter;
 mod hold;
 mod run;
 mod settings;
