@@ -5,7 +5,15 @@
 //! cargo run --example inventory                  # RedLock (majority): sells exactly 90
 //! cargo run --example inventory -- --quorum all  # MultiLock: refuses while a node is down
 //! cargo run --example inventory -- --no-lock     # the same buyers without a lock: oversells
+//!
+//! # against the docker-compose fleet (docker-compose.yml), killing a node halfway
+//! cargo run --example inventory -- --external --halfway 'docker-compose kill redis3'
 //! ```
+//!
+//! With `--external` the lock nodes are `QUORUM_LOCK_NODES` (default: the compose fleet's
+//! 127.0.0.1:7001-7005) and the stock database `QUORUM_LOCK_STOCK_DB` (default: the compose
+//! fleet's `stock` service, 127.0.0.1:7006); the demo cannot kill those nodes itself, so
+//! `--halfway CMD` runs a shell command at the halfway point instead.
 //!
 //! The stock lives on a sixth, separate Redis server and is updated with a plain
 //! read-modify-write (GET, think, SET): only the lock keeps two buyers from selling the same
@@ -29,7 +37,14 @@ struct Options {
     buyers: u64,
     stock: i64,
     lock: bool,
+    external: bool,
+    /// A shell command run at the halfway point instead of killing a node.
+    halfway: Option<String>,
 }
+
+/// The compose fleet's lock nodes and stock database (docker-compose.yml).
+const COMPOSE_NODES: &str = "redis://127.0.0.1:7001,redis://127.0.0.1:7002,redis://127.0.0.1:7003,redis://127.0.0.1:7004,redis://127.0.0.1:7005";
+const COMPOSE_STOCK_DB: &str = "redis://127.0.0.1:7006";
 
 fn parse_args() -> Result<Options, String> {
     let mut o = Options {
@@ -37,6 +52,8 @@ fn parse_args() -> Result<Options, String> {
         buyers: 100,
         stock: 90,
         lock: true,
+        external: false,
+        halfway: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -60,9 +77,12 @@ fn parse_args() -> Result<Options, String> {
                     .map_err(|e| format!("--stock: {e}"))?
             }
             "--no-lock" => o.lock = false,
+            "--external" => o.external = true,
+            "--halfway" => o.halfway = Some(value("--halfway")?),
             "-h" | "--help" => {
                 return Err(
-                    "usage: inventory [--quorum majority|all] [--buyers N] [--stock N] [--no-lock]"
+                    "usage: inventory [--quorum majority|all] [--buyers N] [--stock N] \
+                     [--no-lock] [--external] [--halfway SHELL-COMMAND]"
                         .into(),
                 )
             }
@@ -101,10 +121,51 @@ async fn main() -> ExitCode {
     }
 }
 
+/// The lock nodes and the stock database: started here, or external (`--external`).
+fn fleets(opts: &Options) -> Result<(Fleet, Fleet), Box<dyn std::error::Error>> {
+    if !opts.external {
+        println!("starting 5 lock nodes and 1 inventory database (redis-server on loopback)...");
+        return Ok((Fleet::start(5)?, Fleet::start(1)?));
+    }
+    let nodes = match Fleet::from_env()? {
+        Some(nodes) => nodes,
+        None => Fleet::external(COMPOSE_NODES.split(','))?,
+    };
+    let db = std::env::var("QUORUM_LOCK_STOCK_DB").unwrap_or_else(|_| COMPOSE_STOCK_DB.into());
+    println!(
+        "external fleet: {} lock nodes from {}, stock database {}",
+        nodes.len(),
+        if std::env::var_os("QUORUM_LOCK_NODES").is_some() {
+            "QUORUM_LOCK_NODES"
+        } else {
+            "the compose defaults"
+        },
+        if std::env::var_os("QUORUM_LOCK_STOCK_DB").is_some() {
+            "from QUORUM_LOCK_STOCK_DB"
+        } else {
+            COMPOSE_STOCK_DB
+        },
+    );
+    Ok((nodes, Fleet::external([db])?))
+}
+
+/// What happens halfway: the `--halfway` command, or (on a fleet started here) a node killed.
+fn halfway(opts: &Options, nodes: &Fleet) -> Result<String, Box<dyn std::error::Error>> {
+    if let Some(cmd) = &opts.halfway {
+        let status = std::process::Command::new("sh")
+            .args(["-c", cmd])
+            .status()?;
+        return Ok(format!("ran {cmd:?} ({status})"));
+    }
+    if nodes.is_external() {
+        return Ok("no --halfway command given: no node was faulted".into());
+    }
+    nodes.kill(NODE_TO_KILL)?;
+    Ok(format!("killed node {NODE_TO_KILL}"))
+}
+
 async fn run(opts: Options) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    println!("starting 5 lock nodes and 1 inventory database (redis-server on loopback)...");
-    let nodes = Fleet::start(5)?;
-    let database = Fleet::start(1)?;
+    let (nodes, database) = fleets(&opts)?;
     let mut db = database
         .client(0)
         .get_multiplexed_async_connection()
@@ -118,13 +179,18 @@ async fn run(opts: Options) -> Result<ExitCode, Box<dyn std::error::Error>> {
         .wait_timeout(Duration::from_secs(5))
         .build()
         .await?;
+    let fault = match (&opts.halfway, nodes.is_external()) {
+        (Some(cmd), _) => format!("{cmd:?} will run"),
+        (None, true) => "nothing will be faulted".to_string(),
+        (None, false) => format!("node {NODE_TO_KILL} will be killed"),
+    };
     println!(
-        "{} buyers, {} MoonCakes, quorum {:?} ({} of 5 nodes), node {} will be killed after {} sales{}",
+        "{} buyers, {} MoonCakes, quorum {:?} ({} of {} nodes), {fault} after {} sales{}",
         opts.buyers,
         opts.stock,
         opts.quorum,
         locks.quorum_size(),
-        NODE_TO_KILL,
+        nodes.len(),
         opts.stock / 2,
         if opts.lock { "" } else { ", NO LOCK" }
     );
@@ -145,8 +211,9 @@ async fn run(opts: Options) -> Result<ExitCode, Box<dyn std::error::Error>> {
         tokio::select! {
             _ = tally.halfway.notified(), if !killed => {
                 killed = true;
-                nodes.kill(NODE_TO_KILL)?;
-                println!("killed node {NODE_TO_KILL} after {:?}", started.elapsed());
+                let at = started.elapsed();
+                let what = halfway(&opts, &nodes)?;
+                println!("{what}, from {at:?}");
             }
             done = buyers.join_next() => match done {
                 Some(result) => result?,

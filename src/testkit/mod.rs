@@ -16,6 +16,13 @@
 //!
 //! The server binary is `$QUORUM_LOCK_REDIS_SERVER` if set, else `redis-server` on `PATH`. If
 //! it is missing, [`Fleet::start`] fails with a message saying how to install it.
+//!
+//! An **external fleet** ([`Fleet::external`], [`Fleet::from_env`]) is a set of nodes someone
+//! else runs, e.g. the repository's `docker-compose.yml`: the same URLs, clients and
+//! [`expire_early`](Fleet::expire_early), but no process control (kill, pause, restart and
+//! logs say so; fault them with `docker kill` / `docker pause` instead). The integration
+//! tests that share one fleet and inject no faults run against it when
+//! `QUORUM_LOCK_NODES` is set.
 
 mod fenced_store;
 pub mod history;
@@ -162,19 +169,38 @@ impl FleetBuilder {
             nodes,
             proxies,
             password: self.password,
-            _dir: dir,
+            external: None,
+            _dir: Some(dir),
         })
     }
 }
 
-/// A fleet of real `redis-server` processes on loopback.
-#[derive(Debug)]
+/// A fleet of real `redis-server` processes on loopback, or of external nodes. Its `Debug`
+/// output shows node addresses without passwords.
 pub struct Fleet {
     nodes: Vec<RedisProcess>,
     proxies: Vec<FaultProxy>,
     password: Option<String>,
-    _dir: tempfile::TempDir,
+    /// The nodes' URLs, for a fleet the test kit does not run.
+    external: Option<Vec<String>>,
+    _dir: Option<tempfile::TempDir>,
 }
+
+impl std::fmt::Debug for Fleet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let nodes: Vec<String> = (0..self.len())
+            .map(|i| crate::address::redact(&self.url(i)))
+            .collect();
+        f.debug_struct("Fleet")
+            .field("nodes", &nodes)
+            .field("external", &self.is_external())
+            .field("proxied", &!self.proxies.is_empty())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The variable naming an external fleet's nodes (comma-separated URLs), as for the CLI.
+pub const NODES_ENV: &str = "QUORUM_LOCK_NODES";
 
 impl Fleet {
     /// Starts `n` nodes without persistence or password.
@@ -190,9 +216,62 @@ impl Fleet {
         FleetBuilder::default()
     }
 
+    /// A fleet of nodes run by someone else (e.g. `docker-compose up`), at `urls`. Nothing
+    /// is started or stopped; the process controls fail with [`io::ErrorKind::Unsupported`].
+    ///
+    /// # Errors
+    /// No URL, or one the redis crate cannot parse.
+    pub fn external<I, S>(urls: I) -> io::Result<Fleet>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let urls: Vec<String> = urls.into_iter().map(Into::into).collect();
+        if urls.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "an external fleet needs at least one node URL",
+            ));
+        }
+        for (i, url) in urls.iter().enumerate() {
+            redis::Client::open(url.as_str()).map_err(|e| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("external node {i} ({}): {e}", crate::address::redact(url)),
+                )
+            })?;
+        }
+        Ok(Fleet {
+            nodes: Vec::new(),
+            proxies: Vec::new(),
+            password: None,
+            external: Some(urls),
+            _dir: None,
+        })
+    }
+
+    /// The external fleet named by `QUORUM_LOCK_NODES` (comma-separated URLs), if set and
+    /// not empty.
+    ///
+    /// # Errors
+    /// As [`external`](Self::external).
+    pub fn from_env() -> io::Result<Option<Fleet>> {
+        match std::env::var(NODES_ENV) {
+            Ok(v) if !v.trim().is_empty() => {
+                Fleet::external(v.split(',').map(str::trim).filter(|u| !u.is_empty())).map(Some)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Whether the test kit does not run these nodes (see [`external`](Self::external)).
+    pub fn is_external(&self) -> bool {
+        self.external.is_some()
+    }
+
     /// How many nodes.
     pub fn len(&self) -> usize {
-        self.nodes.len()
+        self.external.as_ref().map_or(self.nodes.len(), Vec::len)
     }
 
     /// Whether the fleet has no nodes.
@@ -203,8 +282,9 @@ impl Fleet {
     /// Node `i`.
     ///
     /// # Panics
-    /// If `i` is out of range (a test bug).
+    /// If `i` is out of range, or the fleet is external (a test bug).
     pub fn node(&self, i: usize) -> &RedisProcess {
+        assert!(!self.is_external(), "an external fleet has no processes");
         &self.nodes[i]
     }
 
@@ -216,6 +296,9 @@ impl Fleet {
 
     /// Node `i`'s URL for lock clients (through its proxy, if any).
     pub fn url(&self, i: usize) -> String {
+        if let Some(urls) = &self.external {
+            return urls[i].clone();
+        }
         self.url_at(
             self.proxies
                 .get(i)
@@ -225,6 +308,9 @@ impl Fleet {
 
     /// Node `i`'s URL bypassing any proxy.
     pub fn direct_url(&self, i: usize) -> String {
+        if let Some(urls) = &self.external {
+            return urls[i].clone();
+        }
         self.url_at(self.nodes[i].port())
     }
 
@@ -279,7 +365,7 @@ impl Fleet {
     /// # Errors
     /// The signal could not be sent.
     pub fn kill(&self, i: usize) -> io::Result<()> {
-        self.nodes[i].kill()
+        self.controlled(i)?.kill()
     }
 
     /// Stops node `i` (SIGSTOP) and waits until it is stopped: it keeps its connections but
@@ -288,7 +374,7 @@ impl Fleet {
     /// # Errors
     /// The node is not running, or the signal failed.
     pub fn pause(&self, i: usize) -> io::Result<()> {
-        self.nodes[i].pause()
+        self.controlled(i)?.pause()
     }
 
     /// Resumes node `i` (SIGCONT).
@@ -296,7 +382,7 @@ impl Fleet {
     /// # Errors
     /// The node is not running, or the signal failed.
     pub fn resume(&self, i: usize) -> io::Result<()> {
-        self.nodes[i].resume()
+        self.controlled(i)?.resume()
     }
 
     /// Kills node `i` (if running) and starts it again on the same port and directory. With
@@ -305,16 +391,38 @@ impl Fleet {
     /// # Errors
     /// The node did not start again.
     pub fn restart(&self, i: usize) -> io::Result<()> {
-        self.nodes[i].restart()
+        self.controlled(i)?.restart()
     }
 
-    /// The log lines of node `i` so far (all its runs).
+    /// Node `i`'s process, or why there is none to control.
+    fn controlled(&self, i: usize) -> io::Result<&RedisProcess> {
+        match &self.external {
+            Some(urls) => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!(
+                    "node {i} ({}) belongs to an external fleet: the test kit cannot kill, \
+                     pause or restart it (use docker kill / docker pause)",
+                    crate::address::redact(&urls[i])
+                ),
+            )),
+            None => Ok(&self.nodes[i]),
+        }
+    }
+
+    /// The log lines of node `i` so far (all its runs); empty for an external fleet.
     pub fn logs(&self, i: usize) -> String {
+        if self.is_external() {
+            return String::new();
+        }
         self.nodes[i].logs()
     }
 
     /// All nodes' logs, headed by node index and port: for failing tests to print.
     pub fn all_logs(&self) -> String {
+        if let Some(urls) = &self.external {
+            let urls: Vec<String> = urls.iter().map(|u| crate::address::redact(u)).collect();
+            return format!("(external fleet {urls:?}: no logs here)\n");
+        }
         let mut out = String::new();
         for (i, n) in self.nodes.iter().enumerate() {
             out.push_str(&format!(

@@ -9,9 +9,18 @@ use quorum_lock::{Builder, Quorum, QuorumLock};
 
 /// A five-node fleet shared by the tests of one binary that use unique keys and inject no
 /// faults. Its servers die with the test process (the test kit's parent-death signal).
+///
+/// With `QUORUM_LOCK_NODES` set (five comma-separated URLs, e.g. the repository's
+/// docker-compose fleet), these tests run against those nodes instead.
 pub fn shared_fleet() -> &'static Fleet {
     static FLEET: OnceLock<Fleet> = OnceLock::new();
-    FLEET.get_or_init(|| Fleet::start(5).expect("starting the shared fleet"))
+    FLEET.get_or_init(|| match Fleet::from_env().expect("QUORUM_LOCK_NODES") {
+        Some(external) => {
+            assert_eq!(external.len(), 5, "the shared fleet has five nodes");
+            external
+        }
+        None => Fleet::start(5).expect("starting the shared fleet"),
+    })
 }
 
 /// A fresh fleet for a test that injects faults.
