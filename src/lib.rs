@@ -75,6 +75,8 @@ mod progress {
 pub mod quorum;
 mod scripts;
 mod state;
+#[cfg(feature = "tls")]
+mod tls;
 mod wakeup;
 mod watchdog;
 
