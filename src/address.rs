@@ -8,6 +8,9 @@ pub(crate) struct NodeAddr {
     pub(crate) display: String,
     /// Every form in which the password could appear in a message (decoded and as written).
     secrets: Vec<String>,
+    /// The address is `rediss://`.
+    #[cfg(feature = "tls")]
+    tls: bool,
     pub(crate) client: redis::Client,
 }
 
@@ -77,8 +80,28 @@ impl NodeAddr {
         Ok(NodeAddr {
             display,
             secrets,
+            #[cfg(feature = "tls")]
+            tls: url.scheme() == "rediss",
             client,
         })
+    }
+
+    /// Whether the node is reached over TLS (`rediss://`).
+    #[cfg(feature = "tls")]
+    pub(crate) fn is_tls(&self) -> bool {
+        self.tls
+    }
+
+    /// The same node, its client made with `certificates` (checked by the caller). Only for a
+    /// `rediss://` address.
+    #[cfg(feature = "tls")]
+    pub(crate) fn with_certificates(
+        mut self,
+        certificates: redis::TlsCertificates,
+    ) -> Result<NodeAddr, redis::RedisError> {
+        self.client =
+            redis::Client::build_with_tls(self.client.get_connection_info().clone(), certificates)?;
+        Ok(self)
     }
 }
 

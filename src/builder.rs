@@ -15,12 +15,15 @@ use crate::node::Node;
 use crate::quorum::Quorum;
 use crate::scripts::MAX_NODES;
 use crate::state::ClientState;
+#[cfg(feature = "tls")]
+use crate::tls::TlsSettings;
 
 /// Builds a [`QuorumLock`]: nodes, quorum rule, timeouts and retry policy.
 ///
 /// Setters never fail; [`build`](Self::build) validates everything, names the setting at fault
 /// in [`Error::InvalidConfig`], then connects to the nodes and checks them. Its `Debug` output
-/// shows the node addresses with their passwords redacted.
+/// shows the node addresses with their passwords redacted, and of the TLS settings only whether
+/// they are set.
 #[derive(Clone)]
 #[must_use]
 pub struct Builder {
@@ -38,13 +41,15 @@ pub struct Builder {
     pubsub: bool,
     lazy: bool,
     unchecked_quorum: Option<usize>,
+    #[cfg(feature = "tls")]
+    tls: TlsSettings,
 }
 
 impl std::fmt::Debug for Builder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let nodes: Vec<String> = self.nodes.iter().map(|n| redact(n)).collect();
-        f.debug_struct("Builder")
-            .field("nodes", &nodes)
+        let mut f = f.debug_struct("Builder");
+        f.field("nodes", &nodes)
             .field("quorum", &self.quorum)
             .field("node_timeout", &self.node_timeout)
             .field("connect_timeout", &self.connect_timeout)
@@ -56,8 +61,11 @@ impl std::fmt::Debug for Builder {
             .field("min_validity", &self.min_validity)
             .field("watchdog_lease", &self.watchdog_lease)
             .field("pubsub", &self.pubsub)
-            .field("lazy", &self.lazy)
-            .finish_non_exhaustive()
+            .field("lazy", &self.lazy);
+        #[cfg(feature = "tls")]
+        f.field("tls_root_certificate", &self.tls.has_root())
+            .field("tls_client_certificate", &self.tls.has_client());
+        f.finish_non_exhaustive()
     }
 }
 
@@ -78,6 +86,8 @@ impl Default for Builder {
             pubsub: true,
             lazy: false,
             unchecked_quorum: None,
+            #[cfg(feature = "tls")]
+            tls: TlsSettings::default(),
         }
     }
 }
@@ -178,9 +188,44 @@ impl Builder {
 
     /// Whether [`build`](Self::build) may succeed with fewer reachable nodes than the quorum
     /// (they are connected on first use). Configuration errors (unknown host, wrong password,
-    /// replica, duplicate server) still fail the build. Defaults to `false`.
+    /// a certificate refused, replica, duplicate server) still fail the build. Defaults to
+    /// `false`.
     pub fn lazy(mut self, lazy: bool) -> Self {
         self.lazy = lazy;
+        self
+    }
+
+    /// The root certificates that the certificates of `rediss://` nodes must be signed by: PEM,
+    /// one certificate or a bundle (feature `tls`). When set, these are the only roots trusted:
+    /// the public (webpki) roots are not, so give a bundle to trust more than one CA. Every node
+    /// must then be `rediss://` (a `redis://` node among them fails the build: it would send
+    /// its password in clear). Replaces earlier calls. Defaults to none: the public webpki
+    /// roots (Mozilla's) are trusted.
+    ///
+    /// [`build`](Self::build) fails with [`Error::InvalidConfig`] naming this setting when the
+    /// PEM holds no certificate, or one that cannot be a root.
+    #[cfg(feature = "tls")]
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.set_root(pem.into());
+        self
+    }
+
+    /// A client certificate and its private key, presented to `rediss://` nodes that ask for one
+    /// (Redis' default, `tls-auth-clients yes`): the certificate chain as PEM (the client's
+    /// certificate first, then any intermediates), the key as PEM (PKCS#8, PKCS#1 or SEC1)
+    /// (feature `tls`). The key is never shown: not in `Debug` output (which says only that a
+    /// client certificate is set), errors or logs. Every node must then be `rediss://`.
+    /// Replaces earlier calls. Defaults to none.
+    ///
+    /// [`build`](Self::build) fails with [`Error::InvalidConfig`] naming this setting when the
+    /// certificate or the key is not PEM, or the key does not match the certificate.
+    #[cfg(feature = "tls")]
+    pub fn tls_client_certificate(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls.set_client(cert_pem.into(), key_pem.into());
         self
     }
 
@@ -267,7 +312,8 @@ impl Builder {
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] naming the setting, [`Error::InvalidNodeUrl`],
-    /// [`Error::Node`] for an unknown host or rejected credentials, [`Error::DuplicateNode`],
+    /// [`Error::Node`] for an unknown host, rejected credentials or a failed TLS handshake
+    /// (a certificate refused on either side), [`Error::DuplicateNode`],
     /// [`Error::ReplicaNode`], [`Error::Unreachable`].
     ///
     /// # Cancel safety
@@ -284,6 +330,8 @@ impl Builder {
             .iter()
             .map(|raw| NodeAddr::parse(raw))
             .collect::<Result<Vec<_>>>()?;
+        #[cfg(feature = "tls")]
+        let addrs = self.tls.apply(addrs)?;
         let nodes: Arc<[Node]> = addrs
             .into_iter()
             .map(|addr| Node::new(addr, config.node_timeout, self.connect_timeout))
@@ -295,7 +343,12 @@ impl Builder {
         for (node, probe) in nodes.iter().zip(probes) {
             let info = match probe {
                 Ok(info) => info,
-                Err(f) if matches!(f.kind(), FailureKind::Auth | FailureKind::UnknownHost) => {
+                Err(f)
+                    if matches!(
+                        f.kind(),
+                        FailureKind::Auth | FailureKind::UnknownHost | FailureKind::Tls
+                    ) =>
+                {
                     return Err(Error::Node(f))
                 }
                 Err(f) => {

@@ -18,6 +18,9 @@ pub enum FailureKind {
     UnknownHost,
     /// The node rejected the credentials (wrong user or password, or none given).
     Auth,
+    /// The TLS handshake failed (`rediss://`): the node's certificate is not trusted or not
+    /// valid for its name, or the node refused the client certificate, or asked for one.
+    Tls,
     /// The node answered with an error (e.g. out of memory, a read-only replica, a busy script).
     Server,
     /// The node answered something the lock protocol does not expect.
@@ -31,6 +34,7 @@ impl fmt::Display for FailureKind {
             FailureKind::Connection => "connection failed",
             FailureKind::UnknownHost => "unknown host",
             FailureKind::Auth => "authentication failed",
+            FailureKind::Tls => "tls failed",
             FailureKind::Server => "server error",
             FailureKind::Protocol => "unexpected reply",
         })
@@ -177,7 +181,7 @@ pub enum Error {
     },
 
     /// A node is misconfigured in a way that will not heal by waiting (unknown host, wrong
-    /// password).
+    /// password, a certificate refused).
     #[error("node {0}")]
     Node(NodeFailure),
 

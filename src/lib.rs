@@ -11,7 +11,10 @@
 //!
 //! # Feature flags
 //!
-//! - `tls`: `rediss://` nodes, through rustls.
+//! - `tls`: `rediss://` nodes, through rustls (ring's crypto provider, unless the application
+//!   installed another), with `Builder::tls_root_certificate` and
+//!   `Builder::tls_client_certificate` for a private CA and client certificates (see
+//!   [TLS](#tls)); in the test kit, TLS fleets (`testkit::FleetTls`).
 //! - `testkit`: [`testkit`], real `redis-server` fleets with failure injection (kill, pause,
 //!   restart, fault proxy, clock jumps), and history recording and checking, for your own
 //!   tests too.
@@ -33,6 +36,7 @@
 //! - `scripts`: the commands and Lua scripts run on the nodes, one call shared by all nodes.
 //! - `telemetry`: metrics through the `metrics` facade (empty without the feature).
 //! - `address`: node URLs, and keeping their passwords out of everything shown.
+//! - `tls` (feature): the TLS settings, checked at build, and TLS errors in plain words.
 //! - `node`: one master: its connection, background reconnect, per-call timeout, errors.
 //! - `ordering`: the rules that keep a lease's later call behind its earlier ones.
 //! - `fanout`: one call to every node, decided at quorum.
@@ -79,6 +83,8 @@ pub mod quorum;
 mod scripts;
 mod state;
 mod telemetry;
+#[cfg(feature = "tls")]
+mod tls;
 mod wakeup;
 mod watchdog;
 

@@ -370,6 +370,11 @@ async fn open(addr: &NodeAddr) -> Result<MultiplexedConnection, RedisError> {
 }
 
 fn classify(addr: &NodeAddr, e: &RedisError) -> NodeFailure {
+    #[cfg(feature = "tls")]
+    if let Some(tls) = crate::tls::rustls_error(e) {
+        let msg = addr.scrub(&crate::tls::explain(tls));
+        return NodeFailure::new(&addr.display, FailureKind::Tls, msg);
+    }
     let msg = addr.scrub(&e.to_string());
     let kind = match e.kind() {
         ErrorKind::AuthenticationFailed => FailureKind::Auth,

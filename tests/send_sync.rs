@@ -26,6 +26,8 @@ fn public_types_are_send_sync_static() {
     send_sync_static::<Scoped<u8>>();
     send_sync_static::<Fleet>();
     send_sync_static::<FencedStore>();
+    #[cfg(feature = "tls")]
+    send_sync_static::<quorum_lock::testkit::FleetTls>();
     fn request_is_send<'a>(r: LockRequest<'a>) -> impl Send + 'a {
         r
     }

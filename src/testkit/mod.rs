@@ -14,6 +14,9 @@
 //! intervals overlap (for your own tests too: record an interval around each critical
 //! section, then check them all).
 //!
+//! With the `tls` feature, [`FleetBuilder::tls`] starts nodes that speak TLS only, with the
+//! certificates a test gives them ([`FleetTls`]), optionally requiring client certificates.
+//!
 //! The server binary is `$QUORUM_LOCK_REDIS_SERVER` if set, else `redis-server` on `PATH`. If
 //! it is missing, [`Fleet::start`] fails with a message saying how to install it.
 //!
@@ -67,6 +70,89 @@ pub struct FleetBuilder {
     proxied: bool,
     /// Extra server arguments: for every node (`None`) or one.
     args: Vec<(Option<usize>, Vec<String>)>,
+    #[cfg(feature = "tls")]
+    tls: Option<FleetTls>,
+}
+
+/// TLS for a fleet's nodes (feature `tls`): PEM bytes, written into the fleet's directory.
+///
+/// Its `Debug` output shows neither key.
+#[cfg(feature = "tls")]
+#[derive(Clone)]
+#[must_use]
+pub struct FleetTls {
+    ca: Vec<u8>,
+    cert: Vec<u8>,
+    key: Vec<u8>,
+    client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+#[cfg(feature = "tls")]
+impl std::fmt::Debug for FleetTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FleetTls")
+            .field("requires_client_certificate", &self.client.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(feature = "tls")]
+impl FleetTls {
+    /// The CA certificate (`tls-ca-cert-file`: what nodes check client certificates against,
+    /// and what the test kit's own clients trust), and the nodes' certificate and key (one
+    /// certificate for all nodes, so it should name `127.0.0.1`). Clients are not asked for a
+    /// certificate (`tls-auth-clients no`).
+    pub fn new(
+        ca_pem: impl Into<Vec<u8>>,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        FleetTls {
+            ca: ca_pem.into(),
+            cert: cert_pem.into(),
+            key: key_pem.into(),
+            client: None,
+        }
+    }
+
+    /// Nodes require a client certificate signed by the CA (`tls-auth-clients yes`, Redis'
+    /// default); the test kit's own clients ([`Fleet::client`]) present this one.
+    pub fn require_client_certificate(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.client = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
+    /// Writes the files into `dir` once for all nodes.
+    fn write(&self, dir: &std::path::Path) -> io::Result<process::TlsFiles> {
+        let files = process::TlsFiles {
+            ca: dir.join("ca.crt"),
+            cert: dir.join("node.crt"),
+            key: dir.join("node.key"),
+            auth_clients: self.client.is_some(),
+        };
+        std::fs::write(&files.ca, &self.ca)?;
+        std::fs::write(&files.cert, &self.cert)?;
+        std::fs::write(&files.key, &self.key)?;
+        Ok(files)
+    }
+
+    /// The certificates of the test kit's own clients.
+    fn certificates(&self) -> redis::TlsCertificates {
+        redis::TlsCertificates {
+            client_tls: self
+                .client
+                .as_ref()
+                .map(|(cert, key)| redis::ClientTlsConfig {
+                    client_cert: cert.clone(),
+                    client_key: key.clone(),
+                }),
+            root_cert: Some(self.ca.clone()),
+        }
+    }
 }
 
 impl FleetBuilder {
@@ -124,6 +210,14 @@ impl FleetBuilder {
         self
     }
 
+    /// Nodes that speak TLS only (feature `tls`), on their ephemeral ports; [`Fleet::urls`]
+    /// are then `rediss://`. Defaults to plain TCP.
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, tls: FleetTls) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
     /// Starts the fleet and waits until every node accepts connections.
     ///
     /// # Errors
@@ -134,6 +228,11 @@ impl FleetBuilder {
         let dir = tempfile::Builder::new()
             .prefix("quorum-lock-fleet-")
             .tempdir()?;
+        #[cfg(feature = "tls")]
+        let tls_files = match &self.tls {
+            Some(tls) => Some(tls.write(dir.path())?),
+            None => None,
+        };
         let mut nodes = Vec::with_capacity(self.nodes);
         for i in 0..self.nodes {
             let node_dir = dir.path().join(format!("node{i}"));
@@ -154,6 +253,8 @@ impl FleetBuilder {
                     .filter(|(node, _)| node.is_none_or(|n| n == i))
                     .flat_map(|(_, args)| args.iter().cloned())
                     .collect(),
+                #[cfg(feature = "tls")]
+                tls: tls_files.clone(),
             };
             nodes.push(RedisProcess::start(settings)?);
         }
@@ -170,6 +271,8 @@ impl FleetBuilder {
             proxies,
             password: self.password,
             external: None,
+            #[cfg(feature = "tls")]
+            tls: self.tls,
             _dir: Some(dir),
         })
     }
@@ -183,6 +286,8 @@ pub struct Fleet {
     password: Option<String>,
     /// The nodes' URLs, for a fleet the test kit does not run.
     external: Option<Vec<String>>,
+    #[cfg(feature = "tls")]
+    tls: Option<FleetTls>,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -246,6 +351,8 @@ impl Fleet {
             proxies: Vec::new(),
             password: None,
             external: Some(urls),
+            #[cfg(feature = "tls")]
+            tls: None,
             _dir: None,
         })
     }
@@ -315,17 +422,32 @@ impl Fleet {
     }
 
     fn url_at(&self, port: u16) -> String {
+        #[cfg(feature = "tls")]
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        #[cfg(not(feature = "tls"))]
+        let scheme = "redis";
         match &self.password {
-            Some(p) => format!("redis://:{p}@127.0.0.1:{port}"),
-            None => format!("redis://127.0.0.1:{port}"),
+            Some(p) => format!("{scheme}://:{p}@127.0.0.1:{port}"),
+            None => format!("{scheme}://127.0.0.1:{port}"),
         }
     }
 
-    /// A plain redis client for node `i`, bypassing any proxy: for checks and fault setup.
+    /// A plain redis client for node `i`, bypassing any proxy: for checks and fault setup (with
+    /// the fleet's CA and client certificate, if it uses TLS).
     ///
     /// # Panics
     /// If `i` is out of range.
     pub fn client(&self, i: usize) -> redis::Client {
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &self.tls {
+            crate::tls::ensure_crypto_provider();
+            return redis::Client::build_with_tls(self.direct_url(i), tls.certificates())
+                .expect("fleet URLs and certificates are valid");
+        }
         redis::Client::open(self.direct_url(i)).expect("fleet URLs are valid")
     }
 

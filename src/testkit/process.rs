@@ -1,5 +1,5 @@
-//! One `redis-server` child process: start on a free port, readiness from its log, signals,
-//! reaping.
+//! One `redis-server` child process: start on a free port (plain or TLS), readiness from its
+//! log, signals, reaping.
 
 use std::ffi::OsString;
 use std::io::{self, BufRead, BufReader, Read};
@@ -20,6 +20,18 @@ pub(crate) struct Settings {
     pub(crate) password: Option<String>,
     pub(crate) persistence: Persistence,
     pub(crate) args: Vec<String>,
+    #[cfg(feature = "tls")]
+    pub(crate) tls: Option<TlsFiles>,
+}
+
+/// A TLS node's files, and whether it asks clients for a certificate.
+#[cfg(feature = "tls")]
+#[derive(Debug, Clone)]
+pub(crate) struct TlsFiles {
+    pub(crate) ca: PathBuf,
+    pub(crate) cert: PathBuf,
+    pub(crate) key: PathBuf,
+    pub(crate) auth_clients: bool,
 }
 
 /// Finds the server binary, or explains how to install it.
@@ -142,7 +154,7 @@ impl RedisProcess {
         Err(last.unwrap_or_else(|| io::Error::other("no free port")))
     }
 
-    /// The TCP port on 127.0.0.1.
+    /// The TCP port on 127.0.0.1 (the TLS port of a TLS fleet's node, which has no other).
     pub fn port(&self) -> u16 {
         self.port
     }
@@ -222,7 +234,8 @@ fn signal(pid: libc::pid_t, sig: libc::c_int) -> io::Result<()> {
     }
 }
 
-/// Starts the server on `port` and waits for "Ready to accept connections" in its log. The
+/// Starts the server on `port` and waits for "Ready to accept connections" in its log (logged
+/// once every listener, TLS included, is bound: no TLS client is needed to see it). The
 /// outer error is a spawn failure; the inner one a server that exited (`AddrInUse` when the
 /// port was taken).
 fn launch(
@@ -235,7 +248,25 @@ fn launch(
         args.push(format!("--{k}").into());
         args.push(v.into());
     };
-    set("port", &port.to_string());
+    // A TLS node listens with TLS only, on the free port picked; its plain port is closed.
+    #[cfg(feature = "tls")]
+    let plain_port = match &settings.tls {
+        Some(tls) => {
+            set("tls-port", &port.to_string());
+            set("tls-ca-cert-file", &tls.ca.to_string_lossy());
+            set("tls-cert-file", &tls.cert.to_string_lossy());
+            set("tls-key-file", &tls.key.to_string_lossy());
+            set(
+                "tls-auth-clients",
+                if tls.auth_clients { "yes" } else { "no" },
+            );
+            0
+        }
+        None => port,
+    };
+    #[cfg(not(feature = "tls"))]
+    let plain_port = port;
+    set("port", &plain_port.to_string());
     set("bind", "127.0.0.1");
     set("dir", &settings.dir.to_string_lossy());
     set("logfile", "");
