@@ -345,12 +345,14 @@ async fn contention_timeouts_rollbacks_and_wakeups_are_recorded() {
         let (waiter, key) = (waiter.clone(), key.clone());
         tokio::spawn(async move { waiter.acquire(&key, TTL).await })
     };
+    // Its first refused attempt subscribes to the key's release notices, and the attempt
+    // made at once after subscribing is the second: after it, the waiter listens.
     let contended_so_far = waiter.stats().contended;
     eventually(
         fleet,
         Duration::from_secs(10),
-        "the waiter waits",
-        || async { waiter.stats().contended > contended_so_far },
+        "the waiter listens for the release",
+        || async { waiter.stats().contended >= contended_so_far + 2 },
     )
     .await;
     held.release().await.unwrap();
