@@ -46,6 +46,7 @@
 //! - `watchdog`: renewals of a lock kept without a fixed TTL.
 //! - `reentry`: an owner's table of held leases.
 //! - `guard`: the caller's handle on a held lock.
+//! - `token`: extend and release by holder value, without a guard.
 //! - `acquire`: one attempt and the waiting loop.
 //! - `request`: a lock request and its per-request settings.
 //! - `owner`: reentrant owners.
@@ -85,6 +86,7 @@ mod state;
 mod telemetry;
 #[cfg(feature = "tls")]
 mod tls;
+mod token;
 mod wakeup;
 mod watchdog;
 
@@ -105,3 +107,4 @@ pub use request::{LockRequest, Scoped};
 pub use state::Stats;
 #[cfg(feature = "metrics")]
 pub use telemetry::describe_metrics;
+pub use token::MAX_TOKEN_LEN;
