@@ -861,6 +861,12 @@ async fn acquire_extend_and_release_by_token_follow_the_library() {
     ]))
     .await;
     assert_eq!(code, 75, "a wrong token holds nothing: {stderr}");
+    let (code, _, stderr) = cli_out(args(&["extend", key, "two words", "--ttl", "60s"])).await;
+    assert_eq!(code, 64, "not a token: {stderr}");
+    assert!(
+        !stderr.contains("two words"),
+        "the token is not shown: {stderr}"
+    );
 
     // A library client waits with a long retry delay: only the release notice, which the
     // CLI's release publishes as the library does, can wake it in time.
@@ -901,8 +907,11 @@ async fn acquire_extend_and_release_by_token_follow_the_library() {
         "woken by a notice, not its timer"
     );
     guard.release().await.expect("release");
-    let (code, _, _) = cli_out(args(&["release", key, &token])).await;
+    let (code, out, _) = cli_out(args(&["release", "--json", key, &token])).await;
     assert_eq!(code, 75, "releasing twice: not held");
+    let released = json(&out);
+    assert_eq!(released["released"], false, "{out}");
+    assert_eq!(released["confirmed"], 0, "{out}");
 }
 
 #[test]

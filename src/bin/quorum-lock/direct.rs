@@ -1,5 +1,5 @@
-//! Direct connections to each node, for what the library has no API for: `status`, `check`,
-//! and `extend` / `release` by holder token. Addresses are parsed by the same rules as the
+//! Direct connections to each node, for what the library has no API for: `status` and
+//! `check`. Addresses are parsed by the same rules as the
 //! library's, shown with the password replaced by `***`, and every message from a node is
 //! scrubbed of the password in each form it was written.
 

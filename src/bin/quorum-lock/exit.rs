@@ -51,7 +51,7 @@ impl Failure {
     }
 
     /// A library error, classified by its kind (never by its text): busy is `conflict`, too
-    /// few nodes is 69, a lost lock 75, a bad key or TTL 64, a bad setting or node 78.
+    /// few nodes is 69, a lost lock 75, a bad key, token or TTL 64, a bad setting or node 78.
     pub fn from_lock(e: &Error, conflict: u8) -> Failure {
         let (code, what) = match e {
             Error::WaitTimeout { .. } => (conflict, "busy: "),
@@ -59,7 +59,9 @@ impl Failure {
             | Error::Unreachable { .. }
             | Error::ValidityExhausted { .. } => (UNAVAILABLE, "nodes unavailable: "),
             Error::LockLost { .. } | Error::NotHeld { .. } => (LOST, ""),
-            Error::InvalidKey { .. } | Error::InvalidTtl { .. } => (USAGE, ""),
+            Error::InvalidKey { .. } | Error::InvalidToken { .. } | Error::InvalidTtl { .. } => {
+                (USAGE, "")
+            }
             Error::InvalidConfig { .. } | Error::InvalidNodeUrl { .. } => (CONFIG, ""),
             Error::DuplicateNode { .. } | Error::ReplicaNode { .. } | Error::Node(_) => {
                 (CONFIG, "configuration: ")
