@@ -37,7 +37,8 @@
 //! - `telemetry`: metrics through the `metrics` facade (empty without the feature).
 //! - `address`: node URLs, and keeping their passwords out of everything shown.
 //! - `tls` (feature): the TLS settings, checked at build, and TLS errors in plain words.
-//! - `node`: one master: its connection, background reconnect, per-call timeout, errors.
+//! - `node`: one master: its connection, background reconnect, per-call timeout, errors;
+//!   [`NodeClient`], a node for connections of one's own.
 //! - `ordering`: the rules that keep a lease's later call behind its earlier ones.
 //! - `fanout`: one call to every node, decided at quorum.
 //! - `wakeup`: pub/sub release notices and the waiters they wake.
@@ -101,6 +102,7 @@ pub use error::{Error, FailureKind, NodeFailure, Op, Result};
 pub use guard::LockGuard;
 pub use key::{MAX_KEY_LEN, RESERVED_PREFIX};
 pub use lease::LostSignal;
+pub use node::NodeClient;
 pub use owner::Owner;
 pub use quorum::Quorum;
 pub use request::{LockRequest, Scoped};

@@ -505,3 +505,59 @@ async fn a_password_on_a_tls_node_never_shows_nor_does_the_client_key() {
         .collect();
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+/// `Builder::node_clients`: redis clients of one's own for the nodes, with the builder's TLS
+/// settings, and their errors read as the lock client reads its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_clients_connect_with_the_builders_tls_settings() {
+    let pki = Pki::new("node-clients");
+    let fleet = Fleet::builder()
+        .nodes(2)
+        .password("S3cretPw")
+        .tls(pki.fleet_tls(true))
+        .start()
+        .unwrap();
+    for node in pki.builder(&fleet).node_clients().unwrap() {
+        assert!(
+            node.name().starts_with("rediss://:***@127.0.0.1:"),
+            "{node:?}"
+        );
+        let mut conn = node
+            .client()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap_or_else(|e| panic!("{}", node.failure(&e)));
+        let pong: String = redis::cmd("PING").query_async(&mut conn).await.unwrap();
+        assert_eq!(pong, "PONG");
+    }
+    // Without the CA: the handshake fails, named and explained as the build's would be.
+    let untrusted = builder(&fleet, Quorum::Majority)
+        .tls_client_certificate(&*pki.client.cert, &*pki.client.key)
+        .node_clients()
+        .unwrap();
+    let e = untrusted[0]
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .err()
+        .expect("the node's certificate is not trusted");
+    let failure = untrusted[0].failure(&e);
+    assert_eq!(failure.kind(), FailureKind::Tls, "{failure}");
+    assert!(failure.detail().contains("not trusted"), "{failure}");
+    assert!(!failure.to_string().contains("S3cretPw"), "{failure}");
+    // The TLS settings are checked as build checks them.
+    let err = builder(&fleet, Quorum::Majority)
+        .tls_root_certificate("not a certificate")
+        .node_clients()
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidConfig {
+                field: "tls_root_certificate",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
