@@ -16,7 +16,8 @@ pub const SOFTWARE: u8 = 70;
 pub const OS_ERROR: u8 = 71;
 /// EX_TEMPFAIL: the lock was lost (or `--max-hold` reached) while it was needed.
 pub const LOST: u8 = 75;
-/// EX_CONFIG: node addresses, the config file or a setting are wrong.
+/// EX_CONFIG: node addresses, the config file, a setting or a TLS file are wrong, or a node
+/// refused the TLS handshake (its certificate not trusted, ours missing or refused).
 pub const CONFIG: u8 = 78;
 /// As a shell: the command exists but cannot be executed.
 pub const NOT_EXECUTABLE: u8 = 126;
