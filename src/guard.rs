@@ -51,7 +51,10 @@ impl LockGuard {
     }
 
     /// The random value that proves ownership on the nodes (fresh for every acquisition).
-    /// Anyone who knows it can release the lock: do not publish it.
+    /// Anyone who knows it can extend or release the lock
+    /// ([`QuorumLock::extend_token`](crate::QuorumLock::extend_token),
+    /// [`release_token`](crate::QuorumLock::release_token)): hand it only to whom should, and
+    /// do not publish it.
     pub fn holder(&self) -> &str {
         &self.lease.holder
     }

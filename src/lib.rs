@@ -20,7 +20,7 @@
 //!   tests too.
 //! - `metrics`: metrics through the [`metrics`](https://docs.rs/metrics) facade (names and
 //!   labels in the README's "Metrics" table; no exporter is chosen for you).
-//! - `cli`: the `quorum-lock` command (a binary; the library is unchanged by it).
+//! - `cli`: the `quorum-lock` command (a binary; it turns on `tls` and `metrics`).
 //!
 //! # Layout
 //!
