@@ -165,12 +165,17 @@ fn gone(pid: i32) -> bool {
     }
 }
 
-fn read_pid(path: &Path) -> i32 {
+/// The pid a shell wrote with `echo $$ > FILE`, once it is all there: the file exists from the
+/// moment the shell opens it, before the pid is written.
+fn pid_in(path: &Path) -> Option<i32> {
     std::fs::read_to_string(path)
-        .expect("pid file")
-        .trim()
-        .parse()
-        .expect("a pid")
+        .ok()
+        .filter(|text| text.ends_with('\n'))
+        .and_then(|text| text.trim().parse().ok())
+}
+
+fn read_pid(path: &Path) -> i32 {
+    pid_in(path).unwrap_or_else(|| panic!("no pid in {}", path.display()))
 }
 
 fn conn(fleet: &Fleet, i: usize) -> redis::Connection {
@@ -318,7 +323,7 @@ fn a_majority_pause_kills_the_command_and_its_grandchildren_before_the_deadline(
     );
     let child_pid_file = dir.path().join("child.pid");
     wait_for(Duration::from_secs(20), "the command started", || {
-        child_pid_file.exists() && dir.path().join("grandchild.pid").exists()
+        pid_in(&child_pid_file).is_some() && pid_in(&dir.path().join("grandchild.pid")).is_some()
     });
     let child = read_pid(&child_pid_file);
     let grandchild = read_pid(&dir.path().join("grandchild.pid"));
@@ -590,7 +595,7 @@ fn signals_go_to_the_command_group_and_the_command_dies_with_the_cli() {
     );
     let pid_file = dir.path().join("orphan.pid");
     wait_for(Duration::from_secs(20), "the command started", || {
-        pid_file.exists()
+        pid_in(&pid_file).is_some()
     });
     let orphan = read_pid(&pid_file);
     signal(cli_run.pid(), libc::SIGKILL);
