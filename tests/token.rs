@@ -292,17 +292,20 @@ async fn with_nodes_down_an_extend_by_token_has_no_quorum_and_a_release_counts_e
         .extend_token(&key, &token, Duration::from_secs(60))
         .await
         .unwrap_err();
+    // An extend decides as soon as the quorum is out of reach: node 0's answer may not be
+    // counted yet.
     match &err {
         Error::NoQuorum {
             op: Op::Extend,
-            confirmed: 1,
+            confirmed: 0 | 1,
             required: 2,
             refused: 0,
             failures,
             ..
         } if failures.len() == 2 => {}
-        other => panic!("expected NoQuorum with 1 confirmed and 2 failures: {other:?}"),
+        other => panic!("expected NoQuorum with 2 failures: {other:?}"),
     }
+    // A release below the quorum waits for every answer: its count is exact.
     let err = locks.release_token(&key, &token).await.unwrap_err();
     match &err {
         Error::NotHeld {
