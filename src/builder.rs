@@ -11,7 +11,7 @@ use crate::address::{redact, NodeAddr};
 use crate::client::QuorumLock;
 use crate::config::{check_duration, Config};
 use crate::error::{Error, FailureKind, NodeFailure, Result};
-use crate::node::Node;
+use crate::node::{Node, NodeClient};
 use crate::quorum::Quorum;
 use crate::scripts::MAX_NODES;
 use crate::state::ClientState;
@@ -304,6 +304,31 @@ impl Builder {
         Ok(config)
     }
 
+    /// The node addresses parsed, with the TLS settings checked and applied (before any node is
+    /// contacted).
+    fn addresses(&self) -> Result<Vec<NodeAddr>> {
+        let addrs = self
+            .nodes
+            .iter()
+            .map(|raw| NodeAddr::parse(raw))
+            .collect::<Result<Vec<_>>>()?;
+        #[cfg(feature = "tls")]
+        let addrs = self.tls.apply(addrs)?;
+        Ok(addrs)
+    }
+
+    /// The configured nodes, each as a [`NodeClient`] for connections of your own beside the
+    /// lock client's (diagnostics), in the order given: parsed, and with the TLS settings
+    /// checked and applied, exactly as [`build`](Self::build) does, without contacting any node
+    /// and whatever the other settings.
+    ///
+    /// # Errors
+    /// [`Error::InvalidNodeUrl`]; [`Error::InvalidConfig`] naming a TLS setting (feature `tls`)
+    /// that is not usable, or given with a node that is not `rediss://`.
+    pub fn node_clients(&self) -> Result<Vec<NodeClient>> {
+        Ok(self.addresses()?.into_iter().map(NodeClient::new).collect())
+    }
+
     /// Validates the configuration, connects to every node concurrently and checks them.
     ///
     /// Checks: the same server listed twice (same `run_id`) and replicas are rejected;
@@ -325,14 +350,8 @@ impl Builder {
             static DESCRIBED: std::sync::Once = std::sync::Once::new();
             DESCRIBED.call_once(crate::telemetry::describe_metrics);
         }
-        let addrs = self
-            .nodes
-            .iter()
-            .map(|raw| NodeAddr::parse(raw))
-            .collect::<Result<Vec<_>>>()?;
-        #[cfg(feature = "tls")]
-        let addrs = self.tls.apply(addrs)?;
-        let nodes: Arc<[Node]> = addrs
+        let nodes: Arc<[Node]> = self
+            .addresses()?
             .into_iter()
             .map(|addr| Node::new(addr, config.node_timeout, self.connect_timeout))
             .collect();
@@ -493,6 +512,32 @@ mod tests {
         );
         assert!(five().validate().is_ok());
         assert!(five().quorum(Quorum::AtLeast(3)).validate().is_ok());
+    }
+
+    #[test]
+    fn node_clients_show_no_password_and_need_no_node() {
+        let nodes = QuorumLock::builder()
+            .nodes([
+                "redis://:hunter2@127.0.0.1:1",
+                "unix:///tmp/ql.sock?pass=hunter2",
+            ])
+            .node_clients()
+            .unwrap();
+        assert_eq!(nodes[0].name(), "redis://:***@127.0.0.1:1");
+        for node in &nodes {
+            let shown = format!("{} {node:?}", node.name());
+            assert!(!shown.contains("hunter2"), "{shown}");
+        }
+        let refused = redis::RedisError::from((redis::ErrorKind::Io, "refused", "hunter2".into()));
+        let failure = nodes[0].failure(&refused);
+        assert_eq!(failure.kind(), FailureKind::Connection);
+        assert!(!failure.to_string().contains("hunter2"), "{failure}");
+        assert!(matches!(
+            QuorumLock::builder()
+                .nodes(["redis://:hunter2@[bad"])
+                .node_clients(),
+            Err(Error::InvalidNodeUrl { .. })
+        ));
     }
 
     #[test]

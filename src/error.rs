@@ -152,6 +152,16 @@ pub enum Error {
         reason: String,
     },
 
+    /// A holder token given to [`QuorumLock::extend_token`](crate::QuorumLock::extend_token) or
+    /// [`QuorumLock::release_token`](crate::QuorumLock::release_token) is not one: empty, longer
+    /// than [`MAX_TOKEN_LEN`](crate::MAX_TOKEN_LEN), or with a character no holder value has.
+    /// The message never shows the token.
+    #[error("invalid token: {reason}")]
+    InvalidToken {
+        /// Why it was rejected.
+        reason: String,
+    },
+
     /// The lock TTL is not acceptable (zero, or too short to ever yield any validity).
     #[error("invalid ttl {ttl:?}: {reason}")]
     InvalidTtl {

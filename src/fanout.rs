@@ -38,7 +38,8 @@ pub(crate) struct Outcome {
     pub(crate) max_yes: Option<i64>,
 }
 
-type NodeAnswer = (usize, Result<Value, NodeFailure>);
+/// One node's answer to a call, with the node's index.
+pub(crate) type NodeAnswer = (usize, Result<Value, NodeFailure>);
 
 /// One node's part of a call, owning what it needs so that it can outlive the caller.
 fn node_call(
@@ -62,6 +63,17 @@ impl Outcome {
             hint: None,
             refused: Vec::new(),
             max_yes: None,
+        }
+    }
+
+    /// The error of a release that did not reach the quorum: the exact count, and the
+    /// per-node failures.
+    pub(crate) fn not_held(&self, key: &Key) -> Error {
+        Error::NotHeld {
+            key: key.to_string(),
+            confirmed: self.tally.yes(),
+            required: self.tally.required(),
+            failures: self.failures.clone(),
         }
     }
 

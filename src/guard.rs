@@ -51,7 +51,10 @@ impl LockGuard {
     }
 
     /// The random value that proves ownership on the nodes (fresh for every acquisition).
-    /// Anyone who knows it can release the lock: do not publish it.
+    /// Anyone who knows it can extend or release the lock
+    /// ([`QuorumLock::extend_token`](crate::QuorumLock::extend_token),
+    /// [`release_token`](crate::QuorumLock::release_token)): hand it only to whom should, and
+    /// do not publish it.
     pub fn holder(&self) -> &str {
         &self.lease.holder
     }
@@ -144,12 +147,13 @@ impl LockGuard {
         }
     }
 
-    fn not_held(&self, confirmed: usize, failures: Vec<crate::NodeFailure>) -> Error {
+    /// The report of a nested guard whose shared lease is no longer live.
+    fn not_held(&self) -> Error {
         Error::NotHeld {
             key: self.lease.key.to_string(),
-            confirmed,
+            confirmed: 0,
             required: self.lease.config().required,
-            failures,
+            failures: Vec::new(),
         }
     }
 
@@ -168,26 +172,12 @@ impl LockGuard {
         if !self.let_go() {
             return match self.lease.live_deadline() {
                 Some(_) => Ok(()),
-                None => Err(self.not_held(0, Vec::new())),
+                None => Err(self.not_held()),
             };
         }
         let was_lost = self.lease.end();
         let outcome = self.lease.release_on_nodes().await;
-        let confirmed = outcome.decision == Decision::Reached && !was_lost;
-        telemetry::release(ReleasedBy::Release, confirmed);
-        if confirmed {
-            self.lease
-                .counters()
-                .released
-                .fetch_add(1, Ordering::Relaxed);
-            Ok(())
-        } else {
-            self.lease
-                .counters()
-                .release_failed
-                .fetch_add(1, Ordering::Relaxed);
-            Err(self.not_held(outcome.tally.yes(), outcome.failures))
-        }
+        self.lease.release_result(&outcome, was_lost)
     }
 }
 

@@ -1,7 +1,10 @@
 //! One acquisition's shared state (key, holder value, deadline, loss) and the operations on it
 //! that talk to the nodes: renew (extend), repair and release. Guards, the watchdog and loss
-//! signals all share one `Lease`.
+//! signals all share one `Lease`. The extend and release rounds themselves (one call to every
+//! node, and what its answers mean) are free functions, which the operations by token (`token`)
+//! share.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -13,14 +16,14 @@ use tracing::Instrument;
 
 use crate::config::Config;
 use crate::error::{Error, Op, Result};
-use crate::fanout::{broadcast, fan_out, read_flag, Outcome};
+use crate::fanout::{broadcast, fan_out, read_flag, FanOut, NodeAnswer, Outcome};
 use crate::key::Key;
 use crate::ordering::{BackgroundWork, InFlight, Stragglers};
 use crate::quorum::{self, Decision};
 use crate::scripts::SendBy;
 use crate::scripts::{Call, EXTEND, RELEASE};
-use crate::state::{ClientState, Counters};
-use crate::telemetry::{self, Hold, HoldEnd, LossReason, RenewalEnd, RenewedBy};
+use crate::state::ClientState;
+use crate::telemetry::{self, Hold, HoldEnd, LossReason, ReleasedBy, RenewalEnd, RenewedBy};
 
 pub(crate) struct Lease {
     /// The client's nodes, settings and counters.
@@ -92,11 +95,6 @@ impl Lease {
     /// The client's background work.
     pub(crate) fn background(&self) -> &Arc<BackgroundWork> {
         &self.client.background
-    }
-
-    /// The client's counters.
-    pub(crate) fn counters(&self) -> &Counters {
-        &self.client.counters
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -196,19 +194,16 @@ impl Lease {
     }
 
     /// Extends the lease to `ttl` from now where this holder still holds it (docs/DESIGN.md,
-    /// "Extend and watchdog"). A quorum must confirm before the current deadline; the new deadline runs
-    /// from this call's start and takes effect when the quorum confirms. A request that may
-    /// shorten the entries cuts the deadline before it is sent (invariant 2), so a failed,
-    /// late or cancelled shortening never leaves the later deadline behind.
+    /// "Extend and watchdog"). A quorum must confirm before the current deadline; the new
+    /// deadline runs from this call's start and takes effect when the quorum confirms. A request
+    /// that may shorten the entries cuts the deadline before it is sent (invariant 2), so a
+    /// failed, late or cancelled shortening never leaves the later deadline behind.
     ///
     /// With `repair_by` (the watchdog), the answers of the other nodes are awaited until then,
     /// and the nodes that said they lack the entry get it back.
     pub(crate) async fn renew(&self, ttl: Duration, repair_by: Option<Instant>) -> Result<()> {
         let span = tracing::debug_span!("extend", key = %self.key, ?ttl);
         async {
-            let (config, nodes) = (&self.client.config, &self.client.nodes);
-            let drift = quorum::drift(ttl, config.drift_factor);
-            let ttl_ms = ttl.as_millis().to_string();
             let by = match repair_by {
                 Some(_) => RenewedBy::Watchdog,
                 None => RenewedBy::Extend,
@@ -239,55 +234,50 @@ impl Lease {
             if self.live_deadline().is_none() {
                 return lost();
             }
-            let next = start + quorum::trusted_for(ttl, drift);
+            let next = extended_deadline(&self.client.config, start, ttl);
             // Invariant 2: a request that may shorten the entries cuts the deadline before it
             // is sent, never after.
             self.set_deadline(|s| s.deadline = s.deadline.min(next));
-            let call = Call::new(
-                &EXTEND,
-                self.key.bytes(),
-                &[self.holder.as_bytes(), ttl_ms.as_bytes()],
-            );
-            let mut fan = fan_out(nodes, config.required, call, read_flag);
-            let decided = tokio::time::timeout_at(self.deadline(), fan.decide()).await;
-            let decided_at = Instant::now();
-            let outcome = &fan.outcome;
-            let reached = decided.is_ok() && outcome.decision == Decision::Reached;
-            if reached && self.confirm(ttl, next, decided_at) {
-                self.client
-                    .counters
-                    .extended
-                    .fetch_add(1, Ordering::Relaxed);
-                telemetry::renewal(by, RenewalEnd::Confirmed);
-                if let Some(by) = repair_by {
-                    // Bounded, so that the next renewal is not delayed by a slow node.
-                    let _ = tokio::time::timeout_at(by, fan.collect()).await;
-                    let refused = fan.outcome.refused.clone();
-                    self.in_flight.push(fan.detach(&self.client.background));
-                    if !refused.is_empty() {
-                        self.repair(&refused).await;
+            let mut fan = extend_call(&self.client, &self.key, &self.holder, ttl);
+            let ended = decide_extend(&mut fan, &self.key, self.deadline()).await;
+            let background = &self.client.background;
+            match ended {
+                Extended::Confirmed(at) if self.confirm(ttl, next, at) => {
+                    self.client
+                        .counters
+                        .extended
+                        .fetch_add(1, Ordering::Relaxed);
+                    telemetry::renewal(by, RenewalEnd::Confirmed);
+                    if let Some(by) = repair_by {
+                        // Bounded, so that the next renewal is not delayed by a slow node.
+                        let _ = tokio::time::timeout_at(by, fan.collect()).await;
+                        let refused = fan.outcome.refused.clone();
+                        self.in_flight.push(fan.detach(background));
+                        if !refused.is_empty() {
+                            self.repair(&refused).await;
+                        }
+                    } else {
+                        self.in_flight.push(fan.detach(background));
                     }
-                } else {
-                    self.in_flight.push(fan.detach(&self.client.background));
+                    Ok(())
                 }
-                return Ok(());
-            }
-            if decided.is_err() || reached {
                 // No quorum before the deadline, or it came too late to count.
-                self.in_flight.push(fan.detach(&self.client.background));
-                return lost();
+                Extended::Confirmed(_) | Extended::TooLate => {
+                    self.in_flight.push(fan.detach(background));
+                    lost()
+                }
+                Extended::Refused => {
+                    self.in_flight.push(fan.detach(background));
+                    self.mark_lost(LossReason::Refused);
+                    telemetry::renewal(by, RenewalEnd::Lost);
+                    Err(self.lost_error())
+                }
+                Extended::Failed(error) => {
+                    self.in_flight.push(fan.detach(background));
+                    telemetry::renewal(by, RenewalEnd::Failed);
+                    Err(error)
+                }
             }
-            let error = if outcome.tally.refusals_rule_out_quorum() {
-                // Enough nodes said the entry is gone that no quorum can hold it any more.
-                self.mark_lost(LossReason::Refused);
-                telemetry::renewal(by, RenewalEnd::Lost);
-                self.lost_error()
-            } else {
-                telemetry::renewal(by, RenewalEnd::Failed);
-                outcome.no_quorum(Op::Extend, &self.key)
-            };
-            self.in_flight.push(fan.detach(&self.client.background));
-            Err(error)
         }
         .instrument(span)
         .await
@@ -334,23 +324,118 @@ impl Lease {
         async {
             let _ops = self.ops.lock().await;
             self.in_flight.settle().await;
-            let call = Call::new(
-                &RELEASE,
-                self.key.bytes(),
-                &[self.holder.as_bytes(), self.key.release_channel(), b"1"],
-            );
-            let client = &self.client;
-            let mut fan = fan_out(&client.nodes, client.config.required, call, read_flag);
-            if fan.decide().await == Decision::Reached {
-                // Stragglers finish in the background: nothing of this lease follows.
-                let _ = fan.detach(&self.client.background);
-            } else {
-                fan.collect().await;
-            }
-            fan.outcome
+            // Stragglers finish in the background: nothing of this lease follows.
+            let (outcome, _stragglers) = release_round(&self.client, &self.key, &self.holder).await;
+            outcome
         }
         .instrument(span)
         .await
+    }
+
+    /// What a release by [`LockGuard::release`](crate::LockGuard::release) reports (see
+    /// [`release_result`]).
+    pub(crate) fn release_result(&self, outcome: &Outcome, was_lost: bool) -> Result<()> {
+        release_result(&self.client, &self.key, outcome, was_lost)
+    }
+}
+
+/// How one extend round ended: what a lease's renewal and an extend by token both act on.
+pub(crate) enum Extended {
+    /// A quorum confirmed, at this instant, before the bound.
+    Confirmed(Instant),
+    /// No quorum before the bound, or it came after it: the entries cannot be trusted.
+    TooLate,
+    /// Enough nodes answered that this holder does not hold the key there that no quorum can.
+    Refused,
+    /// Too many nodes failed to answer; the error names them.
+    Failed(Error),
+}
+
+/// The deadline of an extend to `ttl` whose first request is sent at `start`: `start + ttl -
+/// drift` (invariant 2: the nodes that apply it expire the entry no earlier).
+pub(crate) fn extended_deadline(config: &Config, start: Instant, ttl: Duration) -> Instant {
+    start + quorum::trusted_for(ttl, quorum::drift(ttl, config.drift_factor))
+}
+
+/// An extend of `key` for `holder` to `ttl` on every node: the extend script, which acts only
+/// where the stored holder value matches and never creates an entry, so an expired or released
+/// lock stays gone (invariant 5). Nothing is sent until the fan-out is first polled.
+pub(crate) fn extend_call(
+    client: &ClientState,
+    key: &Key,
+    holder: &str,
+    ttl: Duration,
+) -> FanOut<impl Future<Output = NodeAnswer> + Send + 'static> {
+    let ttl_ms = ttl.as_millis().to_string();
+    let call = Call::new(
+        &EXTEND,
+        key.bytes(),
+        &[holder.as_bytes(), ttl_ms.as_bytes()],
+    );
+    fan_out(&client.nodes, client.config.required, call, read_flag)
+}
+
+/// Decides an extend before `bound`, the deadline the caller may trust the entries until: a
+/// quorum confirmed after it proves nothing, since the entries may have expired in between.
+///
+/// Cancel safe: answers not yet counted stay pending.
+pub(crate) async fn decide_extend<F>(fan: &mut FanOut<F>, key: &Key, bound: Instant) -> Extended
+where
+    F: Future<Output = NodeAnswer> + Send + 'static,
+{
+    let decided = tokio::time::timeout_at(bound, fan.decide()).await;
+    let at = Instant::now();
+    match decided {
+        Ok(Decision::Reached) if at < bound => Extended::Confirmed(at),
+        Ok(Decision::Reached) | Err(_) => Extended::TooLate,
+        Ok(_) if fan.outcome.tally.refusals_rule_out_quorum() => Extended::Refused,
+        Ok(_) => Extended::Failed(fan.outcome.no_quorum(Op::Extend, key)),
+    }
+}
+
+/// Releases `key` for `holder` on every node: compare-and-delete, publishing the release notice
+/// wherever the key is now free (see the release script). Returns at quorum, with the requests
+/// still running; when the quorum is not reached, waits for every node's answer (each bounded by
+/// the node timeout), so that the count is exact.
+pub(crate) async fn release_round(
+    client: &ClientState,
+    key: &Key,
+    holder: &str,
+) -> (Outcome, Option<Stragglers>) {
+    let call = Call::new(
+        &RELEASE,
+        key.bytes(),
+        &[holder.as_bytes(), key.release_channel(), b"1"],
+    );
+    let mut fan = fan_out(&client.nodes, client.config.required, call, read_flag);
+    if fan.decide().await == Decision::Reached {
+        let stragglers = fan.detach(&client.background);
+        (fan.outcome, stragglers)
+    } else {
+        fan.collect().await;
+        (fan.outcome, None)
+    }
+}
+
+/// A release's report, counted: `Ok` when a quorum confirmed and the lock was not lost before,
+/// else [`Error::NotHeld`] with the exact count.
+pub(crate) fn release_result(
+    client: &ClientState,
+    key: &Key,
+    outcome: &Outcome,
+    was_lost: bool,
+) -> Result<()> {
+    let confirmed = outcome.decision == Decision::Reached && !was_lost;
+    telemetry::release(ReleasedBy::Release, confirmed);
+    if confirmed {
+        client.counters.released.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    } else {
+        client
+            .counters
+            .release_failed
+            .fetch_add(1, Ordering::Relaxed);
+        Err(outcome.not_held(key))
     }
 }
 

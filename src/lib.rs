@@ -20,7 +20,7 @@
 //!   tests too.
 //! - `metrics`: metrics through the [`metrics`](https://docs.rs/metrics) facade (names and
 //!   labels in the README's "Metrics" table; no exporter is chosen for you).
-//! - `cli`: the `quorum-lock` command (a binary; the library is unchanged by it).
+//! - `cli`: the `quorum-lock` command (a binary; it turns on `tls` and `metrics`).
 //!
 //! # Layout
 //!
@@ -37,7 +37,8 @@
 //! - `telemetry`: metrics through the `metrics` facade (empty without the feature).
 //! - `address`: node URLs, and keeping their passwords out of everything shown.
 //! - `tls` (feature): the TLS settings, checked at build, and TLS errors in plain words.
-//! - `node`: one master: its connection, background reconnect, per-call timeout, errors.
+//! - `node`: one master: its connection, background reconnect, per-call timeout, errors;
+//!   [`NodeClient`], a node for connections of one's own.
 //! - `ordering`: the rules that keep a lease's later call behind its earlier ones.
 //! - `fanout`: one call to every node, decided at quorum.
 //! - `wakeup`: pub/sub release notices and the waiters they wake.
@@ -46,6 +47,7 @@
 //! - `watchdog`: renewals of a lock kept without a fixed TTL.
 //! - `reentry`: an owner's table of held leases.
 //! - `guard`: the caller's handle on a held lock.
+//! - `token`: extend and release by holder value, without a guard.
 //! - `acquire`: one attempt and the waiting loop.
 //! - `request`: a lock request and its per-request settings.
 //! - `owner`: reentrant owners.
@@ -85,6 +87,7 @@ mod state;
 mod telemetry;
 #[cfg(feature = "tls")]
 mod tls;
+mod token;
 mod wakeup;
 mod watchdog;
 
@@ -99,9 +102,11 @@ pub use error::{Error, FailureKind, NodeFailure, Op, Result};
 pub use guard::LockGuard;
 pub use key::{MAX_KEY_LEN, RESERVED_PREFIX};
 pub use lease::LostSignal;
+pub use node::NodeClient;
 pub use owner::Owner;
 pub use quorum::Quorum;
 pub use request::{LockRequest, Scoped};
 pub use state::Stats;
 #[cfg(feature = "metrics")]
 pub use telemetry::describe_metrics;
+pub use token::MAX_TOKEN_LEN;

@@ -1,8 +1,9 @@
 //! The `quorum-lock` binary, driven as a user drives it, against real `redis-server` fleets
 //! (each test its own, on free ports): exclusion across processes under node faults, the
 //! loss path (the command and its grandchildren dead before the lock's deadline), exit
-//! codes, signal forwarding, `status`, `hold` from a shell script, the fixed-TTL steps, and a
-//! Redis ACL user limited to the commands the library and the CLI send.
+//! codes, signal forwarding, `status`, `hold` from a shell script, the fixed-TTL steps, TLS
+//! nodes with a private CA and client certificates, and a Redis ACL user limited to the
+//! commands the library and the CLI send.
 //!
 //! Waits are bounded polls for an event (a file, a line, a counter); the timing bounds are
 //! generous for a loaded 2-core machine.
@@ -14,19 +15,25 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
+use common::pki::Pki;
 use quorum_lock::testkit::{Fleet, Persistence};
 use quorum_lock::QuorumLock;
+
+mod common;
 
 const BIN: &str = env!("CARGO_BIN_EXE_quorum-lock");
 
 /// Settings the tests must not inherit from the environment they run in.
-const ENV: [&str; 6] = [
+const ENV: [&str; 9] = [
     "QUORUM_LOCK_NODES",
     "QUORUM_LOCK_QUORUM",
     "QUORUM_LOCK_NODE_TIMEOUT",
     "QUORUM_LOCK_CONNECT_TIMEOUT",
     "QUORUM_LOCK_CONFIG",
     "QUORUM_LOCK_LOG",
+    "QUORUM_LOCK_TLS_CA",
+    "QUORUM_LOCK_TLS_CERT",
+    "QUORUM_LOCK_TLS_KEY",
 ];
 
 /// The CLI with a clean environment and `nodes` (given through the environment, as an
@@ -158,12 +165,17 @@ fn gone(pid: i32) -> bool {
     }
 }
 
-fn read_pid(path: &Path) -> i32 {
+/// The pid a shell wrote with `echo $$ > FILE`, once it is all there: the file exists from the
+/// moment the shell opens it, before the pid is written.
+fn pid_in(path: &Path) -> Option<i32> {
     std::fs::read_to_string(path)
-        .expect("pid file")
-        .trim()
-        .parse()
-        .expect("a pid")
+        .ok()
+        .filter(|text| text.ends_with('\n'))
+        .and_then(|text| text.trim().parse().ok())
+}
+
+fn read_pid(path: &Path) -> i32 {
+    pid_in(path).unwrap_or_else(|| panic!("no pid in {}", path.display()))
 }
 
 fn conn(fleet: &Fleet, i: usize) -> redis::Connection {
@@ -311,7 +323,7 @@ fn a_majority_pause_kills_the_command_and_its_grandchildren_before_the_deadline(
     );
     let child_pid_file = dir.path().join("child.pid");
     wait_for(Duration::from_secs(20), "the command started", || {
-        child_pid_file.exists() && dir.path().join("grandchild.pid").exists()
+        pid_in(&child_pid_file).is_some() && pid_in(&dir.path().join("grandchild.pid")).is_some()
     });
     let child = read_pid(&child_pid_file);
     let grandchild = read_pid(&dir.path().join("grandchild.pid"));
@@ -583,7 +595,7 @@ fn signals_go_to_the_command_group_and_the_command_dies_with_the_cli() {
     );
     let pid_file = dir.path().join("orphan.pid");
     wait_for(Duration::from_secs(20), "the command started", || {
-        pid_file.exists()
+        pid_in(&pid_file).is_some()
     });
     let orphan = read_pid(&pid_file);
     signal(cli_run.pid(), libc::SIGKILL);
@@ -861,6 +873,12 @@ async fn acquire_extend_and_release_by_token_follow_the_library() {
     ]))
     .await;
     assert_eq!(code, 75, "a wrong token holds nothing: {stderr}");
+    let (code, _, stderr) = cli_out(args(&["extend", key, "two words", "--ttl", "60s"])).await;
+    assert_eq!(code, 64, "not a token: {stderr}");
+    assert!(
+        !stderr.contains("two words"),
+        "the token is not shown: {stderr}"
+    );
 
     // A library client waits with a long retry delay: only the release notice, which the
     // CLI's release publishes as the library does, can wake it in time.
@@ -901,8 +919,11 @@ async fn acquire_extend_and_release_by_token_follow_the_library() {
         "woken by a notice, not its timer"
     );
     guard.release().await.expect("release");
-    let (code, _, _) = cli_out(args(&["release", key, &token])).await;
+    let (code, out, _) = cli_out(args(&["release", "--json", key, &token])).await;
     assert_eq!(code, 75, "releasing twice: not held");
+    let released = json(&out);
+    assert_eq!(released["released"], false, "{out}");
+    assert_eq!(released["confirmed"], 0, "{out}");
 }
 
 #[test]
@@ -1105,4 +1126,240 @@ async fn a_redis_acl_user_limited_to_the_library_commands_is_enough() {
     // And the rule does restrict: another key prefix is refused.
     let (code, _, stderr) = cli(&["run", "-n", "other:job", "true"]).await.expect("cli");
     assert_ne!(code, 0, "a key outside the rule is refused: {stderr}");
+}
+
+/// A PKI's PEM files, as an operator keeps them.
+struct TlsFiles {
+    ca: std::path::PathBuf,
+    cert: std::path::PathBuf,
+    key: std::path::PathBuf,
+}
+
+impl TlsFiles {
+    fn write(pki: &Pki, dir: &Path) -> TlsFiles {
+        let files = TlsFiles {
+            ca: dir.join("ca.pem"),
+            cert: dir.join("client.pem"),
+            key: dir.join("client.key"),
+        };
+        std::fs::write(&files.ca, &pki.ca).expect("ca.pem");
+        std::fs::write(&files.cert, &pki.client.cert).expect("client.pem");
+        std::fs::write(&files.key, &pki.client.key).expect("client.key");
+        files
+    }
+}
+
+/// Three TLS nodes that require a client certificate signed by the PKI's CA.
+fn tls_fleet(pki: &Pki) -> Fleet {
+    Fleet::builder()
+        .nodes(3)
+        .tls(pki.fleet_tls(true))
+        .start()
+        .expect("starting a TLS fleet")
+}
+
+#[test]
+fn run_status_check_and_the_token_steps_on_tls_nodes_requiring_client_certificates() {
+    let pki = Pki::new("cli");
+    let fleet = tls_fleet(&pki);
+    assert!(fleet.urls().iter().all(|u| u.starts_with("rediss://")));
+    let dir = tempdir();
+    let files = TlsFiles::write(&pki, dir.path());
+
+    // The options on the command line.
+    let (code, out, stderr) = run(cli(&fleet)
+        .arg("--tls-ca")
+        .arg(&files.ca)
+        .arg("--tls-cert")
+        .arg(&files.cert)
+        .arg("--tls-key")
+        .arg(&files.key)
+        .args(["run", "tls:job", "-c", "echo ran"]));
+    assert_eq!((code, out.trim()), (0, "ran"), "run: {stderr}");
+
+    // The environment, for the steps of a script and status.
+    let with_env = |args: &[&str]| {
+        let mut cmd = cli(&fleet);
+        cmd.env("QUORUM_LOCK_TLS_CA", &files.ca)
+            .env("QUORUM_LOCK_TLS_CERT", &files.cert)
+            .env("QUORUM_LOCK_TLS_KEY", &files.key)
+            .args(args);
+        run(&mut cmd)
+    };
+    let key = "tls:steps";
+    let (code, token, stderr) = with_env(&["acquire", key, "--ttl", "30s"]);
+    assert_eq!(code, 0, "acquire: {stderr}");
+    let token = token.trim().to_string();
+    let (code, out, stderr) = with_env(&["status", "--json", key]);
+    assert_eq!(code, 0, "status: {stderr}");
+    let report = json(&out);
+    assert_eq!(report["verdict"], "held", "{out}");
+    assert_eq!(report["reachable"], 3, "{out}");
+    assert!(
+        !out.contains(&token),
+        "status shows the holder value: {out}"
+    );
+    let (code, _, stderr) = with_env(&["extend", key, &token, "--ttl", "60s"]);
+    assert_eq!(code, 0, "extend: {stderr}");
+    let (code, _, stderr) = with_env(&["release", key, &token]);
+    assert_eq!(code, 0, "release: {stderr}");
+
+    // The config file, with paths relative to it.
+    let config = dir.path().join("quorum-lock.toml");
+    let nodes: Vec<String> = fleet.urls().iter().map(|u| format!("{u:?}")).collect();
+    std::fs::write(
+        &config,
+        format!(
+            "nodes = [{}]\ntls_ca = \"ca.pem\"\ntls_cert = \"client.pem\"\ntls_key = \"client.key\"\n",
+            nodes.join(", ")
+        ),
+    )
+    .expect("config file");
+    let from_file = |args: &[&str]| {
+        let mut cmd = cli(&fleet);
+        cmd.env_remove("QUORUM_LOCK_NODES")
+            .env("QUORUM_LOCK_CONFIG", &config)
+            .current_dir("/")
+            .args(args);
+        run(&mut cmd)
+    };
+    let (code, out, stderr) = from_file(&["status", key]);
+    assert_eq!(code, 0, "status: {stderr}");
+    assert!(out.contains("verdict: free"), "{out}");
+    let (code, out, stderr) = from_file(&["check", "--json"]);
+    assert_eq!(code, 78, "check (no AOF on test nodes): {stderr}");
+    for node in json(&out)["nodes"].as_array().expect("nodes") {
+        assert_eq!(node["reachable"], true, "{out}");
+        assert_eq!(node["role"], "master", "{out}");
+    }
+}
+
+#[test]
+fn tls_mistakes_are_configuration_errors_in_one_line_that_never_show_the_key() {
+    let pki = Pki::new("cli-mistakes");
+    let other = Pki::new("cli-other");
+    let fleet = tls_fleet(&pki);
+    let dir = tempdir();
+    let files = TlsFiles::write(&pki, dir.path());
+    let secret = dir.path().join("secret.key");
+    std::fs::write(
+        &secret,
+        "-----BEGIN PRIVATE KEY-----\nS3cretKeyMaterialThatMustNotShow\n-----END PRIVATE KEY-----\n",
+    )
+    .expect("secret.key");
+    let other_key = dir.path().join("other.key");
+    std::fs::write(&other_key, &other.client.key).expect("other.key");
+    let missing = dir.path().join("missing-ca.pem");
+    let (ca, cert, key) = (&files.ca, &files.cert, &files.key);
+    // What goes wrong, the TLS options, the command, and what the message must say.
+    type Options<'a> = Vec<(&'a str, &'a Path)>;
+    let cases: Vec<(&str, Options, &str, &[&str])> = vec![
+        (
+            "no CA",
+            vec![("--tls-cert", cert), ("--tls-key", key)],
+            "run",
+            &["not trusted", "--tls-ca"],
+        ),
+        (
+            "no CA",
+            vec![("--tls-cert", cert), ("--tls-key", key)],
+            "status",
+            &["not trusted", "--tls-ca"],
+        ),
+        (
+            "no CA",
+            vec![("--tls-cert", cert), ("--tls-key", key)],
+            "check",
+            &["not trusted", "--tls-ca"],
+        ),
+        (
+            "no client certificate",
+            vec![("--tls-ca", ca)],
+            "run",
+            &["requires a client certificate", "--tls-cert"],
+        ),
+        (
+            "no client certificate",
+            vec![("--tls-ca", ca)],
+            "status",
+            &["requires a client certificate", "--tls-cert"],
+        ),
+        (
+            "a CA file that is missing",
+            vec![("--tls-ca", &missing)],
+            "status",
+            &["--tls-ca", "missing-ca.pem", "cannot read"],
+        ),
+        (
+            "a key that is not PEM",
+            vec![
+                ("--tls-ca", ca),
+                ("--tls-cert", cert),
+                ("--tls-key", &secret),
+            ],
+            "run",
+            &["--tls-key", "secret.key"],
+        ),
+        (
+            "another certificate's key",
+            vec![
+                ("--tls-ca", ca),
+                ("--tls-cert", cert),
+                ("--tls-key", &other_key),
+            ],
+            "status",
+            &["--tls-key", "does not match"],
+        ),
+        (
+            "a key as the CA",
+            vec![("--tls-ca", key)],
+            "run",
+            &["--tls-ca", "client.key"],
+        ),
+        (
+            "a certificate without its key",
+            vec![("--tls-ca", ca), ("--tls-cert", cert)],
+            "run",
+            &["--tls-key"],
+        ),
+    ];
+    let secrets: Vec<&str> = std::iter::once("S3cretKeyMaterial")
+        .chain(
+            [&pki.client.key, &other.client.key]
+                .into_iter()
+                .flat_map(|k| {
+                    k.lines()
+                        .filter(|l| !l.starts_with("-----") && l.len() > 16)
+                }),
+        )
+        .collect();
+    for (what, options, command, expected) in cases {
+        let mut cmd = cli(&fleet);
+        for (option, path) in &options {
+            cmd.arg(option).arg(path);
+        }
+        cmd.arg(command);
+        if command != "check" {
+            cmd.arg("tls:mistake");
+        }
+        if command == "run" {
+            cmd.arg("true");
+        }
+        let (code, _, stderr) = run(&mut cmd);
+        assert_eq!(code, 78, "{what}, {command}: {stderr}");
+        assert_eq!(
+            stderr.trim().lines().count(),
+            1,
+            "one line, {what}: {stderr}"
+        );
+        for text in expected {
+            assert!(
+                stderr.contains(text),
+                "{what}, {command}: no {text:?} in {stderr}"
+            );
+        }
+        if let Some(s) = secrets.iter().find(|s| stderr.contains(*s)) {
+            panic!("{what}, {command}: shows {s:?}: {stderr}");
+        }
+    }
 }

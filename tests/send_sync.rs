@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use quorum_lock::testkit::{FencedStore, Fleet};
 use quorum_lock::{
-    Builder, Error, LockGuard, LockRequest, LostSignal, NodeFailure, Owner, QuorumLock, Scoped,
-    Stats,
+    Builder, Error, LockGuard, LockRequest, LostSignal, NodeClient, NodeFailure, Owner, QuorumLock,
+    Scoped, Stats,
 };
 
 fn send_sync_static<T: Send + Sync + 'static>() {}
@@ -22,6 +22,7 @@ fn public_types_are_send_sync_static() {
     send_sync_static::<Owner>();
     send_sync_static::<Error>();
     send_sync_static::<NodeFailure>();
+    send_sync_static::<NodeClient>();
     send_sync_static::<Stats>();
     send_sync_static::<Scoped<u8>>();
     send_sync_static::<Fleet>();
@@ -48,5 +49,7 @@ fn returned_futures_are_send(locks: QuorumLock, guard: LockGuard, owner: Owner) 
     send(&guard.extend(ttl));
     send(&guard.lost());
     send(&guard.lost_signal().wait());
+    send(&locks.extend_token("k", "token", ttl));
+    send(&locks.release_token("k", "token"));
     send(&guard.release());
 }

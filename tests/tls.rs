@@ -8,83 +8,13 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::pki::Pki;
 use common::*;
-use quorum_lock::testkit::{Fleet, FleetTls};
+use quorum_lock::testkit::Fleet;
 use quorum_lock::{Builder, Error, FailureKind, NodeFailure, Quorum, QuorumLock};
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose,
-};
 use tokio::time::Instant;
 
 const TTL: Duration = Duration::from_secs(30);
-
-/// A certificate and its key, as PEM.
-struct Identity {
-    cert: String,
-    key: String,
-}
-
-/// A CA, and what it signed: a node certificate for 127.0.0.1 and localhost, and a client
-/// certificate.
-struct Pki {
-    ca: String,
-    node: Identity,
-    client: Identity,
-}
-
-impl Pki {
-    fn new(name: &str) -> Pki {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        params
-            .distinguished_name
-            .push(DnType::CommonName, format!("{name} CA"));
-        let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
-        let sign = |names: Vec<String>, usage, cn: &str| {
-            let mut params = CertificateParams::new(names).unwrap();
-            params.extended_key_usages = vec![usage];
-            params.distinguished_name.push(DnType::CommonName, cn);
-            let key = KeyPair::generate().unwrap();
-            Identity {
-                cert: params.signed_by(&key, &ca).unwrap().pem(),
-                key: key.serialize_pem(),
-            }
-        };
-        Pki {
-            node: sign(
-                vec!["127.0.0.1".into(), "localhost".into()],
-                ExtendedKeyUsagePurpose::ServerAuth,
-                &format!("{name} node"),
-            ),
-            client: sign(
-                Vec::new(),
-                ExtendedKeyUsagePurpose::ClientAuth,
-                &format!("{name} client"),
-            ),
-            ca: ca.pem(),
-        }
-    }
-
-    /// TLS for a fleet's nodes; they require this PKI's client certificate when asked.
-    fn fleet_tls(&self, require_client_certificate: bool) -> FleetTls {
-        let tls = FleetTls::new(&*self.ca, &*self.node.cert, &*self.node.key);
-        if require_client_certificate {
-            tls.require_client_certificate(&*self.client.cert, &*self.client.key)
-        } else {
-            tls
-        }
-    }
-
-    /// A lock client's builder for `fleet` trusting this CA and presenting its client
-    /// certificate.
-    fn builder(&self, fleet: &Fleet) -> Builder {
-        builder(fleet, Quorum::Majority)
-            .tls_root_certificate(&*self.ca)
-            .tls_client_certificate(&*self.client.cert, &*self.client.key)
-    }
-}
 
 /// The body of a PEM key (its base64 lines): what must never be shown.
 fn key_body(pem: &str) -> Vec<&str> {
@@ -504,4 +434,59 @@ async fn a_password_on_a_tls_node_never_shows_nor_does_the_client_key() {
         .map(|(what, text)| format!("{what} shows a secret: {text}"))
         .collect();
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// `Builder::node_clients`: redis clients of one's own for the nodes, with the builder's TLS
+/// settings, and their errors read as the lock client reads its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_clients_connect_with_the_builders_tls_settings() {
+    let pki = Pki::new("node-clients");
+    let fleet = Fleet::builder()
+        .nodes(2)
+        .password("S3cretPw")
+        .tls(pki.fleet_tls(true))
+        .start()
+        .unwrap();
+    for node in pki.builder(&fleet).node_clients().unwrap() {
+        assert!(
+            node.name().starts_with("rediss://:***@127.0.0.1:"),
+            "{node:?}"
+        );
+        let mut conn = node
+            .client()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap_or_else(|e| panic!("{}", node.failure(&e)));
+        let pong: String = redis::cmd("PING").query_async(&mut conn).await.unwrap();
+        assert_eq!(pong, "PONG");
+    }
+    // Without the CA: the handshake fails, named and explained as the build's would be.
+    let untrusted = builder(&fleet, Quorum::Majority)
+        .tls_client_certificate(&*pki.client.cert, &*pki.client.key)
+        .node_clients()
+        .unwrap();
+    let e = untrusted[0]
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .expect_err("the node's certificate is not trusted");
+    let failure = untrusted[0].failure(&e);
+    assert_eq!(failure.kind(), FailureKind::Tls, "{failure}");
+    assert!(failure.detail().contains("not trusted"), "{failure}");
+    assert!(!failure.to_string().contains("S3cretPw"), "{failure}");
+    // The TLS settings are checked as build checks them.
+    let err = builder(&fleet, Quorum::Majority)
+        .tls_root_certificate("not a certificate")
+        .node_clients()
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidConfig {
+                field: "tls_root_certificate",
+                ..
+            }
+        ),
+        "{err}"
+    );
 }

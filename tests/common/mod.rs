@@ -7,6 +7,9 @@ use std::time::Duration;
 use quorum_lock::testkit::Fleet;
 use quorum_lock::{Builder, Quorum, QuorumLock};
 
+#[cfg(feature = "tls")]
+pub mod pki;
+
 /// A five-node fleet shared by the tests of one binary that use unique keys and inject no
 /// faults. Its servers die with the test process (the test kit's parent-death signal).
 ///

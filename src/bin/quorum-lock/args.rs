@@ -20,7 +20,8 @@ Exit codes:
   69       too few nodes reachable for a quorum (not contention)
   71       an operating-system error (signal handlers, writing to stdout)
   75       the lock was lost, or --max-hold reached, while the command ran (it was stopped)
-  78       configuration error (bad node address, config file or setting)
+  78       configuration error (bad node address, config file or setting; a TLS file
+           unreadable or not PEM; a node's certificate not trusted, or ours refused)
   126      the command is not executable
   127      the command was not found
   128+N    the command was killed by signal N (also the CLI itself, on a signal while waiting)";
@@ -77,7 +78,40 @@ pub struct GlobalArgs {
     #[arg(long, global = true, env = "QUORUM_LOCK_CONNECT_TIMEOUT", hide_env_values = true, value_name = "DUR", value_parser = parse_duration)]
     pub connect_timeout: Option<Duration>,
 
-    /// A TOML file with the same settings: nodes, quorum, node_timeout, connect_timeout.
+    /// The CA certificate(s), PEM, that signed the rediss:// nodes' certificates: then the only
+    /// roots trusted (without it, the public webpki roots).
+    #[arg(
+        long,
+        global = true,
+        env = "QUORUM_LOCK_TLS_CA",
+        hide_env_values = true,
+        value_name = "FILE"
+    )]
+    pub tls_ca: Option<PathBuf>,
+
+    /// A client certificate chain, PEM, for rediss:// nodes that require one (with
+    /// --tls-key).
+    #[arg(
+        long,
+        global = true,
+        env = "QUORUM_LOCK_TLS_CERT",
+        hide_env_values = true,
+        value_name = "FILE"
+    )]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The client certificate's private key, PEM (PKCS#8, PKCS#1 or SEC1); never shown.
+    #[arg(
+        long,
+        global = true,
+        env = "QUORUM_LOCK_TLS_KEY",
+        hide_env_values = true,
+        value_name = "FILE"
+    )]
+    pub tls_key: Option<PathBuf>,
+
+    /// A TOML file with the same settings: nodes, quorum, node_timeout, connect_timeout,
+    /// tls_ca, tls_cert, tls_key (paths relative to the file).
     #[arg(
         long,
         global = true,

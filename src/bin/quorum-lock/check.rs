@@ -12,7 +12,9 @@ use futures::future::join_all;
 use serde::Serialize;
 
 use crate::args::CheckArgs;
-use crate::direct::{int, targets, text, Target};
+use quorum_lock::NodeClient;
+
+use crate::direct::{self, int, text, NodeError};
 use crate::exit::{self, Failure};
 use crate::settings::Settings;
 use crate::values::format_duration;
@@ -55,8 +57,10 @@ struct Report {
 
 pub async fn check(settings: &Settings, args: &CheckArgs) -> Result<u8, Failure> {
     let required = settings.required()?;
-    let nodes = targets(&settings.nodes)?;
-    let reports = join_all(nodes.iter().map(|n| inspect(settings, n))).await;
+    let nodes = settings.node_clients()?;
+    let inspected = join_all(nodes.iter().map(|n| inspect(settings, n))).await;
+    direct::refused_by_tls(inspected.iter().filter_map(|(_, e)| e.as_ref()))?;
+    let reports: Vec<NodeReport> = inspected.into_iter().map(|(r, _)| r).collect();
     let findings = findings(&reports, args.clock_tolerance);
     let reachable = reports.iter().filter(|r| r.reachable).count();
     let report = Report {
@@ -81,22 +85,28 @@ pub async fn check(settings: &Settings, args: &CheckArgs) -> Result<u8, Failure>
     })
 }
 
-async fn inspect(settings: &Settings, node: &Target) -> NodeReport {
+/// One node's report, and why it could not be read, if so.
+async fn inspect(settings: &Settings, node: &NodeClient) -> (NodeReport, Option<NodeError>) {
     let mut report = NodeReport {
-        node: node.name.clone(),
+        node: node.name().to_string(),
         ..NodeReport::default()
     };
-    if let Err(e) = read(settings, node, &mut report).await {
+    let error = read(settings, node, &mut report).await.err();
+    if let Some(e) = &error {
         report.reachable = false;
-        report.error = Some(e);
+        report.error = Some(e.reason());
     }
-    report
+    (report, error)
 }
 
-async fn read(settings: &Settings, node: &Target, report: &mut NodeReport) -> Result<(), String> {
+async fn read(
+    settings: &Settings,
+    node: &NodeClient,
+    report: &mut NodeReport,
+) -> Result<(), NodeError> {
     let limit = settings.connect_timeout;
-    let mut conn = node.connect(limit, limit).await?;
-    let info = node.query(&mut conn, &redis::cmd("INFO"), limit).await?;
+    let mut conn = direct::connect(node, limit, limit).await?;
+    let info = direct::query(node, &mut conn, &redis::cmd("INFO"), limit).await?;
     report.reachable = true;
     let info: HashMap<String, String> = text(&info)
         .unwrap_or_default()
@@ -110,19 +120,20 @@ async fn read(settings: &Settings, node: &Target, report: &mut NodeReport) -> Re
     report.maxmemory_policy = info.get("maxmemory_policy").cloned();
     // ROLE is the authoritative answer; INFO's replication section is the fallback when an
     // ACL denies ROLE.
-    report.role = match node.query(&mut conn, &redis::cmd("ROLE"), limit).await {
+    report.role = match direct::query(node, &mut conn, &redis::cmd("ROLE"), limit).await {
         Ok(redis::Value::Array(items)) => items.first().and_then(text),
         _ => info.get("role").cloned(),
     };
     let mut get = redis::cmd("CONFIG");
     get.arg("GET").arg("appendfsync");
-    if let Ok(redis::Value::Array(items)) = node.query(&mut conn, &get, limit).await {
+    if let Ok(redis::Value::Array(items)) = direct::query(node, &mut conn, &get, limit).await {
         report.appendfsync = items.get(1).and_then(text);
     }
     let mut best: Option<(f64, f64)> = None;
     for _ in 0..TIME_SAMPLES {
         let sent = SystemTime::now();
-        let Ok(redis::Value::Array(t)) = node.query(&mut conn, &redis::cmd("TIME"), limit).await
+        let Ok(redis::Value::Array(t)) =
+            direct::query(node, &mut conn, &redis::cmd("TIME"), limit).await
         else {
             break;
         };

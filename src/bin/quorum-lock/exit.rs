@@ -16,7 +16,8 @@ pub const SOFTWARE: u8 = 70;
 pub const OS_ERROR: u8 = 71;
 /// EX_TEMPFAIL: the lock was lost (or `--max-hold` reached) while it was needed.
 pub const LOST: u8 = 75;
-/// EX_CONFIG: node addresses, the config file or a setting are wrong.
+/// EX_CONFIG: node addresses, the config file, a setting or a TLS file are wrong, or a node
+/// refused the TLS handshake (its certificate not trusted, ours missing or refused).
 pub const CONFIG: u8 = 78;
 /// As a shell: the command exists but cannot be executed.
 pub const NOT_EXECUTABLE: u8 = 126;
@@ -51,7 +52,7 @@ impl Failure {
     }
 
     /// A library error, classified by its kind (never by its text): busy is `conflict`, too
-    /// few nodes is 69, a lost lock 75, a bad key or TTL 64, a bad setting or node 78.
+    /// few nodes is 69, a lost lock 75, a bad key, token or TTL 64, a bad setting or node 78.
     pub fn from_lock(e: &Error, conflict: u8) -> Failure {
         let (code, what) = match e {
             Error::WaitTimeout { .. } => (conflict, "busy: "),
@@ -59,7 +60,9 @@ impl Failure {
             | Error::Unreachable { .. }
             | Error::ValidityExhausted { .. } => (UNAVAILABLE, "nodes unavailable: "),
             Error::LockLost { .. } | Error::NotHeld { .. } => (LOST, ""),
-            Error::InvalidKey { .. } | Error::InvalidTtl { .. } => (USAGE, ""),
+            Error::InvalidKey { .. } | Error::InvalidToken { .. } | Error::InvalidTtl { .. } => {
+                (USAGE, "")
+            }
             Error::InvalidConfig { .. } | Error::InvalidNodeUrl { .. } => (CONFIG, ""),
             Error::DuplicateNode { .. } | Error::ReplicaNode { .. } | Error::Node(_) => {
                 (CONFIG, "configuration: ")

@@ -7,12 +7,13 @@
 //! # Layout
 //!
 //! `args` the command line (clap); `values` durations, quorum rules, signals and keys;
-//! `settings` the global settings from the command line, the environment and the TOML file;
-//! `exit` exit codes and the one-line failure; `run` the supervised command and its loss
-//! handling; `child` its process group, exit status and the CLI's signals; `hold` taking a
-//! lock through the library, `hold` and `acquire`; `direct` per-node connections for what the
-//! library has no API for; `steps` extend and release by holder token; `status`; `check`;
-//! `exporter` the Prometheus endpoint of `hold --metrics-addr`.
+//! `settings` the global settings from the command line, the environment and the TOML file,
+//! and the TLS files; `exit` exit codes and the one-line failure; `run` the supervised
+//! command and its loss handling; `child` its process group, exit status and the CLI's
+//! signals; `hold` taking a lock through the library, `hold` and `acquire`; `direct`
+//! per-node connections (the library's node clients) for `status` and `check`; `steps`
+//! extend and release by holder token; `status`; `check`; `exporter` the Prometheus
+//! endpoint of `hold --metrics-addr`.
 
 #![deny(unsafe_code)]
 

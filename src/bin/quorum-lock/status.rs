@@ -9,7 +9,9 @@ use futures::future::join_all;
 use serde::Serialize;
 
 use crate::args::StatusArgs;
-use crate::direct::{int, targets, text, Target};
+use quorum_lock::NodeClient;
+
+use crate::direct::{self, int, text, NodeError};
 use crate::exit::{self, Failure};
 use crate::settings::Settings;
 use crate::values::format_duration;
@@ -51,7 +53,7 @@ struct Report {
 
 pub async fn status(settings: &Settings, args: &StatusArgs) -> Result<u8, Failure> {
     let required = settings.required()?;
-    let nodes = targets(&settings.nodes)?;
+    let nodes = settings.node_clients()?;
     let fence_key = format!("{}fence:{}", quorum_lock::RESERVED_PREFIX, args.key);
     let answers = join_all(
         nodes
@@ -59,6 +61,7 @@ pub async fn status(settings: &Settings, args: &StatusArgs) -> Result<u8, Failur
             .map(|node| read_node(settings, node, &args.key, &fence_key)),
     )
     .await;
+    direct::refused_by_tls(answers.iter().filter_map(|a| a.as_ref().err()))?;
 
     // Holder values become numbers here and are dropped: nothing below can print them.
     let mut holders: HashMap<String, usize> = HashMap::new();
@@ -77,7 +80,7 @@ pub async fn status(settings: &Settings, args: &StatusArgs) -> Result<u8, Failur
                     n
                 });
                 NodeView {
-                    node: node.name.clone(),
+                    node: node.name().to_string(),
                     reachable: true,
                     error: None,
                     held: holder.is_some(),
@@ -87,9 +90,9 @@ pub async fn status(settings: &Settings, args: &StatusArgs) -> Result<u8, Failur
                 }
             }
             Err(e) => NodeView {
-                node: node.name.clone(),
+                node: node.name().to_string(),
                 reachable: false,
-                error: Some(e),
+                error: Some(e.reason()),
                 held: false,
                 holder: None,
                 ttl_ms: None,
@@ -140,21 +143,21 @@ pub async fn status(settings: &Settings, args: &StatusArgs) -> Result<u8, Failur
 /// longer than a lock call would).
 async fn read_node(
     settings: &Settings,
-    node: &Target,
+    node: &NodeClient,
     key: &str,
     fence_key: &str,
-) -> Result<Raw, String> {
+) -> Result<Raw, NodeError> {
     let limit = settings.connect_timeout;
-    let mut conn = node.connect(limit, limit).await?;
+    let mut conn = direct::connect(node, limit, limit).await?;
     let mut get = redis::cmd("GET");
     get.arg(key);
     let mut pttl = redis::cmd("PTTL");
     pttl.arg(key);
     let mut fence = redis::cmd("GET");
     fence.arg(fence_key);
-    let holder = node.query(&mut conn, &get, limit).await?;
-    let pttl = node.query(&mut conn, &pttl, limit).await?;
-    let fence = node.query(&mut conn, &fence, limit).await?;
+    let holder = direct::query(node, &mut conn, &get, limit).await?;
+    let pttl = direct::query(node, &mut conn, &pttl, limit).await?;
+    let fence = direct::query(node, &mut conn, &fence, limit).await?;
     Ok(Raw {
         holder: text(&holder),
         // -2: no key (it expired between the two commands), -1: no TTL.

@@ -114,8 +114,8 @@ pub fn signal_name(signal: i32) -> String {
 }
 
 /// A lock key the library accepts: 1 byte to 64 KiB, outside its reserved prefix. Checked
-/// here too, so that the commands the library has no API for (status, extend, release)
-/// refuse the same keys.
+/// here too, so that `status`, which reads the nodes directly, refuses the same keys, and every
+/// command refuses a bad key before it connects.
 pub fn parse_key(text: &str) -> Result<String, String> {
     if text.is_empty() {
         return Err("the key must not be empty".into());

@@ -1,0 +1,144 @@
+//! Acting on a lock by its holder value, without a guard (docs/DESIGN.md, "By token"): extend
+//! and release for a process that was handed the token, or a guard given up with
+//! `std::mem::forget`. The rounds are a lease's own (`lease::extend_call`,
+//! `lease::release_round`); only the deadline differs: with no guard, none is known before the
+//! call, so the new one must hold when the quorum confirms.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::error::{Error, Result};
+use crate::key::Key;
+use crate::lease::{
+    decide_extend, extend_call, extended_deadline, release_result, release_round, Extended,
+};
+use crate::ordering::Stragglers;
+use crate::state::ClientState;
+use crate::telemetry::{self, RenewalEnd, RenewedBy};
+
+/// The longest holder token accepted (256 bytes). The library's own holder values are 32
+/// characters, or about 100 for a reentrant [`Owner`](crate::Owner)'s.
+pub const MAX_TOKEN_LEN: usize = 256;
+
+/// Checks a holder token: 1 to [`MAX_TOKEN_LEN`] bytes of printable ASCII without spaces, the
+/// characters of every holder value (the library's are hexadecimal digits and `:`). A line read
+/// with its newline, or an empty one, is refused here rather than refused by every node. The
+/// reason never quotes the token: it is the proof of ownership.
+fn check_token(token: &str) -> Result<()> {
+    let invalid = |reason: String| Err(Error::InvalidToken { reason });
+    if token.is_empty() {
+        return invalid("must not be empty".into());
+    }
+    if token.len() > MAX_TOKEN_LEN {
+        return invalid(format!(
+            "{} bytes, longer than {MAX_TOKEN_LEN}",
+            token.len()
+        ));
+    }
+    if let Some(at) = token.bytes().position(|b| !b.is_ascii_graphic()) {
+        return invalid(format!(
+            "byte {} is not printable ASCII (a holder value has no spaces, line ends or \
+             control characters)",
+            at + 1
+        ));
+    }
+    Ok(())
+}
+
+/// A call by token has no lease to leave its requests still in flight with: it stops those not
+/// yet written to their connection before it returns (waiting only for one being written at
+/// that moment), so that none can land after what this client sends next (ordering invariant
+/// 4). Those written finish in the background.
+async fn settle(stragglers: Option<Stragglers>) {
+    if let Some(stragglers) = stragglers {
+        stragglers.settle().await;
+    }
+}
+
+/// [`QuorumLock::extend_token`](crate::QuorumLock::extend_token).
+pub(crate) async fn extend(
+    client: &ClientState,
+    key: &[u8],
+    token: &str,
+    ttl: Duration,
+) -> Result<Duration> {
+    let key = Key::new(key)?;
+    check_token(token)?;
+    let ttl = client.config.check_ttl(ttl)?;
+    let span = tracing::debug_span!("extend", key = %key, ?ttl, by = "token");
+    async {
+        let lost = || {
+            telemetry::renewal(RenewedBy::Extend, RenewalEnd::Lost);
+            Err(Error::LockLost {
+                key: key.to_string(),
+            })
+        };
+        // The validity runs from before the first request is sent, as a guard's extend's does;
+        // the quorum must come before it ends.
+        let deadline = extended_deadline(&client.config, Instant::now(), ttl);
+        let mut fan = extend_call(client, &key, token, ttl);
+        let ended = decide_extend(&mut fan, &key, deadline).await;
+        settle(fan.detach(&client.background)).await;
+        match ended {
+            Extended::Confirmed(_) => {
+                let validity = deadline.saturating_duration_since(Instant::now());
+                if validity.is_zero() {
+                    return lost();
+                }
+                client.counters.extended.fetch_add(1, Ordering::Relaxed);
+                telemetry::renewal(RenewedBy::Extend, RenewalEnd::Confirmed);
+                Ok(validity)
+            }
+            Extended::TooLate | Extended::Refused => lost(),
+            Extended::Failed(error) => {
+                telemetry::renewal(RenewedBy::Extend, RenewalEnd::Failed);
+                Err(error)
+            }
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+/// [`QuorumLock::release_token`](crate::QuorumLock::release_token).
+pub(crate) async fn release(client: &ClientState, key: &[u8], token: &str) -> Result<()> {
+    let key = Key::new(key)?;
+    check_token(token)?;
+    let span = tracing::debug_span!("release", key = %key, by = "token");
+    async {
+        let (outcome, stragglers) = release_round(client, &key, token).await;
+        settle(stragglers).await;
+        release_result(client, &key, &outcome, false)
+    }
+    .instrument(span)
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_checked_without_being_shown() {
+        assert!(check_token("0123456789abcdef0123456789abcdef").is_ok());
+        assert!(check_token("c1:o2:0123456789abcdef").is_ok());
+        assert!(check_token(&"a".repeat(MAX_TOKEN_LEN)).is_ok());
+        for bad in [
+            String::new(),
+            "a".repeat(MAX_TOKEN_LEN + 1),
+            "s3cret-token\n".into(),
+            "s3cret token".into(),
+            "s3cret-tökén".into(),
+        ] {
+            match check_token(&bad) {
+                Err(e @ Error::InvalidToken { .. }) => {
+                    assert!(!e.to_string().contains("s3cret"), "{e}");
+                }
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,320 @@
+//! Acting on a lock by its holder value (`QuorumLock::extend_token`, `release_token`), as
+//! another process handed the token does: invariant 5 (ownership: only where the value
+//! matches, never re-creating an entry), the validity rule of an extend, the exact count of a
+//! release, the release notice, and typed errors for bad input.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use quorum_lock::{Error, Op, Quorum, MAX_KEY_LEN, MAX_TOKEN_LEN, MAX_TTL};
+use tokio::time::Instant;
+
+const SHORT: Duration = Duration::from_millis(400);
+const WRONG: &str = "0123456789abcdef0123456789abcdef";
+
+/// Sleeps past a lock's deadline and its expiry on the nodes: time passing is what the tests
+/// that call it are about.
+async fn let_expire(ttl: Duration) {
+    tokio::time::sleep(ttl + Duration::from_millis(150)).await;
+}
+
+async fn pttl(fleet: &quorum_lock::testkit::Fleet, i: usize, key: &str) -> i64 {
+    let mut c = conn(fleet, i).await;
+    redis::cmd("PTTL")
+        .arg(key)
+        .query_async(&mut c)
+        .await
+        .expect("PTTL")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guards_token_extends_and_releases_its_lock_from_another_client() {
+    let fleet = shared_fleet();
+    let owner = client(fleet, Quorum::Majority).await;
+    let other = client(fleet, Quorum::Majority).await;
+    let key = unique_key("token");
+    let guard = owner
+        .try_acquire(&key, Duration::from_secs(10))
+        .await
+        .unwrap()
+        .expect("free key");
+    let token = guard.holder().to_string();
+    // The process that took the lock hands the token on and lets go of the guard without
+    // releasing it.
+    std::mem::forget(guard);
+    owner.finish_background().await;
+
+    let ttl = Duration::from_secs(60);
+    let drift = Duration::from_millis(602); // 60 s * 0.01 + 2 ms
+    let before = Instant::now();
+    let validity = other.extend_token(&key, &token, ttl).await.unwrap();
+    let took = before.elapsed();
+    assert!(
+        validity <= ttl - drift && validity >= ttl - drift - took,
+        "validity {validity:?} is not ttl - drift - elapsed (took {took:?})"
+    );
+    other.finish_background().await;
+    for i in 0..fleet.len() {
+        let left = pttl(fleet, i, &key).await;
+        assert!(left > 50_000, "node {i} not extended: pttl {left}");
+    }
+    assert_eq!(other.stats().extended, 1);
+
+    other.release_token(&key, &token).await.unwrap();
+    other.finish_background().await;
+    for i in 0..fleet.len() {
+        assert_eq!(entry(fleet, i, &key).await, None, "node {i} kept the entry");
+    }
+    assert_eq!(other.stats().released, 1);
+
+    // Released: the token holds nothing any more.
+    let err = other.release_token(&key, &token).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::NotHeld {
+                confirmed: 0,
+                required: 3,
+                ref failures,
+                ..
+            } if failures.is_empty()
+        ),
+        "{err}"
+    );
+    let err = other.extend_token(&key, &token, ttl).await.unwrap_err();
+    assert!(matches!(err, Error::LockLost { .. }), "{err}");
+    for i in 0..fleet.len() {
+        assert_eq!(entry(fleet, i, &key).await, None, "node {i} re-created it");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_token_is_refused_and_leaves_the_lock_as_it_was() {
+    let fleet = shared_fleet();
+    let locks = client(fleet, Quorum::Majority).await;
+    let key = unique_key("wrong-token");
+    let guard = locks
+        .try_acquire(&key, Duration::from_secs(10))
+        .await
+        .unwrap()
+        .expect("free key");
+    locks.finish_background().await;
+
+    let err = locks
+        .extend_token(&key, WRONG, Duration::from_secs(60))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::LockLost { .. }), "{err}");
+    let err = locks.release_token(&key, WRONG).await.unwrap_err();
+    assert!(matches!(err, Error::NotHeld { confirmed: 0, .. }), "{err}");
+    locks.finish_background().await;
+    assert_eq!(
+        nodes_holding(fleet, &key, guard.holder()).await,
+        fleet.len()
+    );
+    for i in 0..fleet.len() {
+        let left = pttl(fleet, i, &key).await;
+        assert!(left <= 10_000, "node {i} extended by a wrong token: {left}");
+    }
+    assert!(guard.is_held());
+    guard.release().await.expect("the holder releases normally");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_lock_is_not_resurrected_by_its_token() {
+    let fleet = shared_fleet();
+    let locks = client(fleet, Quorum::Majority).await;
+    let key = unique_key("token-expired");
+    let guard = locks.try_acquire(&key, SHORT).await.unwrap().unwrap();
+    let token = guard.holder().to_string();
+    std::mem::forget(guard);
+    let_expire(SHORT).await;
+
+    let err = locks
+        .extend_token(&key, &token, Duration::from_secs(30))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::LockLost { .. }), "{err}");
+    locks.finish_background().await;
+    for i in 0..fleet.len() {
+        assert_eq!(
+            entry(fleet, i, &key).await,
+            None,
+            "node {i} re-created the key"
+        );
+    }
+    let err = locks.release_token(&key, &token).await.unwrap_err();
+    assert!(matches!(err, Error::NotHeld { confirmed: 0, .. }), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_holders_token_never_releases_nor_extends_the_new_holders_lock() {
+    let fleet = shared_fleet();
+    let a = client(fleet, Quorum::Majority).await;
+    let b = client(fleet, Quorum::Majority).await;
+    let key = unique_key("token-stale");
+    let stale = a.try_acquire(&key, SHORT).await.unwrap().unwrap();
+    let stale_token = stale.holder().to_string();
+    std::mem::forget(stale);
+    let_expire(SHORT).await;
+    let fresh = b
+        .try_acquire(&key, Duration::from_secs(30))
+        .await
+        .unwrap()
+        .expect("the expired key is free");
+    b.finish_background().await;
+
+    let err = a.release_token(&key, &stale_token).await.unwrap_err();
+    assert!(matches!(err, Error::NotHeld { confirmed: 0, .. }), "{err}");
+    let err = a
+        .extend_token(&key, &stale_token, Duration::from_secs(60))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::LockLost { .. }), "{err}");
+    a.finish_background().await;
+    assert_eq!(
+        nodes_holding(fleet, &key, fresh.holder()).await,
+        fleet.len(),
+        "the new holder's entries were touched"
+    );
+    fresh
+        .release()
+        .await
+        .expect("the new holder releases normally");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_by_token_wakes_a_waiter_with_its_notice() {
+    let fleet = shared_fleet();
+    let holder = client(fleet, Quorum::Majority).await;
+    // Only a notice can wake this waiter within the test: its retry delay is 60 s.
+    let waiter = builder(fleet, Quorum::Majority)
+        .retry_delay(Duration::from_secs(60))
+        .retry_jitter(Duration::ZERO)
+        .wait_timeout(Duration::from_secs(120))
+        .build()
+        .await
+        .unwrap();
+    let releaser = client(fleet, Quorum::Majority).await;
+    let key = unique_key("token-handoff");
+    let held = holder
+        .try_acquire(&key, Duration::from_secs(60))
+        .await
+        .unwrap()
+        .unwrap();
+    let token = held.holder().to_string();
+    std::mem::forget(held);
+    let task = {
+        let (waiter, key) = (waiter.clone(), key.clone());
+        tokio::spawn(async move { waiter.acquire(&key, Duration::from_secs(30)).await })
+    };
+    // Two contended attempts: the waiter's subscriptions are confirmed before its second.
+    eventually(
+        fleet,
+        Duration::from_secs(10),
+        "the waiter waits",
+        || async { waiter.stats().contended >= 2 },
+    )
+    .await;
+    releaser.release_token(&key, &token).await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("no release notice woke the waiter")
+        .unwrap()
+        .unwrap();
+    let stats = waiter.stats();
+    assert!(stats.woken >= 1 && stats.notices >= 1, "{stats:?}");
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_keys_tokens_and_ttls_are_typed_errors_before_any_node_is_asked() {
+    let fleet = own_fleet(3);
+    let locks = client(&fleet, Quorum::Majority).await;
+    let ttl = Duration::from_secs(10);
+    let long_key = "k".repeat(MAX_KEY_LEN + 1);
+    for key in ["", "quorum-lock:fence:k", long_key.as_str()] {
+        let err = locks.extend_token(key, WRONG, ttl).await.unwrap_err();
+        assert!(matches!(err, Error::InvalidKey { .. }), "{err}");
+        let err = locks.release_token(key, WRONG).await.unwrap_err();
+        assert!(matches!(err, Error::InvalidKey { .. }), "{err}");
+    }
+    let long_token = "t".repeat(MAX_TOKEN_LEN + 1);
+    for token in [
+        "",
+        "s3cret token",
+        "s3cret-token\n",
+        "s3cret\u{7f}",
+        &long_token,
+    ] {
+        for err in [
+            locks.extend_token("k", token, ttl).await.unwrap_err(),
+            locks.release_token("k", token).await.unwrap_err(),
+        ] {
+            assert!(
+                matches!(err, Error::InvalidToken { .. }),
+                "{token:?}: {err}"
+            );
+            assert!(!err.to_string().contains("s3cret"), "token shown: {err}");
+        }
+    }
+    for ttl in [Duration::ZERO, Duration::from_millis(100), MAX_TTL * 2] {
+        let err = locks.extend_token("k", WRONG, ttl).await.unwrap_err();
+        assert!(matches!(err, Error::InvalidTtl { .. }), "{ttl:?}: {err}");
+    }
+    // Nothing reached the nodes: no script ran on any of them.
+    for i in 0..fleet.len() {
+        let scripts =
+            command_calls(&fleet, i, "evalsha").await + command_calls(&fleet, i, "eval").await;
+        assert_eq!(scripts, 0, "node {i} ran a script");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_nodes_down_an_extend_by_token_has_no_quorum_and_a_release_counts_exactly() {
+    let fleet = own_fleet(3);
+    let locks = client(&fleet, Quorum::Majority).await;
+    let key = unique_key("token-down");
+    let guard = locks
+        .try_acquire(&key, Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
+    let token = guard.holder().to_string();
+    std::mem::forget(guard);
+    locks.finish_background().await;
+    fleet.kill(1).unwrap();
+    fleet.kill(2).unwrap();
+
+    let err = locks
+        .extend_token(&key, &token, Duration::from_secs(60))
+        .await
+        .unwrap_err();
+    // An extend decides as soon as the quorum is out of reach: node 0's answer may not be
+    // counted yet.
+    match &err {
+        Error::NoQuorum {
+            op: Op::Extend,
+            confirmed: 0 | 1,
+            required: 2,
+            refused: 0,
+            failures,
+            ..
+        } if failures.len() == 2 => {}
+        other => panic!("expected NoQuorum with 2 failures: {other:?}"),
+    }
+    // A release below the quorum waits for every answer: its count is exact.
+    let err = locks.release_token(&key, &token).await.unwrap_err();
+    match &err {
+        Error::NotHeld {
+            confirmed: 1,
+            required: 2,
+            failures,
+            ..
+        } if failures.len() == 2 => {}
+        other => panic!("expected NotHeld with 1 confirmed and 2 failures: {other:?}"),
+    }
+    assert_eq!(entry(&fleet, 0, &key).await, None, "node 0 released");
+}
