@@ -16,7 +16,15 @@
 //!
 //! The server binary is `$QUORUM_LOCK_REDIS_SERVER` if set, else `redis-server` on `PATH`. If
 //! it is missing, [`Fleet::start`] fails with a message saying how to install it.
+//!
+//! With the feature `testcontainers`, [`containers`] runs fleets in Docker containers
+//! instead, seen from two sides (two networks), so that one client can be cut off from nodes
+//! that another still reaches.
 
+#[cfg(feature = "testcontainers")]
+pub mod containers;
+#[cfg(feature = "testcontainers")]
+mod docker;
 mod fenced_store;
 pub mod history;
 mod process;
