@@ -18,6 +18,9 @@
 //! - `testkit`: [`testkit`], real `redis-server` fleets with failure injection (kill, pause,
 //!   restart, fault proxy, clock jumps), and history recording and checking, for your own
 //!   tests too.
+//! - `containers` (alias `testcontainers`): [`testkit::containers`], fleets in Docker
+//!   containers (driven through the `docker` command) with network
+//!   partitions between two client sides (needs Docker and a local Redis image).
 //! - `metrics`: metrics through the [`metrics`](https://docs.rs/metrics) facade (names and
 //!   labels in the README's "Metrics" table; no exporter is chosen for you).
 //! - `cli`: the `quorum-lock` command (a binary; it turns on `tls` and `metrics`).

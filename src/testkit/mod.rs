@@ -26,7 +26,15 @@
 //! logs say so; fault them with `docker kill` / `docker pause` instead). The integration
 //! tests that share one fleet and inject no faults run against it when
 //! `QUORUM_LOCK_NODES` is set.
+//!
+//! With the feature `containers` (alias `testcontainers`), [`containers`] runs fleets in
+//! Docker containers instead, seen from two sides (two networks), so that one client can be
+//! cut off from nodes that another still reaches.
 
+#[cfg(feature = "containers")]
+pub mod containers;
+#[cfg(feature = "containers")]
+mod docker;
 mod fenced_store;
 pub mod history;
 mod process;
