@@ -147,6 +147,22 @@ impl LockGuard {
         }
     }
 
+    /// Lets go of the guard **without releasing the lock**, and returns its holder value: for
+    /// another process to [`extend_token`](crate::QuorumLock::extend_token) or
+    /// [`release_token`](crate::QuorumLock::release_token) it. The lock stays on the nodes
+    /// until its TTL runs out or it is released by token; nothing renews it any more (the
+    /// watchdog stops) and its loss signals fire, since this process no longer tracks it.
+    /// Unlike `std::mem::forget`, this frees the guard's state and ends its hold in the
+    /// metrics. A nested guard of a reentrant owner only gives up its hold; the lock is let go
+    /// with the last one.
+    pub fn into_token(mut self) -> String {
+        let holder = self.lease.holder.clone();
+        if self.let_go() {
+            self.lease.end();
+        }
+        holder
+    }
+
     /// The report of a nested guard whose shared lease is no longer live.
     fn not_held(&self) -> Error {
         Error::NotHeld {

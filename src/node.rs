@@ -209,6 +209,7 @@ impl Node {
         request.end(match &result {
             Ok(_) => NodeResult::Answered,
             Err(f) if f.kind() == FailureKind::Timeout => NodeResult::Timeout,
+            Err(f) if f.detail().contains(STOPPED) => NodeResult::Stopped,
             Err(_) => NodeResult::Error,
         });
         result
@@ -388,6 +389,9 @@ fn classify(addr: &NodeAddr, e: &RedisError) -> NodeFailure {
     NodeFailure::new(&addr.display, kind, msg)
 }
 
+/// Why a request was not sent: the call was stopped (the caller decided without it).
+const STOPPED: &str = "call stopped by a later call of the same lease";
+
 /// Sends one command of `call`, recording when it holds its place in the connection's queue,
 /// and refusing to start once the call was stopped (see
 /// [`Progress`](crate::scripts::Progress)).
@@ -399,10 +403,7 @@ async fn send(
 ) -> Result<Value, RedisError> {
     let progress = &call.progress;
     if !progress.may_send(slot) {
-        return Err(RedisError::from((
-            ErrorKind::Client,
-            "call stopped by a later call of the same lease",
-        )));
+        return Err(RedisError::from((ErrorKind::Client, STOPPED)));
     }
     // Unconstrained: a task out of its scheduling budget would otherwise get its room in the
     // queue and yet return before writing the request.

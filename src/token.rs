@@ -1,6 +1,6 @@
 //! Acting on a lock by its holder value, without a guard (docs/DESIGN.md, "By token"): extend
 //! and release for a process that was handed the token, or a guard given up with
-//! `std::mem::forget`. The rounds are a lease's own (`lease::extend_call`,
+//! [`LockGuard::into_token`](crate::LockGuard::into_token). The rounds are a lease's own (`lease::extend_call`,
 //! `lease::release_round`); only the deadline differs: with no guard, none is known before the
 //! call, so the new one must hold when the quorum confirms.
 
@@ -109,8 +109,11 @@ pub(crate) async fn release(client: &ClientState, key: &[u8], token: &str) -> Re
     check_token(token)?;
     let span = tracing::debug_span!("release", key = %key, by = "token");
     async {
-        let (outcome, stragglers) = release_round(client, &key, token).await;
-        settle(stragglers).await;
+        // The slower nodes' releases finish in the background, as a guard's do: after a
+        // release nothing may be sent with this token that a late compare-and-delete could
+        // undo (an extend never re-creates an entry), and stopping them would leave the
+        // entry on a node that was reconnecting until its TTL.
+        let (outcome, _in_background) = release_round(client, &key, token).await;
         release_result(client, &key, &outcome, false)
     }
     .instrument(span)

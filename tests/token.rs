@@ -40,11 +40,19 @@ async fn a_guards_token_extends_and_releases_its_lock_from_another_client() {
         .await
         .unwrap()
         .expect("free key");
-    let token = guard.holder().to_string();
+    let holder = guard.holder().to_string();
     // The process that took the lock hands the token on and lets go of the guard without
     // releasing it.
-    std::mem::forget(guard);
+    let token = guard.into_token();
+    assert_eq!(token, holder);
     owner.finish_background().await;
+    for i in 0..fleet.len() {
+        assert_eq!(
+            entry(fleet, i, &key).await.as_deref(),
+            Some(token.as_str()),
+            "letting go of the guard released node {i}"
+        );
+    }
 
     let ttl = Duration::from_secs(60);
     let drift = Duration::from_millis(602); // 60 s * 0.01 + 2 ms

@@ -778,6 +778,8 @@ struct Resources {
     /// Containers, then networks, in creation order.
     created: Mutex<Vec<(&'static str, String)>>,
     reaper: Mutex<Reaper>,
+    /// The fleet's label (`quorum-lock.testkit=<fleet id>`), on every container it runs.
+    label: String,
 }
 
 impl Resources {
@@ -785,6 +787,7 @@ impl Resources {
         Ok(Resources {
             created: Mutex::new(Vec::new()),
             reaper: Mutex::new(Reaper::spawn(fleet)?),
+            label: format!("{}={fleet}", docker::LABEL),
         })
     }
 
@@ -815,7 +818,23 @@ impl Drop for Resources {
                 .map(|(_, id)| id.clone())
                 .collect()
         };
-        let (containers, networks) = (ids("container"), ids("network"));
+        let (mut containers, networks) = (ids("container"), ids("network"));
+        // Also any container of this fleet whose id was never learnt: `docker run` creates
+        // it before starting it, and a start that fails prints no id. The label is this
+        // fleet's own (a fresh id), so nothing else matches.
+        if let Ok(listed) = docker(&[
+            "ps",
+            "--all",
+            "--quiet",
+            "--filter",
+            &format!("label={}", self.label),
+        ]) {
+            for id in listed.split_whitespace() {
+                if !containers.iter().any(|known| known.starts_with(id)) {
+                    containers.push(id.to_string());
+                }
+            }
+        }
         // Containers first: a network with containers on it cannot be removed.
         let mut removed = true;
         if !containers.is_empty() {

@@ -41,8 +41,12 @@ pub async fn serve(addr: SocketAddr) -> Result<(), Failure> {
     });
     tokio::spawn(async move {
         loop {
-            if let Ok((stream, _)) = listener.accept().await {
-                tokio::spawn(answer(stream, handle.clone()));
+            match listener.accept().await {
+                Ok((stream, _)) => {
+                    tokio::spawn(answer(stream, handle.clone()));
+                }
+                // Out of file descriptors, say: accepting again at once would spin.
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
             }
         }
     });

@@ -243,7 +243,7 @@ async fn keep_until(guard: LockGuard, until: Instant, key: &str) {
     }
     if guard.extend(remaining).await.is_ok() {
         // Releasing (or dropping) would end the lock now; the entries end at `until`.
-        std::mem::forget(guard);
+        let _token = guard.into_token();
         return;
     }
     tokio::time::sleep_until(until).await;

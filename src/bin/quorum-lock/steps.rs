@@ -3,6 +3,8 @@
 //! the work in time). The library acts on the lock by its holder value
 //! (`QuorumLock::extend_token` and `release_token`): its own scripts, quorum and validity rule.
 
+use std::time::Instant;
+
 use quorum_lock::{Error, QuorumLock};
 use serde_json::{json, Value};
 
@@ -14,6 +16,19 @@ pub async fn extend(settings: &Settings, args: &ExtendArgs) -> Result<u8, Failur
     let token = token(&args.token)?;
     let client = settings.connect().await?;
     let result = client.extend_token(&args.key, &token, args.ttl).await;
+    let until = result.as_ref().ok().map(|v| Instant::now() + *v);
+    // The slower nodes' requests land before the report (and before the process exits): the
+    // validity printed is what is left after that wait, and none left is a lost lock.
+    client.finish_background().await;
+    let result = match (result, until) {
+        (Ok(_), Some(until)) => match until.checked_duration_since(Instant::now()) {
+            Some(left) if !left.is_zero() => Ok(left),
+            _ => Err(Error::LockLost {
+                key: args.key.clone(),
+            }),
+        },
+        (result, _) => result,
+    };
     let validity = result.as_ref().ok().map(|v| v.as_millis() as u64);
     let report = |confirmed| {
         json!({
