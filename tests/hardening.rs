@@ -11,8 +11,6 @@ mod common;
 
 use std::any::Any;
 use std::future::Future;
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
@@ -850,24 +848,6 @@ async fn errors_node_lists_and_debug_output_never_show_a_node_password() {
         );
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
-}
-
-/// A `Write` into a shared buffer, for capturing log output.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 /// The crate's logs at TRACE never show the password. Current-thread runtime: the capturing
