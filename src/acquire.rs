@@ -183,9 +183,10 @@ async fn wait_loop(state: &Arc<ClientState>, plan: &Plan<'_>) -> Result<LockGuar
             n.as_mut().enable();
         }
         // Every waiter's turn is taken (not just the first found).
-        let turn_first = waiters
-            .iter_mut()
-            .fold(false, |any, w| w.take_turn_first() || any);
+        let mut turn_first = false;
+        for waiter in &mut waiters {
+            turn_first |= waiter.take_turn_first();
+        }
         let miss = if turn_first {
             None
         } else {

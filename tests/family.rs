@@ -245,7 +245,7 @@ async fn sets_named_in_opposite_orders_make_progress_and_never_overlap() {
             .expect("task panicked");
     }
     assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two sets held at once");
-    let history = history.lock().unwrap();
+    let history = std::mem::take(&mut *history.lock().unwrap());
     assert_eq!(history.len(), TASKS * ROUNDS * 2);
     let report = history::check(&history);
     assert!(report.is_safe(), "{report}");
@@ -391,7 +391,7 @@ async fn fencing_tokens_of_sets_and_single_keys_increase_per_key() {
     for t in tasks {
         t.await.expect("task panicked");
     }
-    let history = history.lock().unwrap();
+    let history = std::mem::take(&mut *history.lock().unwrap());
     assert_eq!(history.len(), ROUNDS * 4);
     let report = history::check(&history);
     assert!(report.is_safe(), "{report}");
@@ -519,7 +519,7 @@ async fn three_permits_under_all_never_admit_a_fourth_of_eight_tasks() {
     );
     let most = most.load(Ordering::SeqCst);
     assert!(most <= 3, "{most} holders of 3 permits at once");
-    let history = history.lock().unwrap();
+    let history = std::mem::take(&mut *history.lock().unwrap());
     let at_once = most_at_once(&history);
     assert!(at_once <= 3, "the history shows {at_once} holders at once");
     for i in 0..fleet.len() {
