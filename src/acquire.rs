@@ -34,7 +34,7 @@ pub(crate) enum LeaseMode {
 }
 
 /// What a request asks for, as the caller named it (checked into a [`Shape`]).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) enum Target {
     /// One key (the mutex).
     Key(Vec<u8>),
@@ -46,6 +46,25 @@ pub(crate) enum Target {
         permits: u32,
         checked: bool,
     },
+}
+
+// Keys shown as lossy UTF-8, as a lock request always showed its key.
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let lossy = |k: &[u8]| String::from_utf8_lossy(k).into_owned();
+        match self {
+            Target::Key(key) => write!(f, "{:?}", lossy(key)),
+            Target::Keys(keys) => f
+                .debug_list()
+                .entries(keys.iter().map(|k| lossy(k)))
+                .finish(),
+            Target::Permit { key, permits, .. } => f
+                .debug_struct("Permit")
+                .field("key", &lossy(key))
+                .field("permits", permits)
+                .finish(),
+        }
+    }
 }
 
 /// A request's settings as the caller gave them (see [`LockRequest`](crate::LockRequest)).

@@ -47,7 +47,7 @@ impl std::fmt::Debug for LockRequest<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let spec = &self.spec;
         f.debug_struct("LockRequest")
-            .field("target", &spec.target)
+            .field("key", &spec.target)
             .field("lease", &spec.lease)
             .field("max_hold", &spec.max_hold)
             .field("wait", &spec.wait)
