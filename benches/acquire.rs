@@ -1,6 +1,7 @@
 //! Uncontended acquire + release latency on local redis-server fleets (test kit), in one
-//! criterion group per fleet size with the network floor and rslock beside quorum-lock, so
-//! criterion's report plots them together.
+//! criterion group per fleet size with the network floor and rslock beside quorum-lock (and
+//! the lock family's 2-key set and semaphore permit), so criterion's report plots them
+//! together.
 //!
 //! `cargo bench --bench acquire` (report: target/criterion/report/index.html)
 
@@ -36,6 +37,32 @@ fn acquire_release(c: &mut Criterion) {
             b.to_async(&rt).iter(|| async {
                 let guard = locks
                     .try_acquire("bench:lock", TTL)
+                    .await
+                    .expect("acquire")
+                    .expect("uncontended");
+                guard.release().await.expect("release");
+            })
+        });
+        // The lock family beside the mutex: a 2-key set, and a permit (one permit, so that
+        // it runs under the same majority as the mutex).
+        group.bench_function(BenchmarkId::new("quorum-lock-set2", n), |b| {
+            b.to_async(&rt).iter(|| async {
+                let guard = locks
+                    .lock_all(["bench:set:a", "bench:set:b"])
+                    .ttl(TTL)
+                    .try_acquire()
+                    .await
+                    .expect("acquire")
+                    .expect("uncontended");
+                guard.release().await.expect("release");
+            })
+        });
+        group.bench_function(BenchmarkId::new("quorum-lock-permit", n), |b| {
+            b.to_async(&rt).iter(|| async {
+                let guard = locks
+                    .semaphore("bench:permits", 1)
+                    .ttl(TTL)
+                    .try_acquire()
                     .await
                     .expect("acquire")
                     .expect("uncontended");

@@ -1,7 +1,6 @@
 //! Taking a lock: one attempt (fan-out, validity, fencing token, rollback) and the waiting
 //! loop around it (docs/DESIGN.md, "Acquire", "Fencing tokens" and "Waiting").
 
-use std::pin::pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,14 +11,15 @@ use tracing::Instrument;
 use crate::backoff::Backoff;
 use crate::config::check_duration;
 use crate::error::{Error, Op, Result};
-use crate::fanout::{broadcast, fan_out, read_acquire, read_counter, read_flag};
+use crate::fanout::{broadcast, fan_out, read_flag};
 use crate::guard::LockGuard;
 use crate::key::Key;
 use crate::lease::Lease;
 use crate::ordering::{write_now_finish_later, Stragglers};
 use crate::quorum::{self, Decision};
 use crate::reentry::HoldTable;
-use crate::scripts::{Call, SendBy, FENCE_MAX, RELEASE};
+use crate::scripts::SendBy;
+use crate::shape::{Notice, Shape};
 use crate::state::ClientState;
 use crate::telemetry::{self, AcquireEnd, AttemptEnd, Started};
 use crate::wakeup::Waiter;
@@ -33,9 +33,43 @@ pub(crate) enum LeaseMode {
     Watchdog(Option<Duration>),
 }
 
+/// What a request asks for, as the caller named it (checked into a [`Shape`]).
+#[derive(Clone)]
+pub(crate) enum Target {
+    /// One key (the mutex).
+    Key(Vec<u8>),
+    /// Several keys taken as one.
+    Keys(Vec<Vec<u8>>),
+    /// A permit of a semaphore; `checked: false` skips the quorum check (test kit only).
+    Permit {
+        key: Vec<u8>,
+        permits: u32,
+        checked: bool,
+    },
+}
+
+// Keys shown as lossy UTF-8, as a lock request always showed its key.
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let lossy = |k: &[u8]| String::from_utf8_lossy(k).into_owned();
+        match self {
+            Target::Key(key) => write!(f, "{:?}", lossy(key)),
+            Target::Keys(keys) => f
+                .debug_list()
+                .entries(keys.iter().map(|k| lossy(k)))
+                .finish(),
+            Target::Permit { key, permits, .. } => f
+                .debug_struct("Permit")
+                .field("key", &lossy(key))
+                .field("permits", permits)
+                .finish(),
+        }
+    }
+}
+
 /// A request's settings as the caller gave them (see [`LockRequest`](crate::LockRequest)).
 pub(crate) struct Spec<'a> {
-    pub(crate) key: Vec<u8>,
+    pub(crate) target: Target,
     pub(crate) lease: LeaseMode,
     pub(crate) max_hold: Option<Duration>,
     pub(crate) wait: Option<Duration>,
@@ -45,7 +79,7 @@ pub(crate) struct Spec<'a> {
 
 /// A checked request.
 struct Plan<'a> {
-    key: Key,
+    shape: Shape,
     ttl: Duration,
     watchdog: bool,
     fencing: bool,
@@ -65,7 +99,7 @@ enum Miss {
 /// One attempt: `Ok(None)` when another holder has the lock.
 pub(crate) async fn once(state: &Arc<ClientState>, spec: Spec<'_>) -> Result<Option<LockGuard>> {
     let plan = plan(state, spec)?;
-    let span = tracing::debug_span!("acquire", key = %plan.key, ttl = ?plan.ttl);
+    let span = tracing::debug_span!("acquire", key = %plan.shape, ttl = ?plan.ttl);
     let started = Started::now();
     let result = async {
         if let Some(guard) = reenter(&plan) {
@@ -92,7 +126,8 @@ pub(crate) async fn once(state: &Arc<ClientState>, spec: Spec<'_>) -> Result<Opt
 /// release notice or its [`Backoff`] pause.
 pub(crate) async fn waiting(state: &Arc<ClientState>, spec: Spec<'_>) -> Result<LockGuard> {
     let plan = plan(state, spec)?;
-    let span = tracing::debug_span!("acquire", key = %plan.key, ttl = ?plan.ttl, wait = ?plan.wait);
+    let span =
+        tracing::debug_span!("acquire", key = %plan.shape, ttl = ?plan.ttl, wait = ?plan.wait);
     let started = Started::now();
     let result = wait_loop(state, &plan).instrument(span).await;
     let end = match &result {
@@ -107,7 +142,15 @@ pub(crate) async fn waiting(state: &Arc<ClientState>, spec: Spec<'_>) -> Result<
 /// Checks a request's key and durations against the client's settings.
 fn plan<'a>(state: &ClientState, spec: Spec<'a>) -> Result<Plan<'a>> {
     let config = &state.config;
-    let key = Key::new(&spec.key)?;
+    let shape = match &spec.target {
+        Target::Key(key) => Shape::Single(Key::new(key)?),
+        Target::Keys(keys) => Shape::set(keys)?,
+        Target::Permit {
+            key,
+            permits,
+            checked,
+        } => Shape::permit(key, *permits, config, state.nodes.len(), *checked)?,
+    };
     let (ttl, watchdog) = match spec.lease {
         LeaseMode::Fixed(ttl) => (ttl, false),
         LeaseMode::Watchdog(lease) => (lease.unwrap_or(config.watchdog_lease), true),
@@ -120,7 +163,7 @@ fn plan<'a>(state: &ClientState, spec: Spec<'a>) -> Result<Plan<'a>> {
         check_duration("wait", wait)?;
     }
     Ok(Plan {
-        key,
+        shape,
         ttl,
         watchdog,
         fencing: spec.fencing,
@@ -135,7 +178,14 @@ async fn wait_loop(state: &Arc<ClientState>, plan: &Plan<'_>) -> Result<LockGuar
     let start = Instant::now();
     let deadline = start + plan.wait;
     let mut backoff = Backoff::new(config.retry_delay, config.retry_jitter);
-    let mut waiter = Waiter::new(state.wakeups.as_ref(), plan.key.release_channel());
+    // One waiter per key: a multi-key lock listens to the release channel of every key of
+    // its set, as any of them may be the one that blocked it.
+    let mut waiters: Vec<Waiter> = plan
+        .shape
+        .keys()
+        .iter()
+        .map(|k| Waiter::new(state.wakeups.as_ref(), k.release_channel()))
+        .collect();
     let mut attempts: u32 = 0;
     loop {
         if let Some(guard) = reenter(plan) {
@@ -143,12 +193,20 @@ async fn wait_loop(state: &Arc<ClientState>, plan: &Plan<'_>) -> Result<LockGuar
         }
         // Listen before the attempt, so that a release between the attempt and the wait below
         // is not missed.
-        let channel = waiter.channel();
-        let mut notified = pin!(channel.as_ref().map(|c| c.notify().notified()));
-        if let Some(n) = notified.as_mut().as_pin_mut() {
-            n.enable();
+        let channels: Vec<_> = waiters.iter().filter_map(Waiter::channel).collect();
+        let mut notified: Vec<_> = channels
+            .iter()
+            .map(|c| Box::pin(c.notify().notified()))
+            .collect();
+        for n in &mut notified {
+            n.as_mut().enable();
         }
-        let miss = if waiter.take_turn_first() {
+        // Every waiter's turn is taken (not just the first found).
+        let mut turn_first = false;
+        for waiter in &mut waiters {
+            turn_first |= waiter.take_turn_first();
+        }
+        let miss = if turn_first {
             None
         } else {
             attempts = attempts.saturating_add(1);
@@ -167,19 +225,27 @@ async fn wait_loop(state: &Arc<ClientState>, plan: &Plan<'_>) -> Result<LockGuar
         // Out of time or retries, once at least one attempt was made.
         if (now >= deadline || !retries_left) && attempts > 0 {
             return Err(error.unwrap_or_else(|| Error::WaitTimeout {
-                key: plan.key.to_string(),
+                key: plan.shape.to_string(),
                 waited: now - start,
                 attempts,
             }));
         }
-        if error.is_none() && waiter.subscribe().await {
-            continue;
+        if error.is_none() {
+            let mut subscribed = false;
+            for waiter in &mut waiters {
+                subscribed |= waiter.subscribe().await;
+            }
+            if subscribed {
+                continue;
+            }
         }
         let pause = backoff.pause(error.is_none(), hint, rand::random());
         let sleep = tokio::time::sleep_until((now + pause).min(deadline));
-        match notified.as_mut().as_pin_mut() {
+        let any_notice = (!notified.is_empty())
+            .then(|| futures::future::select_all(notified.iter_mut().map(|n| n.as_mut())));
+        match any_notice {
             Some(n) => tokio::select! {
-                () = n => {
+                _ = n => {
                     state.counters.woken.fetch_add(1, Ordering::Relaxed);
                     telemetry::wakeup(true);
                     backoff.woken();
@@ -197,7 +263,7 @@ async fn wait_loop(state: &Arc<ClientState>, plan: &Plan<'_>) -> Result<LockGuar
 /// A reentrant owner's nested acquire: joins its live hold on the key, if any.
 fn reenter(plan: &Plan<'_>) -> Option<LockGuard> {
     let owner = plan.owner?;
-    let lease = owner.reenter(plan.key.bytes())?;
+    let lease = owner.reenter(plan.shape.primary().bytes())?;
     Some(LockGuard::new(lease, Some(owner.clone())))
 }
 
@@ -218,15 +284,15 @@ async fn attempt(
     plan: &Plan<'_>,
 ) -> std::result::Result<LockGuard, Miss> {
     let config = &state.config;
-    let (key, ttl) = (&plan.key, plan.ttl);
+    let (key, ttl) = (&plan.shape, plan.ttl);
     let holder = holder_value(state, plan.owner);
     let ttl_ms = ttl.as_millis().to_string();
-    let call = Call::set_if_absent("acquire", key.bytes(), holder.as_bytes(), ttl_ms.as_bytes());
+    let (call, read) = key.acquire(&holder, &ttl_ms);
     state.counters.attempts.fetch_add(1, Ordering::Relaxed);
 
     // RedLock step 1: the validity is measured from before the first request is sent.
     let t0 = Instant::now();
-    let mut fan = fan_out(&state.nodes, config.required, call, read_acquire);
+    let mut fan = fan_out(&state.nodes, config.required, call, read);
     let decision = fan.decide().await;
     let drift = quorum::drift(ttl, config.drift_factor);
 
@@ -304,15 +370,15 @@ async fn attempt(
 /// reached a quorum, the largest answer of any quorum exceeds every earlier token.
 ///
 /// Returns the requests still in flight, for the lease to order before its next call.
-async fn fence_token(state: &ClientState, key: &Key) -> (Result<Option<u64>>, Vec<Stragglers>) {
-    let counter = key.fence_key();
+///
+/// A multi-key lock increments every key's counter on each node in one script, which answers
+/// the largest, and writes the token back to every counter of the set: the token exceeds
+/// every earlier token of every key in the set, and every later holder of any of them
+/// (alone or in a set) gets a larger one (docs/DESIGN.md, "Lock family").
+async fn fence_token(state: &ClientState, key: &Shape) -> (Result<Option<u64>>, Vec<Stragglers>) {
     let required = state.config.required;
-    let mut incremented = fan_out(
-        &state.nodes,
-        required,
-        Call::increment(&counter),
-        read_counter,
-    );
+    let (increment, read) = key.fence_increment();
+    let mut incremented = fan_out(&state.nodes, required, increment, read);
     let mut in_flight = Vec::new();
     let token = match incremented.decide().await {
         Decision::Reached => incremented
@@ -329,7 +395,7 @@ async fn fence_token(state: &ClientState, key: &Key) -> (Result<Option<u64>>, Ve
         );
     };
     let token_arg = token.to_string();
-    let call = Call::new(&FENCE_MAX, &counter, &[token_arg.as_bytes()]);
+    let call = key.fence_write(&token_arg);
     let mut written = fan_out(&state.nodes, required, call, read_flag);
     let result = match written.decide().await {
         Decision::Reached => Ok(Some(token)),
@@ -350,7 +416,7 @@ fn hold(
 ) -> LockGuard {
     let lease = Arc::new(Lease::new(
         state.clone(),
-        plan.key.clone(),
+        plan.shape.clone(),
         holder,
         plan.ttl,
         deadline,
@@ -369,11 +435,7 @@ fn hold(
 
 /// Releases an attempt's entries on every node, by plain EVAL (ordering invariant 5),
 /// announcing only the nodes it gave back (see the release script).
-async fn rollback(state: Arc<ClientState>, key: Key, holder: String) {
-    let call = Call::new(
-        &RELEASE,
-        key.bytes(),
-        &[holder.as_bytes(), key.release_channel(), b"2"],
-    );
+async fn rollback(state: Arc<ClientState>, key: Shape, holder: String) {
+    let call = key.release(&holder, Notice::Rollback);
     broadcast(&state.nodes, 0..state.nodes.len(), call, SendBy::Eval).await;
 }

@@ -4,6 +4,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::acquire::Target;
 use crate::builder::Builder;
 use crate::error::Result;
 use crate::guard::LockGuard;
@@ -81,6 +82,69 @@ impl QuorumLock {
     /// [`watchdog_lease`](Builder::watchdog_lease), renewed every third of it) until released.
     pub fn lock(&self, key: impl AsRef<[u8]>) -> LockRequest<'_> {
         LockRequest::new(&self.state, key.as_ref())
+    }
+
+    /// Starts a request for several keys taken as one (a multi-key lock, Redisson's
+    /// `MultiLock` over one set of nodes): all or none, with one validity, one guard and one
+    /// fencing token for the set. The same settings as [`lock`](Self::lock) (without
+    /// [`ttl`](LockRequest::ttl), the watchdog keeps the set).
+    ///
+    /// Each node decides the whole set in one script: it says yes only if every key is free
+    /// (and then takes them all), so two requests naming overlapping sets in any order (`{a,
+    /// b}` and `{b, a}`) cannot deadlock, and a set that meets a held key is refused and
+    /// rolled back on every node, leaving no entry of its other keys. Keys are deduplicated and
+    /// sorted; one distinct key is the plain lock. A set's holder excludes every other holder
+    /// of any of its keys, alone or in another set, under the same quorum rules as one key.
+    /// Waiters listen to the release notices of every key of the set.
+    ///
+    /// Checked when the request is made to act: each key as for [`lock`](Self::lock)
+    /// ([`Error::InvalidKey`](crate::Error::InvalidKey)), at least one and at most
+    /// [`MAX_SET_KEYS`](crate::MAX_SET_KEYS) distinct keys.
+    pub fn lock_all<I, K>(&self, keys: I) -> LockRequest<'_>
+    where
+        I: IntoIterator<Item = K>,
+        K: AsRef<[u8]>,
+    {
+        let keys = keys.into_iter().map(|k| k.as_ref().to_vec()).collect();
+        LockRequest::of(&self.state, Target::Keys(keys))
+    }
+
+    /// Starts a request for one permit of the semaphore `key` of `permits` permits (Redisson's
+    /// `RPermitExpirableSemaphore`): at most `permits` holders at once, each with a guard that
+    /// behaves as a lock's (validity, extend, watchdog, loss signal, release, fencing token on
+    /// request). A crashed holder's permit frees itself at its TTL.
+    ///
+    /// On each node the permits are a sorted set at `key` (members the holder values, scores
+    /// their expiry on the node's clock); use a key that no lock uses.
+    ///
+    /// **More than one permit needs [`Quorum::All`](crate::Quorum::All).** Under a quorum of q
+    /// of N nodes, each node admits `permits` holders and each holder needs only q of them,
+    /// so up to N x permits / q clients could hold a permit at once (5 x P / 3 with a
+    /// majority of five). Such a request fails with
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) (field `permits`) before any node
+    /// is contacted, as does `permits == 0`. One permit is a mutex and works under any quorum.
+    pub fn semaphore(&self, key: impl AsRef<[u8]>, permits: u32) -> LockRequest<'_> {
+        LockRequest::of(
+            &self.state,
+            Target::Permit {
+                key: key.as_ref().to_vec(),
+                permits,
+                checked: true,
+            },
+        )
+    }
+
+    /// The semaphore request without its quorum check: the test kit's negative control.
+    #[cfg(feature = "testkit")]
+    pub(crate) fn unchecked_semaphore(&self, key: &[u8], permits: u32) -> LockRequest<'_> {
+        LockRequest::of(
+            &self.state,
+            Target::Permit {
+                key: key.to_vec(),
+                permits,
+                checked: false,
+            },
+        )
     }
 
     /// A new reentrant owner (see [`Owner`]).

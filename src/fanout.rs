@@ -10,7 +10,6 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use redis::Value;
 
 use crate::error::{Error, FailureKind, NodeFailure, Op};
-use crate::key::Key;
 use crate::node::Nodes;
 use crate::ordering::{BackgroundWork, Stragglers};
 use crate::quorum::{Decision, Tally, Vote};
@@ -68,7 +67,7 @@ impl Outcome {
 
     /// The error of a release that did not reach the quorum: the exact count, and the
     /// per-node failures.
-    pub(crate) fn not_held(&self, key: &Key) -> Error {
+    pub(crate) fn not_held(&self, key: &impl std::fmt::Display) -> Error {
         Error::NotHeld {
             key: key.to_string(),
             confirmed: self.tally.yes(),
@@ -78,7 +77,7 @@ impl Outcome {
     }
 
     /// The error of an operation that did not reach the quorum, with the per-node failures.
-    pub(crate) fn no_quorum(&self, op: Op, key: &Key) -> Error {
+    pub(crate) fn no_quorum(&self, op: Op, key: &impl std::fmt::Display) -> Error {
         Error::NoQuorum {
             op,
             key: key.to_string(),

@@ -29,7 +29,7 @@ pub struct LockGuard {
 impl std::fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockGuard")
-            .field("key", &self.lease.key)
+            .field("key", &self.lease.shape)
             .field("validity", &self.validity())
             .field("held", &self.is_held())
             .finish()
@@ -45,9 +45,17 @@ impl LockGuard {
         }
     }
 
-    /// The lock key.
+    /// The lock key; for a multi-key lock ([`QuorumLock::lock_all`](crate::QuorumLock::lock_all))
+    /// the smallest of its keys (see [`keys`](Self::keys)), for a semaphore permit
+    /// ([`QuorumLock::semaphore`](crate::QuorumLock::semaphore)) the semaphore's key.
     pub fn key(&self) -> &[u8] {
         self.lease.key.bytes()
+    }
+
+    /// Every key this guard holds: one for a lock or a semaphore permit; for a multi-key
+    /// lock, its distinct keys in byte order.
+    pub fn keys(&self) -> Vec<&[u8]> {
+        self.lease.shape.keys().iter().map(|k| k.bytes()).collect()
     }
 
     /// The random value that proves ownership on the nodes (fresh for every acquisition).
@@ -166,7 +174,7 @@ impl LockGuard {
     /// The report of a nested guard whose shared lease is no longer live.
     fn not_held(&self) -> Error {
         Error::NotHeld {
-            key: self.lease.key.to_string(),
+            key: self.lease.shape.to_string(),
             confirmed: 0,
             required: self.lease.config().required,
             failures: Vec::new(),

@@ -21,14 +21,17 @@ use crate::key::Key;
 use crate::ordering::{BackgroundWork, InFlight, Stragglers};
 use crate::quorum::{self, Decision};
 use crate::scripts::SendBy;
-use crate::scripts::{Call, EXTEND, RELEASE};
+use crate::shape::{Notice, Shape};
 use crate::state::ClientState;
 use crate::telemetry::{self, Hold, HoldEnd, LossReason, ReleasedBy, RenewalEnd, RenewedBy};
 
 pub(crate) struct Lease {
     /// The client's nodes, settings and counters.
     client: Arc<ClientState>,
+    /// The first key of what it holds (see [`Shape::primary`]).
     pub(crate) key: Key,
+    /// What it holds: one key, a set of keys, or a semaphore permit.
+    pub(crate) shape: Shape,
     pub(crate) holder: String,
     state: Mutex<State>,
     /// Cancelled once the lease can no longer be trusted: lost, or ended by release or drop.
@@ -60,7 +63,7 @@ struct State {
 impl Lease {
     pub(crate) fn new(
         client: Arc<ClientState>,
-        key: Key,
+        shape: Shape,
         holder: String,
         ttl: Duration,
         deadline: Instant,
@@ -69,7 +72,8 @@ impl Lease {
     ) -> Lease {
         Lease {
             client,
-            key,
+            key: shape.primary().clone(),
+            shape,
             holder,
             state: Mutex::new(State {
                 ttl,
@@ -137,7 +141,7 @@ impl Lease {
             self.client.counters.lost.fetch_add(1, Ordering::Relaxed);
             telemetry::lost(reason);
             self.hold.end(HoldEnd::Lost);
-            tracing::warn!(key = %self.key, "lock lost");
+            tracing::warn!(key = %self.shape, "lock lost");
         }
         self.signal.cancel();
     }
@@ -160,7 +164,7 @@ impl Lease {
 
     pub(crate) fn lost_error(&self) -> Error {
         Error::LockLost {
-            key: self.key.to_string(),
+            key: self.shape.to_string(),
         }
     }
 
@@ -202,7 +206,7 @@ impl Lease {
     /// With `repair_by` (the watchdog), the answers of the other nodes are awaited until then,
     /// and the nodes that said they lack the entry get it back.
     pub(crate) async fn renew(&self, ttl: Duration, repair_by: Option<Instant>) -> Result<()> {
-        let span = tracing::debug_span!("extend", key = %self.key, ?ttl);
+        let span = tracing::debug_span!("extend", key = %self.shape, ?ttl);
         async {
             let by = match repair_by {
                 Some(_) => RenewedBy::Watchdog,
@@ -238,8 +242,8 @@ impl Lease {
             // Invariant 2: a request that may shorten the entries cuts the deadline before it
             // is sent, never after.
             self.set_deadline(|s| s.deadline = s.deadline.min(next));
-            let mut fan = extend_call(&self.client, &self.key, &self.holder, ttl);
-            let ended = decide_extend(&mut fan, &self.key, self.deadline()).await;
+            let mut fan = extend_call(&self.client, &self.shape, &self.holder, ttl);
+            let ended = decide_extend(&mut fan, &self.shape, self.deadline()).await;
             let background = &self.client.background;
             match ended {
                 Extended::Confirmed(at) if self.confirm(ttl, next, at) => {
@@ -295,16 +299,11 @@ impl Lease {
             return;
         }
         let ms = ms.to_string();
-        let call = Call::set_if_absent(
-            "repair",
-            self.key.bytes(),
-            self.holder.as_bytes(),
-            ms.as_bytes(),
-        );
+        let call = self.shape.repair(&self.holder, &ms);
         let answers = broadcast(&self.client.nodes, nodes.iter().copied(), call, SendBy::Sha).await;
         let repaired = answers
             .iter()
-            .filter(|a| matches!(a, Ok(redis::Value::Okay)))
+            .filter(|a| a.as_ref().is_ok_and(|v| self.shape.repaired(v)))
             .count();
         if repaired > 0 {
             self.client
@@ -312,7 +311,7 @@ impl Lease {
                 .repaired
                 .fetch_add(repaired as u64, Ordering::Relaxed);
             telemetry::repaired(repaired);
-            tracing::info!(key = %self.key, repaired, "lock entry restored on nodes that had lost it");
+            tracing::info!(key = %self.shape, repaired, "lock entry restored on nodes that had lost it");
         }
     }
 
@@ -320,12 +319,13 @@ impl Lease {
     /// lease's calls in flight. Returns at quorum; when the quorum is not reached, waits for
     /// every node's answer (each bounded by the node timeout), so that the report is exact.
     pub(crate) async fn release_on_nodes(&self) -> Outcome {
-        let span = tracing::debug_span!("release", key = %self.key);
+        let span = tracing::debug_span!("release", key = %self.shape);
         async {
             let _ops = self.ops.lock().await;
             self.in_flight.settle().await;
             // Stragglers finish in the background: nothing of this lease follows.
-            let (outcome, _stragglers) = release_round(&self.client, &self.key, &self.holder).await;
+            let (outcome, _stragglers) =
+                release_round(&self.client, &self.shape, &self.holder).await;
             outcome
         }
         .instrument(span)
@@ -335,7 +335,7 @@ impl Lease {
     /// What a release by [`LockGuard::release`](crate::LockGuard::release) reports (see
     /// [`release_result`]).
     pub(crate) fn release_result(&self, outcome: &Outcome, was_lost: bool) -> Result<()> {
-        release_result(&self.client, &self.key, outcome, was_lost)
+        release_result(&self.client, &self.shape, outcome, was_lost)
     }
 }
 
@@ -362,16 +362,12 @@ pub(crate) fn extended_deadline(config: &Config, start: Instant, ttl: Duration) 
 /// lock stays gone (invariant 5). Nothing is sent until the fan-out is first polled.
 pub(crate) fn extend_call(
     client: &ClientState,
-    key: &Key,
+    shape: &Shape,
     holder: &str,
     ttl: Duration,
 ) -> FanOut<impl Future<Output = NodeAnswer> + Send + 'static> {
     let ttl_ms = ttl.as_millis().to_string();
-    let call = Call::new(
-        &EXTEND,
-        key.bytes(),
-        &[holder.as_bytes(), ttl_ms.as_bytes()],
-    );
+    let call = shape.extend(holder, &ttl_ms);
     fan_out(&client.nodes, client.config.required, call, read_flag)
 }
 
@@ -379,7 +375,7 @@ pub(crate) fn extend_call(
 /// quorum confirmed after it proves nothing, since the entries may have expired in between.
 ///
 /// Cancel safe: answers not yet counted stay pending.
-pub(crate) async fn decide_extend<F>(fan: &mut FanOut<F>, key: &Key, bound: Instant) -> Extended
+pub(crate) async fn decide_extend<F>(fan: &mut FanOut<F>, key: &Shape, bound: Instant) -> Extended
 where
     F: Future<Output = NodeAnswer> + Send + 'static,
 {
@@ -399,14 +395,10 @@ where
 /// the node timeout), so that the count is exact.
 pub(crate) async fn release_round(
     client: &ClientState,
-    key: &Key,
+    shape: &Shape,
     holder: &str,
 ) -> (Outcome, Option<Stragglers>) {
-    let call = Call::new(
-        &RELEASE,
-        key.bytes(),
-        &[holder.as_bytes(), key.release_channel(), b"1"],
-    );
+    let call = shape.release(holder, Notice::Release);
     let mut fan = fan_out(&client.nodes, client.config.required, call, read_flag);
     if fan.decide().await == Decision::Reached {
         let stragglers = fan.detach(&client.background);
@@ -421,7 +413,7 @@ pub(crate) async fn release_round(
 /// else [`Error::NotHeld`] with the exact count.
 pub(crate) fn release_result(
     client: &ClientState,
-    key: &Key,
+    key: &Shape,
     outcome: &Outcome,
     was_lost: bool,
 ) -> Result<()> {
@@ -452,7 +444,7 @@ pub struct LostSignal {
 impl std::fmt::Debug for LostSignal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LostSignal")
-            .field("key", &self.lease.key.to_string())
+            .field("key", &self.lease.shape.to_string())
             .field("fired", &self.is_fired())
             .finish()
     }

@@ -37,6 +37,8 @@
 //! - `key`: the key check, the names derived from a key, the reserved namespace.
 //! - `config`: validated settings and the checks of durations and TTLs.
 //! - `scripts`: the commands and Lua scripts run on the nodes, one call shared by all nodes.
+//! - `shape`: what an acquisition holds (one key, a set of keys, a semaphore permit) and
+//!   the calls that acquire, extend, release, repair and fence it.
 //! - `telemetry`: metrics through the `metrics` facade (empty without the feature).
 //! - `address`: node URLs, and keeping their passwords out of everything shown.
 //! - `tls` (feature): the TLS settings, checked at build, and TLS errors in plain words.
@@ -86,6 +88,7 @@ mod progress {
 }
 pub mod quorum;
 mod scripts;
+mod shape;
 mod state;
 mod telemetry;
 #[cfg(feature = "tls")]
@@ -109,6 +112,7 @@ pub use node::NodeClient;
 pub use owner::Owner;
 pub use quorum::Quorum;
 pub use request::{LockRequest, Scoped};
+pub use shape::MAX_SET_KEYS;
 pub use state::Stats;
 #[cfg(feature = "metrics")]
 pub use telemetry::describe_metrics;

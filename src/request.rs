@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::acquire::{self, LeaseMode, Spec};
+use crate::acquire::{self, LeaseMode, Spec, Target};
 use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::lease::LostSignal;
@@ -32,7 +32,11 @@ impl<T> Scoped<T> {
     }
 }
 
-/// A request for one lock, with settings that override the client's defaults.
+/// A request for a lock (one key, a set of keys with [`QuorumLock::lock_all`], or a semaphore
+/// permit with [`QuorumLock::semaphore`]), with settings that override the client's defaults.
+///
+/// [`QuorumLock::lock_all`]: crate::QuorumLock::lock_all
+/// [`QuorumLock::semaphore`]: crate::QuorumLock::semaphore
 #[must_use]
 pub struct LockRequest<'a> {
     state: &'a Arc<ClientState>,
@@ -43,7 +47,7 @@ impl std::fmt::Debug for LockRequest<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let spec = &self.spec;
         f.debug_struct("LockRequest")
-            .field("key", &String::from_utf8_lossy(&spec.key))
+            .field("key", &spec.target)
             .field("lease", &spec.lease)
             .field("max_hold", &spec.max_hold)
             .field("wait", &spec.wait)
@@ -55,10 +59,15 @@ impl std::fmt::Debug for LockRequest<'_> {
 
 impl<'a> LockRequest<'a> {
     pub(crate) fn new(state: &'a Arc<ClientState>, key: &[u8]) -> LockRequest<'a> {
+        LockRequest::of(state, Target::Key(key.to_vec()))
+    }
+
+    /// A request for `target` with the client's defaults.
+    pub(crate) fn of(state: &'a Arc<ClientState>, target: Target) -> LockRequest<'a> {
         LockRequest {
             state,
             spec: Spec {
-                key: key.to_vec(),
+                target,
                 lease: LeaseMode::Watchdog(None),
                 max_hold: None,
                 wait: None,

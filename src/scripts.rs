@@ -271,8 +271,270 @@ return 0
 "#,
 );
 
+/// Multi-key acquire, on one node: the whole set in one atomic step, so that two sets that
+/// overlap (`{a, b}` against `{b, a}`) are decided by each node at once and cannot deadlock.
+/// Says yes only if every key is absent or already this holder's (a re-send after a dropped
+/// connection, ordering invariant 6), and then sets the absent ones; an own key keeps the TTL
+/// the first request gave it (set after the attempt's start).
+///
+/// KEYS the lock keys (sorted, distinct). ARGV[1] holder value, ARGV[2] TTL in ms.
+///
+/// Returns 1 when every key is now this holder's, 0 (changing nothing) when another holder
+/// has any of them.
+pub(crate) static SET_ACQUIRE: LockScript = LockScript::new(
+    "acquire",
+    r#"
+for _, k in ipairs(KEYS) do
+  local v = redis.call('get', k)
+  if v and v ~= ARGV[1] then
+    return 0
+  end
+end
+for _, k in ipairs(KEYS) do
+  redis.call('set', k, ARGV[1], 'NX', 'PX', ARGV[2])
+end
+return 1
+"#,
+);
+
+/// Multi-key extend, on one node: only where every key is still this holder's, and then
+/// PEXPIRE all of them; otherwise changes nothing. Never creates a key.
+///
+/// KEYS the lock keys. ARGV[1] holder value, ARGV[2] new TTL in ms. Returns 1 or 0.
+pub(crate) static SET_EXTEND: LockScript = LockScript::new(
+    "extend",
+    r#"
+for _, k in ipairs(KEYS) do
+  if redis.call('get', k) ~= ARGV[1] then
+    return 0
+  end
+end
+for _, k in ipairs(KEYS) do
+  redis.call('pexpire', k, ARGV[2])
+end
+return 1
+"#,
+);
+
+/// Multi-key release (and rollback), on one node: deletes the keys this holder holds and
+/// announces each freed key on its own release channel, as [`RELEASE`] does for one key
+/// (mode "1" wherever the key is now free, mode "2" only where this call deleted it), so that
+/// a waiter on any one key of the set wakes.
+///
+/// KEYS the lock keys. ARGV[1] holder value, ARGV[2] the notice mode, ARGV[2 + i] the release
+/// channel of KEYS[i].
+///
+/// Returns 1 when every key was this holder's (all deleted), else 0.
+pub(crate) static SET_RELEASE: LockScript = LockScript::new(
+    "release",
+    r#"
+local all = 1
+local digest = redis.sha1hex(ARGV[1])
+for i, k in ipairs(KEYS) do
+  local held = redis.call('get', k) == ARGV[1]
+  if held then
+    redis.call('del', k)
+  else
+    all = 0
+  end
+  if held or (ARGV[2] == '1' and redis.call('exists', k) == 0) then
+    redis.call('publish', ARGV[i + 2], digest)
+  end
+end
+return all
+"#,
+);
+
+/// Multi-key repair, on one node, right after a quorum confirmed a renewal: puts back the
+/// missing keys (`SET NX PX remaining-validity`) only if no key of the set is held by another
+/// holder, and raises this holder's remaining keys to the same TTL (never lowering one), so
+/// that the node supports the whole set until the deadline again.
+///
+/// KEYS the lock keys. ARGV[1] holder value, ARGV[2] the remaining validity in ms.
+///
+/// Returns 1 when it put back at least one key, else 0.
+pub(crate) static SET_REPAIR: LockScript = LockScript::new(
+    "repair",
+    r#"
+for _, k in ipairs(KEYS) do
+  local v = redis.call('get', k)
+  if v and v ~= ARGV[1] then
+    return 0
+  end
+end
+local ms = tonumber(ARGV[2])
+local put = 0
+for _, k in ipairs(KEYS) do
+  if redis.call('set', k, ARGV[1], 'NX', 'PX', ms) then
+    put = 1
+  elseif redis.call('pttl', k) < ms then
+    redis.call('pexpire', k, ms)
+  end
+end
+return put
+"#,
+);
+
+/// Fencing increment of a set, on one node: increments every key's counter and returns the
+/// largest new value.
+///
+/// KEYS the fencing counters. Returns the largest value.
+pub(crate) static SET_FENCE_INCR: LockScript = LockScript::new(
+    "fence-incr",
+    r#"
+local m = 0
+for _, k in ipairs(KEYS) do
+  local v = redis.call('incr', k)
+  if v > m then
+    m = v
+  end
+end
+return m
+"#,
+);
+
+/// Fencing write-back of a set, on one node: [`FENCE_MAX`] for every counter of the set.
+///
+/// KEYS the fencing counters. ARGV[1] token. Returns 1.
+pub(crate) static SET_FENCE_MAX: LockScript = LockScript::new(
+    "fence-max",
+    r#"
+local t = tonumber(ARGV[1])
+for _, k in ipairs(KEYS) do
+  if tonumber(redis.call('get', k) or '0') < t then
+    redis.call('set', k, ARGV[1])
+  end
+end
+return 1
+"#,
+);
+
+/// The opening of every permit script: the node's own time in ms (`TIME`, so scripts are
+/// replicated by effects: explicit on Redis 6.2, always so from 7), the expired permits purged
+/// first (a permit whose expiry is at or before now is gone), and a helper that keeps the
+/// key's own expiry at its latest member's, so that nothing lingers.
+macro_rules! permits_prelude {
+    () => {
+        r#"
+if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('zremrangebyscore', KEYS[1], '-inf', now)
+local function expire_at_latest()
+  local last = redis.call('zrange', KEYS[1], -1, -1, 'WITHSCORES')
+  if last[2] then
+    redis.call('pexpireat', KEYS[1], last[2])
+  end
+end
+"#
+    };
+}
+
+/// Takes a permit, on one node. The permits of a semaphore are a sorted set: member the
+/// holder value, score its expiry in the node's milliseconds. Yes when this holder is already
+/// a live member (a re-send: its expiry is kept) or fewer than P members are live.
+///
+/// KEYS[1] the semaphore key. ARGV[1] holder value, ARGV[2] TTL in ms, ARGV[3] P.
+/// Returns 1 or 0.
+pub(crate) static PERMIT_ACQUIRE: LockScript = LockScript::new(
+    "acquire",
+    concat!(
+        permits_prelude!(),
+        r#"
+if redis.call('zscore', KEYS[1], ARGV[1]) then
+  return 1
+end
+if redis.call('zcard', KEYS[1]) < tonumber(ARGV[3]) then
+  redis.call('zadd', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+  expire_at_latest()
+  return 1
+end
+return 0
+"#
+    ),
+);
+
+/// Extends a permit, on one node: only a live member is extended (`ZADD XX`), never re-added.
+///
+/// KEYS[1] the semaphore key. ARGV[1] holder value, ARGV[2] new TTL in ms. Returns 1 or 0.
+pub(crate) static PERMIT_EXTEND: LockScript = LockScript::new(
+    "extend",
+    concat!(
+        permits_prelude!(),
+        r#"
+if not redis.call('zscore', KEYS[1], ARGV[1]) then
+  return 0
+end
+redis.call('zadd', KEYS[1], 'XX', now + tonumber(ARGV[2]), ARGV[1])
+expire_at_latest()
+return 1
+"#
+    ),
+);
+
+/// Releases a permit (and rolls back a failed attempt), on one node: `ZREM`, then the release
+/// notice as [`RELEASE`] sends it: mode "1" wherever a permit is now free, mode "2" only where
+/// this call removed the member.
+///
+/// KEYS[1] the semaphore key. ARGV[1] holder value, ARGV[2] release channel, ARGV[3] the
+/// notice mode, ARGV[4] P. Returns 1 when the holder had a live permit there, else 0.
+pub(crate) static PERMIT_RELEASE: LockScript = LockScript::new(
+    "release",
+    concat!(
+        permits_prelude!(),
+        r#"
+local held = redis.call('zrem', KEYS[1], ARGV[1]) == 1
+expire_at_latest()
+if held or (ARGV[3] == '1' and redis.call('zcard', KEYS[1]) < tonumber(ARGV[4])) then
+  redis.call('publish', ARGV[2], redis.sha1hex(ARGV[1]))
+end
+if held then
+  return 1
+end
+return 0
+"#
+    ),
+);
+
+/// Repairs a permit, on one node, right after a quorum confirmed a renewal: adds the member
+/// back for the remaining validity only if it is absent and a permit is free.
+///
+/// KEYS[1] the semaphore key. ARGV[1] holder value, ARGV[2] remaining validity in ms,
+/// ARGV[3] P. Returns 1 when it put the permit back, else 0.
+pub(crate) static PERMIT_REPAIR: LockScript = LockScript::new(
+    "repair",
+    concat!(
+        permits_prelude!(),
+        r#"
+if redis.call('zscore', KEYS[1], ARGV[1]) then
+  return 0
+end
+if redis.call('zcard', KEYS[1]) < tonumber(ARGV[3]) then
+  redis.call('zadd', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+  expire_at_latest()
+  return 1
+end
+return 0
+"#
+    ),
+);
+
 /// Every script, for loading on connect.
-pub(crate) static ALL_SCRIPTS: [&LockScript; 3] = [&FENCE_MAX, &RELEASE, &EXTEND];
+pub(crate) static ALL_SCRIPTS: [&LockScript; 13] = [
+    &FENCE_MAX,
+    &RELEASE,
+    &EXTEND,
+    &SET_ACQUIRE,
+    &SET_EXTEND,
+    &SET_RELEASE,
+    &SET_REPAIR,
+    &SET_FENCE_INCR,
+    &SET_FENCE_MAX,
+    &PERMIT_ACQUIRE,
+    &PERMIT_EXTEND,
+    &PERMIT_RELEASE,
+    &PERMIT_REPAIR,
+];
 
 /// How a script call is sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

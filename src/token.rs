@@ -16,6 +16,7 @@ use crate::lease::{
     decide_extend, extend_call, extended_deadline, release_result, release_round, Extended,
 };
 use crate::ordering::Stragglers;
+use crate::shape::Shape;
 use crate::state::ClientState;
 use crate::telemetry::{self, RenewalEnd, RenewedBy};
 
@@ -65,7 +66,7 @@ pub(crate) async fn extend(
     token: &str,
     ttl: Duration,
 ) -> Result<Duration> {
-    let key = Key::new(key)?;
+    let key = Shape::Single(Key::new(key)?);
     check_token(token)?;
     let ttl = client.config.check_ttl(ttl)?;
     let span = tracing::debug_span!("extend", key = %key, ?ttl, by = "token");
@@ -105,7 +106,7 @@ pub(crate) async fn extend(
 
 /// [`QuorumLock::release_token`](crate::QuorumLock::release_token).
 pub(crate) async fn release(client: &ClientState, key: &[u8], token: &str) -> Result<()> {
-    let key = Key::new(key)?;
+    let key = Shape::Single(Key::new(key)?);
     check_token(token)?;
     let span = tracing::debug_span!("release", key = %key, by = "token");
     async {

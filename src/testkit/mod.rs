@@ -56,6 +56,19 @@ pub fn unchecked_quorum(builder: crate::Builder, k: usize) -> crate::Builder {
     builder.unchecked_quorum(k)
 }
 
+/// **Unsafe, for negative tests only**: a semaphore request of `permits` permits without
+/// the check that more than one permit needs [`Quorum::All`](crate::Quorum::All). Under a
+/// majority of five nodes, up to 5 x `permits` / 3 clients can then hold a permit at once;
+/// the lock family's tests use it to show that. Not a client method, so that production code
+/// cannot reach it by autocompletion.
+pub fn unchecked_semaphore(
+    locks: &crate::QuorumLock,
+    key: impl AsRef<[u8]>,
+    permits: u32,
+) -> crate::LockRequest<'_> {
+    locks.unchecked_semaphore(key.as_ref(), permits)
+}
+
 /// What a node keeps across a restart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]

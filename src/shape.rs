@@ -1,0 +1,293 @@
+//! What one acquisition holds on the nodes (docs/DESIGN.md, "Lock family"): one key (the
+//! mutex), a set of keys taken as one (multi-key lock), or a permit of a semaphore; and for
+//! each, the calls that acquire, extend, release, repair and fence it, and how to read their
+//! answers. The acquire path, the lease, the watchdog and the waiters are written once
+//! against it, so every primitive keeps the same ordering rules and guard semantics.
+
+use std::fmt;
+use std::sync::Arc;
+
+use redis::Value;
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::fanout::{read_acquire, read_counter, read_flag, Answer};
+use crate::key::Key;
+use crate::scripts::{
+    Call, EXTEND, FENCE_MAX, PERMIT_ACQUIRE, PERMIT_EXTEND, PERMIT_RELEASE, PERMIT_REPAIR, RELEASE,
+    SET_ACQUIRE, SET_EXTEND, SET_FENCE_INCR, SET_FENCE_MAX, SET_RELEASE, SET_REPAIR,
+};
+
+/// The most keys a multi-key lock may take at once (every key travels in each request).
+pub const MAX_SET_KEYS: usize = 64;
+
+/// How a node's answer to an acquire is read.
+pub(crate) type Reader = fn(&Value) -> Option<Answer>;
+
+/// What one acquisition holds.
+#[derive(Clone)]
+pub(crate) enum Shape {
+    /// One key: the mutex. Its calls are the native `SET NX PX` and the original scripts.
+    Single(Key),
+    /// Several keys taken as one (sorted, distinct, at least two): one script per node for
+    /// the whole set.
+    Set(Arc<[Key]>),
+    /// One permit of a semaphore of `permits` on `key` (a sorted set on each node).
+    Permit { key: Key, permits: u32 },
+}
+
+/// Who a release's notices are for (see the release scripts).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Notice {
+    /// A release: announce wherever the key (or a permit) is now free.
+    Release,
+    /// A failed attempt's rollback: announce only where it gave something back.
+    Rollback,
+}
+
+impl Notice {
+    fn arg(self) -> &'static [u8] {
+        match self {
+            Notice::Release => b"1",
+            Notice::Rollback => b"2",
+        }
+    }
+}
+
+impl Shape {
+    /// A set of keys taken as one: checked one by one ([`Key::new`]), deduplicated and
+    /// sorted (the order a caller names them in does not matter); a set of one key is the
+    /// mutex itself.
+    pub(crate) fn set(keys: &[Vec<u8>]) -> Result<Shape> {
+        let invalid = |reason: String| Err(Error::InvalidKey { reason });
+        if keys.is_empty() {
+            return invalid("a multi-key lock needs at least one key".into());
+        }
+        let mut checked = keys
+            .iter()
+            .map(|k| Key::new(k))
+            .collect::<Result<Vec<Key>>>()?;
+        checked.sort_by(|a, b| a.bytes().cmp(b.bytes()));
+        checked.dedup();
+        if checked.len() > MAX_SET_KEYS {
+            return invalid(format!(
+                "{} distinct keys, more than the {MAX_SET_KEYS} a multi-key lock may take",
+                checked.len()
+            ));
+        }
+        if checked.len() == 1 {
+            return Ok(Shape::Single(checked.remove(0)));
+        }
+        Ok(Shape::Set(checked.into()))
+    }
+
+    /// A permit of a semaphore of `permits`. More than one permit needs [`Quorum::All`]
+    /// (docs/DESIGN.md, "Lock family"), unless `checked` is false (the test kit's negative
+    /// control).
+    ///
+    /// [`Quorum::All`]: crate::Quorum::All
+    pub(crate) fn permit(
+        key: &[u8],
+        permits: u32,
+        config: &Config,
+        nodes: usize,
+        checked: bool,
+    ) -> Result<Shape> {
+        let key = Key::new(key)?;
+        if permits == 0 {
+            return Err(Error::InvalidConfig {
+                field: "permits",
+                reason: "a semaphore needs at least one permit".into(),
+            });
+        }
+        let q = config.required;
+        if checked && permits > 1 && q < nodes {
+            let most = (nodes as u64 * u64::from(permits)) / q as u64;
+            return Err(Error::InvalidConfig {
+                field: "permits",
+                reason: format!(
+                    "a semaphore of {permits} permits needs Quorum::All: with a quorum of {q} \
+                     of {nodes} nodes, each node admits {permits} holders and each holder \
+                     needs {q} nodes, so up to {nodes} x {permits} / {q} = {most} clients can \
+                     hold a permit at once (the quorums of different holders need not \
+                     intersect in a node that counts them all); one permit is a mutex and \
+                     works under any quorum"
+                ),
+            });
+        }
+        Ok(Shape::Permit { key, permits })
+    }
+
+    /// The first key (the semaphore's key; the smallest key of a set): what logs, reentrant
+    /// owners and [`LockGuard::key`](crate::LockGuard::key) name.
+    pub(crate) fn primary(&self) -> &Key {
+        match self {
+            Shape::Single(key) | Shape::Permit { key, .. } => key,
+            Shape::Set(keys) => &keys[0],
+        }
+    }
+
+    /// Every key held, in order.
+    pub(crate) fn keys(&self) -> &[Key] {
+        match self {
+            Shape::Single(key) | Shape::Permit { key, .. } => std::slice::from_ref(key),
+            Shape::Set(keys) => keys,
+        }
+    }
+
+    fn key_bytes(&self) -> Vec<&[u8]> {
+        self.keys().iter().map(Key::bytes).collect()
+    }
+
+    fn counters(&self) -> Vec<Vec<u8>> {
+        self.keys().iter().map(Key::fence_key).collect()
+    }
+
+    /// The acquire of one attempt, and how to read its answers.
+    pub(crate) fn acquire(&self, holder: &str, ttl_ms: &str) -> (Call, Reader) {
+        let (h, ttl) = (holder.as_bytes(), ttl_ms.as_bytes());
+        match self {
+            Shape::Single(key) => (
+                Call::set_if_absent("acquire", key.bytes(), h, ttl),
+                read_acquire,
+            ),
+            Shape::Set(_) => (
+                Call::with_keys(&SET_ACQUIRE, &self.key_bytes(), &[h, ttl]),
+                read_flag,
+            ),
+            Shape::Permit { key, permits } => {
+                let p = permits.to_string();
+                (
+                    Call::new(&PERMIT_ACQUIRE, key.bytes(), &[h, ttl, p.as_bytes()]),
+                    read_flag,
+                )
+            }
+        }
+    }
+
+    /// Compare-and-extend: acts only where this holder holds everything; answers 1 / 0.
+    pub(crate) fn extend(&self, holder: &str, ttl_ms: &str) -> Call {
+        let argv: [&[u8]; 2] = [holder.as_bytes(), ttl_ms.as_bytes()];
+        match self {
+            Shape::Single(key) => Call::new(&EXTEND, key.bytes(), &argv),
+            Shape::Set(_) => Call::with_keys(&SET_EXTEND, &self.key_bytes(), &argv),
+            Shape::Permit { key, .. } => Call::new(&PERMIT_EXTEND, key.bytes(), &argv),
+        }
+    }
+
+    /// Compare-and-delete with release notices; answers 1 / 0.
+    pub(crate) fn release(&self, holder: &str, notice: Notice) -> Call {
+        let h = holder.as_bytes();
+        match self {
+            Shape::Single(key) => Call::new(
+                &RELEASE,
+                key.bytes(),
+                &[h, key.release_channel(), notice.arg()],
+            ),
+            Shape::Set(keys) => {
+                let mut argv = vec![h, notice.arg()];
+                argv.extend(keys.iter().map(Key::release_channel));
+                Call::with_keys(&SET_RELEASE, &self.key_bytes(), &argv)
+            }
+            Shape::Permit { key, permits } => {
+                let p = permits.to_string();
+                Call::new(
+                    &PERMIT_RELEASE,
+                    key.bytes(),
+                    &[h, key.release_channel(), notice.arg(), p.as_bytes()],
+                )
+            }
+        }
+    }
+
+    /// Puts back what a node lacks, set-if-absent, for `ms` (the remaining validity).
+    pub(crate) fn repair(&self, holder: &str, ms: &str) -> Call {
+        let (h, ms) = (holder.as_bytes(), ms.as_bytes());
+        match self {
+            Shape::Single(key) => Call::set_if_absent("repair", key.bytes(), h, ms),
+            Shape::Set(_) => Call::with_keys(&SET_REPAIR, &self.key_bytes(), &[h, ms]),
+            Shape::Permit { key, permits } => {
+                let p = permits.to_string();
+                Call::new(&PERMIT_REPAIR, key.bytes(), &[h, ms, p.as_bytes()])
+            }
+        }
+    }
+
+    /// Whether a repair's answer says it put an entry back.
+    pub(crate) fn repaired(&self, answer: &Value) -> bool {
+        match self {
+            Shape::Single(_) => matches!(answer, Value::Okay),
+            _ => matches!(answer, Value::Int(1)),
+        }
+    }
+
+    /// The fencing increment (after the quorum), read with [`read_counter`]: one counter's
+    /// `INCR`, or a set's counters all incremented, answering the largest.
+    pub(crate) fn fence_increment(&self) -> (Call, Reader) {
+        let call = match self {
+            Shape::Set(_) => {
+                let counters = self.counters();
+                let refs: Vec<&[u8]> = counters.iter().map(Vec::as_slice).collect();
+                Call::with_keys(&SET_FENCE_INCR, &refs, &[])
+            }
+            _ => Call::increment(&self.primary().fence_key()),
+        };
+        (call, read_counter)
+    }
+
+    /// The fencing write-back: every counter raised to `token` (never lowered).
+    pub(crate) fn fence_write(&self, token: &str) -> Call {
+        let counters = self.counters();
+        let refs: Vec<&[u8]> = counters.iter().map(Vec::as_slice).collect();
+        match self {
+            Shape::Set(_) => Call::with_keys(&SET_FENCE_MAX, &refs, &[token.as_bytes()]),
+            _ => Call::new(&FENCE_MAX, refs[0], &[token.as_bytes()]),
+        }
+    }
+}
+
+impl fmt::Display for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Shape::Single(key) => write!(f, "{key}"),
+            Shape::Set(keys) => {
+                f.write_str("{")?;
+                for (i, key) in keys.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{key}")?;
+                }
+                f.write_str("}")
+            }
+            Shape::Permit { key, permits } => write!(f, "{key} (1 of {permits} permits)"),
+        }
+    }
+}
+
+impl fmt::Debug for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sets_are_sorted_deduplicated_and_checked() {
+        let set = Shape::set(&[b"b".to_vec(), b"a".to_vec(), b"b".to_vec()]).unwrap();
+        assert_eq!(set.to_string(), "{a, b}");
+        assert!(matches!(set, Shape::Set(_)));
+        assert!(matches!(
+            Shape::set(&[b"a".to_vec(), b"a".to_vec()]).unwrap(),
+            Shape::Single(_)
+        ));
+        assert!(Shape::set(&[]).is_err());
+        assert!(Shape::set(&[b"a".to_vec(), b"quorum-lock:x".to_vec()]).is_err());
+        let many: Vec<Vec<u8>> = (0..=MAX_SET_KEYS).map(|i| i.to_string().into()).collect();
+        assert!(matches!(Shape::set(&many), Err(Error::InvalidKey { .. })));
+        assert!(Shape::set(&many[..MAX_SET_KEYS]).is_ok());
+    }
+}
