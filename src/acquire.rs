@@ -231,12 +231,19 @@ async fn wait_loop(state: &Arc<ClientState>, plan: &Plan<'_>) -> Result<LockGuar
             }));
         }
         if error.is_none() {
-            let mut subscribed = false;
-            for waiter in &mut waiters {
-                subscribed |= waiter.subscribe().await;
-            }
-            if subscribed {
-                continue;
+            // Every key's channel at once (each subscription waits at most the node timeout
+            // for its nodes), and never past the wait's end.
+            let subscribing = futures::future::join_all(waiters.iter_mut().map(|w| w.subscribe()));
+            match tokio::time::timeout_at(deadline, subscribing).await {
+                Ok(subscribed) if subscribed.contains(&true) => continue,
+                Ok(_) => {}
+                Err(_) => {
+                    return Err(Error::WaitTimeout {
+                        key: plan.shape.to_string(),
+                        waited: start.elapsed(),
+                        attempts,
+                    })
+                }
             }
         }
         let pause = backoff.pause(error.is_none(), hint, rand::random());

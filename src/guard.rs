@@ -62,7 +62,8 @@ impl LockGuard {
     /// Anyone who knows it can extend or release the lock
     /// ([`QuorumLock::extend_token`](crate::QuorumLock::extend_token),
     /// [`release_token`](crate::QuorumLock::release_token)): hand it only to whom should, and
-    /// do not publish it.
+    /// do not publish it. The calls by token act on a single key's lock, not on a multi-key
+    /// lock or a semaphore permit (see [`into_token`](Self::into_token)).
     pub fn holder(&self) -> &str {
         &self.lease.holder
     }
@@ -163,12 +164,20 @@ impl LockGuard {
     /// Unlike `std::mem::forget`, this frees the guard's state and ends its hold in the
     /// metrics. A nested guard of a reentrant owner only gives up its hold; the lock is let go
     /// with the last one.
-    pub fn into_token(mut self) -> String {
+    ///
+    /// # Errors
+    /// The guard itself, unchanged, for a multi-key lock or a semaphore permit: the calls by
+    /// token act on one key's mutex entry, so a set's token would extend or release one of
+    /// its keys only, and a permit's none.
+    pub fn into_token(mut self) -> std::result::Result<String, LockGuard> {
+        if !matches!(self.lease.shape, crate::shape::Shape::Single(_)) {
+            return Err(self);
+        }
         let holder = self.lease.holder.clone();
         if self.let_go() {
             self.lease.end();
         }
-        holder
+        Ok(holder)
     }
 
     /// The report of a nested guard whose shared lease is no longer live.

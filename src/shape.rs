@@ -250,16 +250,13 @@ impl fmt::Display for Shape {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Shape::Single(key) => write!(f, "{key}"),
-            Shape::Set(keys) => {
-                f.write_str("{")?;
-                for (i, key) in keys.iter().enumerate() {
-                    if i > 0 {
-                        f.write_str(", ")?;
-                    }
-                    write!(f, "{key}")?;
-                }
-                f.write_str("}")
-            }
+            // The first key and how many more: a set may hold 64 keys of 64 KiB each, too much
+            // for every log line and error.
+            Shape::Set(keys) => match keys.split_first() {
+                Some((first, [])) => write!(f, "{{{first}}}"),
+                Some((first, rest)) => write!(f, "{{{first} and {} more}}", rest.len()),
+                None => f.write_str("{}"),
+            },
             Shape::Permit { key, permits } => write!(f, "{key} (1 of {permits} permits)"),
         }
     }

@@ -134,7 +134,8 @@ pub async fn acquire(settings: &Settings, args: &AcquireArgs) -> Result<u8, Fail
         return Err(failure);
     }
     // Dropping the guard would release the lock; the script owns it now.
-    let _token = guard.into_token();
+    // A single key's lock: never refused.
+    let _ = guard.into_token();
     // The acquire returned at quorum; its requests to the slower nodes finish in the
     // background, so that the entry lands on every reachable node: wait for them.
     client.finish_background().await;

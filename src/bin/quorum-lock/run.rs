@@ -243,7 +243,8 @@ async fn keep_until(guard: LockGuard, until: Instant, key: &str) {
     }
     if guard.extend(remaining).await.is_ok() {
         // Releasing (or dropping) would end the lock now; the entries end at `until`.
-        let _token = guard.into_token();
+        // A single key's lock: never refused.
+        let _ = guard.into_token();
         return;
     }
     tokio::time::sleep_until(until).await;
