@@ -800,7 +800,9 @@ async fn into_token_gives_back_the_guard_of_a_set_or_a_permit() {
         .await
         .unwrap()
         .expect("a free permit");
-    let permit = permit.into_token().expect_err("a permit has no token calls");
+    let permit = permit
+        .into_token()
+        .expect_err("a permit has no token calls");
     assert!(permit.is_held());
     set.release().await.unwrap();
     permit.release().await.unwrap();
