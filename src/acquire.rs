@@ -46,6 +46,10 @@ pub(crate) enum Target {
         permits: u32,
         checked: bool,
     },
+    /// A read lock of the read-write lock on a key.
+    Read(Vec<u8>),
+    /// The write lock of the read-write lock on a key.
+    Write(Vec<u8>),
 }
 
 // Keys shown as lossy UTF-8, as a lock request always showed its key.
@@ -63,6 +67,8 @@ impl std::fmt::Debug for Target {
                 .field("key", &lossy(key))
                 .field("permits", permits)
                 .finish(),
+            Target::Read(key) => f.debug_tuple("Read").field(&lossy(key)).finish(),
+            Target::Write(key) => f.debug_tuple("Write").field(&lossy(key)).finish(),
         }
     }
 }
@@ -98,7 +104,12 @@ enum Miss {
 
 /// One attempt: `Ok(None)` when another holder has the lock.
 pub(crate) async fn once(state: &Arc<ClientState>, spec: Spec<'_>) -> Result<Option<LockGuard>> {
-    let plan = plan(state, spec)?;
+    let mut plan = plan(state, spec)?;
+    // A single attempt does not wait, so it leaves no pending-writer mark behind to keep
+    // readers out.
+    if let Shape::Write { waiter, .. } = &mut plan.shape {
+        *waiter = None;
+    }
     let span = tracing::debug_span!("acquire", key = %plan.shape, ttl = ?plan.ttl);
     let started = Started::now();
     let result = async {
@@ -130,6 +141,14 @@ pub(crate) async fn waiting(state: &Arc<ClientState>, spec: Spec<'_>) -> Result<
         tracing::debug_span!("acquire", key = %plan.shape, ttl = ?plan.ttl, wait = ?plan.wait);
     let started = Started::now();
     let result = wait_loop(state, &plan).instrument(span).await;
+    // A writer that gives up takes back its pending mark, so that readers need not wait for
+    // it to expire (a cancelled request leaves it to expire, within the TTL).
+    if let (Err(_), Some(call)) = (&result, plan.shape.withdraw()) {
+        let nodes = state.clone();
+        write_now_finish_later(&state.background, async move {
+            broadcast(&nodes.nodes, 0..nodes.nodes.len(), call, SendBy::Eval).await;
+        });
+    }
     let end = match &result {
         Ok(_) => AcquireEnd::Acquired,
         Err(Error::WaitTimeout { .. }) => AcquireEnd::Timeout,
@@ -150,7 +169,21 @@ fn plan<'a>(state: &ClientState, spec: Spec<'a>) -> Result<Plan<'a>> {
             permits,
             checked,
         } => Shape::permit(key, *permits, config, state.nodes.len(), *checked)?,
+        Target::Read(key) => Shape::Read(Key::new(key)?),
+        // The request's id, the value of its pending-writer mark: one for all its attempts
+        // (each attempt has its own holder value), so that the mark outlives the rollback of
+        // a refused attempt and stops new readers until the writer gets in or gives up.
+        Target::Write(key) => Shape::Write {
+            key: Key::new(key)?,
+            waiter: Some(uuid::Uuid::new_v4().simple().to_string().into()),
+        },
     };
+    // Read-write guards are not reentrant: only an `Owner` sets one, and its requests are
+    // for one key's mutex. A nested read or write would share a lease of the wrong kind.
+    debug_assert!(
+        spec.owner.is_none() || matches!(shape, Shape::Single(_)),
+        "an owner's request is for one key's mutex"
+    );
     let (ttl, watchdog) = match spec.lease {
         LeaseMode::Fixed(ttl) => (ttl, false),
         LeaseMode::Watchdog(lease) => (lease.unwrap_or(config.watchdog_lease), true),

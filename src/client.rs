@@ -134,6 +134,52 @@ impl QuorumLock {
         )
     }
 
+    /// Starts a request for a read lock of the read-write lock `key`: any number of readers
+    /// hold at once, and none while a writer holds ([`write_lock`](Self::write_lock)). The
+    /// same settings and guard as [`lock`](Self::lock) (without [`ttl`](LockRequest::ttl),
+    /// the watchdog keeps it); each reader has its own lease, so a crashed reader's hold
+    /// frees itself at its TTL without touching the others.
+    ///
+    /// **Writers are preferred**: a writer waiting behind readers leaves a pending mark that
+    /// stops new readers (those already holding keep their hold), so a stream of readers
+    /// cannot starve it. A reader waiting on a writer, or on a writer's mark, is woken by its
+    /// release. A reader that asks for another read lock on the same key while a writer
+    /// waits therefore waits behind that writer, which waits for the first read lock: take
+    /// one read lock per key and task.
+    ///
+    /// Not reentrant, and there is no upgrade: a reader asking for the write lock of the same
+    /// key contends like any writer and waits for its own read lock, until its wait ends
+    /// (two readers upgrading at once would each wait for the other for ever). Nor is there a
+    /// downgrade: release the write lock, then take a read lock; another writer may come in
+    /// between.
+    ///
+    /// On each node the readers are a sorted set at `quorum-lock:readers:K` (members the
+    /// holder values, scores their expiry on the node's clock), the writer is the holder
+    /// value at `K` itself and the pending mark is at `quorum-lock:writer-waiting:K`: use a
+    /// key that no mutex, multi-key lock or semaphore uses. Readers and writers share the
+    /// key's fencing counter ([`fencing`](LockRequest::fencing)): a writer's token exceeds
+    /// every earlier holder's, reader or writer. Works under any quorum: any read quorum and
+    /// any write quorum share a node, where a reader and a writer never coexist.
+    ///
+    /// The key is checked as for [`lock`](Self::lock) when the request is made to act.
+    pub fn read_lock(&self, key: impl AsRef<[u8]>) -> LockRequest<'_> {
+        LockRequest::of(&self.state, Target::Read(key.as_ref().to_vec()))
+    }
+
+    /// Starts a request for the write lock of the read-write lock `key`: one writer at a
+    /// time, and only while no reader holds. See [`read_lock`](Self::read_lock) for the
+    /// layout on the nodes, writer preference, fencing and what is not offered (reentrancy,
+    /// upgrade, downgrade).
+    ///
+    /// A waiting request ([`acquire`](LockRequest::acquire)) refused because of readers sets
+    /// the pending mark (for its TTL, refreshed by each attempt) that stops new readers; the
+    /// mark goes with the write lock's release, or when the request gives up (its wait ends
+    /// or it fails); a cancelled request's mark expires at its TTL. A single attempt
+    /// ([`try_acquire`](LockRequest::try_acquire)) sets no mark.
+    pub fn write_lock(&self, key: impl AsRef<[u8]>) -> LockRequest<'_> {
+        LockRequest::of(&self.state, Target::Write(key.as_ref().to_vec()))
+    }
+
     /// The semaphore request without its quorum check: the test kit's negative control.
     #[cfg(feature = "testkit")]
     pub(crate) fn unchecked_semaphore(&self, key: &[u8], permits: u32) -> LockRequest<'_> {

@@ -18,6 +18,8 @@ pub const RESERVED_PREFIX: &str = "quorum-lock:";
 
 const FENCE_PREFIX: &[u8] = b"quorum-lock:fence:";
 const RELEASED_PREFIX: &[u8] = b"quorum-lock:released:";
+const READERS_PREFIX: &[u8] = b"quorum-lock:readers:";
+const WRITER_WAITING_PREFIX: &[u8] = b"quorum-lock:writer-waiting:";
 
 /// A checked lock key: its bytes and its release channel, made once and shared by the
 /// acquisition's lease, requests and logs. Shown as lossy UTF-8.
@@ -62,6 +64,16 @@ impl Key {
     /// The key of this key's fencing counter.
     pub(crate) fn fence_key(&self) -> Vec<u8> {
         prefixed(FENCE_PREFIX, &self.bytes)
+    }
+
+    /// The sorted set of a read-write lock's readers on this key.
+    pub(crate) fn readers_key(&self) -> Vec<u8> {
+        prefixed(READERS_PREFIX, &self.bytes)
+    }
+
+    /// The pending-writer mark of a read-write lock on this key.
+    pub(crate) fn writer_waiting_key(&self) -> Vec<u8> {
+        prefixed(WRITER_WAITING_PREFIX, &self.bytes)
     }
 }
 
@@ -118,6 +130,11 @@ mod tests {
         let key = Key::new(b"stock:1").unwrap();
         assert_eq!(key.release_channel(), b"quorum-lock:released:stock:1");
         assert_eq!(key.fence_key(), b"quorum-lock:fence:stock:1");
+        assert_eq!(key.readers_key(), b"quorum-lock:readers:stock:1");
+        assert_eq!(
+            key.writer_waiting_key(),
+            b"quorum-lock:writer-waiting:stock:1"
+        );
         assert_eq!(key.to_string(), "stock:1");
     }
 }

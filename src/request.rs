@@ -32,11 +32,15 @@ impl<T> Scoped<T> {
     }
 }
 
-/// A request for a lock (one key, a set of keys with [`QuorumLock::lock_all`], or a semaphore
-/// permit with [`QuorumLock::semaphore`]), with settings that override the client's defaults.
+/// A request for a lock (one key, a set of keys with [`QuorumLock::lock_all`], a semaphore
+/// permit with [`QuorumLock::semaphore`], or a read or write lock with
+/// [`QuorumLock::read_lock`] and [`QuorumLock::write_lock`]), with settings that override the
+/// client's defaults.
 ///
 /// [`QuorumLock::lock_all`]: crate::QuorumLock::lock_all
 /// [`QuorumLock::semaphore`]: crate::QuorumLock::semaphore
+/// [`QuorumLock::read_lock`]: crate::QuorumLock::read_lock
+/// [`QuorumLock::write_lock`]: crate::QuorumLock::write_lock
 #[must_use]
 pub struct LockRequest<'a> {
     state: &'a Arc<ClientState>,

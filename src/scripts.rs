@@ -519,8 +519,207 @@ return 0
     ),
 );
 
+/// The opening of every read-write lock script: as [`permits_prelude`], with the readers'
+/// sorted set at KEYS[2] (KEYS[1] is the writer's entry, KEYS[3] the pending-writer mark).
+/// Expired readers are purged first, so every test of "no live readers" below is a `ZCARD`.
+macro_rules! rw_prelude {
+    () => {
+        r#"
+if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('zremrangebyscore', KEYS[2], '-inf', now)
+local function expire_at_latest()
+  local last = redis.call('zrange', KEYS[2], -1, -1, 'WITHSCORES')
+  if last[2] then
+    redis.call('pexpireat', KEYS[2], last[2])
+  end
+end
+"#
+    };
+}
+
+/// Takes a read lock, on one node. Yes when this reader is already a live member (a re-send:
+/// its expiry is kept), or when there is no writer entry and no pending-writer mark (a
+/// waiting writer stops new readers); then the reader becomes a member with its own expiry.
+///
+/// KEYS[1] the key (the writer's entry), KEYS[2] the readers' sorted set, KEYS[3] the
+/// pending-writer mark. ARGV[1] holder value, ARGV[2] TTL in ms. Returns 1 or 0.
+pub(crate) static READ_ACQUIRE: LockScript = LockScript::new(
+    "acquire",
+    concat!(
+        rw_prelude!(),
+        r#"
+if redis.call('zscore', KEYS[2], ARGV[1]) then
+  return 1
+end
+if redis.call('exists', KEYS[1]) == 1 or redis.call('exists', KEYS[3]) == 1 then
+  return 0
+end
+redis.call('zadd', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
+expire_at_latest()
+return 1
+"#
+    ),
+);
+
+/// Releases a read lock (and rolls back a failed attempt), on one node: `ZREM`, then the
+/// release notice where the key is now free for a writer (no live reader, no writer entry):
+/// in mode "1" (a release) also where this reader was not a member, in mode "2" (a rollback)
+/// only where this call removed it.
+///
+/// KEYS as [`READ_ACQUIRE`]. ARGV[1] holder value, ARGV[2] release channel, ARGV[3] the notice
+/// mode. Returns 1 when the reader was a live member there, else 0.
+pub(crate) static READ_RELEASE: LockScript = LockScript::new(
+    "release",
+    concat!(
+        rw_prelude!(),
+        r#"
+local held = redis.call('zrem', KEYS[2], ARGV[1]) == 1
+expire_at_latest()
+if (held or ARGV[3] == '1') and redis.call('zcard', KEYS[2]) == 0
+    and redis.call('exists', KEYS[1]) == 0 then
+  redis.call('publish', ARGV[2], redis.sha1hex(ARGV[1]))
+end
+if held then
+  return 1
+end
+return 0
+"#
+    ),
+);
+
+/// Repairs a read lock, on one node, right after a quorum confirmed a renewal: adds the
+/// member back for the remaining validity only if it is absent and no writer holds the key
+/// there. A pending-writer mark does not stop it: the mark keeps *new* readers out, and this
+/// reader already holds on a quorum.
+///
+/// KEYS as [`READ_ACQUIRE`]. ARGV[1] holder value, ARGV[2] remaining validity in ms.
+/// Returns 1 when it put the member back, else 0.
+pub(crate) static READ_REPAIR: LockScript = LockScript::new(
+    "repair",
+    concat!(
+        rw_prelude!(),
+        r#"
+if redis.call('zscore', KEYS[2], ARGV[1]) then
+  return 0
+end
+if redis.call('exists', KEYS[1]) == 1 then
+  return 0
+end
+redis.call('zadd', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
+expire_at_latest()
+return 1
+"#
+    ),
+);
+
+/// Takes a write lock, on one node. Yes when the key already holds this holder (a re-send:
+/// its TTL is kept), or when there is no writer entry and no live reader; then `SET key
+/// holder PX ttl`. Refused because of live readers, a waiting writer (ARGV[3] not empty)
+/// sets the pending-writer mark to its request's id for `ttl`, unless another writer's
+/// mark is live: the mark stops new readers, so the readers drain and the writer is not
+/// starved. Other writers' marks do not stop a writer.
+///
+/// KEYS as [`READ_ACQUIRE`]. ARGV[1] holder value, ARGV[2] TTL in ms, ARGV[3] the waiting
+/// request's id, or empty for a single attempt (no mark). Returns 1 or 0.
+pub(crate) static WRITE_ACQUIRE: LockScript = LockScript::new(
+    "acquire",
+    concat!(
+        rw_prelude!(),
+        r#"
+local current = redis.call('get', KEYS[1])
+if current == ARGV[1] then
+  return 1
+end
+if current then
+  return 0
+end
+if redis.call('zcard', KEYS[2]) > 0 then
+  if ARGV[3] ~= '' then
+    local mark = redis.call('get', KEYS[3])
+    if not mark or mark == ARGV[3] then
+      redis.call('set', KEYS[3], ARGV[3], 'PX', ARGV[2])
+    end
+  end
+  return 0
+end
+redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"#
+    ),
+);
+
+/// Releases a write lock (and rolls back a failed attempt), on one node: compare-and-delete
+/// of the writer's entry, as [`RELEASE`]. A release (mode "1") also deletes the
+/// pending-writer mark if it is this request's (ARGV[4]); a rollback (mode "2") leaves it,
+/// since the request is still waiting (it withdraws the mark with [`WRITE_WITHDRAW`] when it
+/// gives up). Notices as [`RELEASE`]: mode "1" wherever the key is now free of a writer,
+/// mode "2" only where this call deleted the entry.
+///
+/// KEYS as [`READ_ACQUIRE`]. ARGV[1] holder value, ARGV[2] release channel, ARGV[3] the notice
+/// mode, ARGV[4] the request's id (may be empty). Returns 1 when the entry was deleted, else 0.
+pub(crate) static WRITE_RELEASE: LockScript = LockScript::new(
+    "release",
+    r#"
+local held = redis.call('get', KEYS[1]) == ARGV[1]
+if held then
+  redis.call('del', KEYS[1])
+end
+if ARGV[3] == '1' and ARGV[4] ~= '' and redis.call('get', KEYS[3]) == ARGV[4] then
+  redis.call('del', KEYS[3])
+end
+if held or (ARGV[3] == '1' and redis.call('exists', KEYS[1]) == 0) then
+  redis.call('publish', ARGV[2], redis.sha1hex(ARGV[1]))
+end
+if held then
+  return 1
+end
+return 0
+"#,
+);
+
+/// Withdraws a waiting writer's pending mark, on one node, when its request gives up: deletes
+/// the mark only if it is this request's, and then announces the key on its release channel
+/// (readers that the mark kept out may now come in).
+///
+/// KEYS as [`READ_ACQUIRE`]. ARGV[1] the request's id, ARGV[2] release channel. Returns 1 when
+/// it deleted the mark, else 0.
+pub(crate) static WRITE_WITHDRAW: LockScript = LockScript::new(
+    "withdraw",
+    r#"
+if redis.call('get', KEYS[3]) == ARGV[1] then
+  redis.call('del', KEYS[3])
+  redis.call('publish', ARGV[2], redis.sha1hex(ARGV[1]))
+  return 1
+end
+return 0
+"#,
+);
+
+/// Repairs a write lock, on one node, right after a quorum confirmed a renewal: `SET NX PX
+/// remaining-validity` only if no reader is live there (and so, by `NX`, no other writer).
+///
+/// KEYS as [`READ_ACQUIRE`]. ARGV[1] holder value, ARGV[2] remaining validity in ms.
+/// Returns 1 when it put the entry back, else 0.
+pub(crate) static WRITE_REPAIR: LockScript = LockScript::new(
+    "repair",
+    concat!(
+        rw_prelude!(),
+        r#"
+if redis.call('zcard', KEYS[2]) > 0 then
+  return 0
+end
+if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return 1
+end
+return 0
+"#
+    ),
+);
+
 /// Every script, for loading on connect.
-pub(crate) static ALL_SCRIPTS: [&LockScript; 13] = [
+pub(crate) static ALL_SCRIPTS: [&LockScript; 20] = [
     &FENCE_MAX,
     &RELEASE,
     &EXTEND,
@@ -534,6 +733,13 @@ pub(crate) static ALL_SCRIPTS: [&LockScript; 13] = [
     &PERMIT_EXTEND,
     &PERMIT_RELEASE,
     &PERMIT_REPAIR,
+    &READ_ACQUIRE,
+    &READ_RELEASE,
+    &READ_REPAIR,
+    &WRITE_ACQUIRE,
+    &WRITE_RELEASE,
+    &WRITE_WITHDRAW,
+    &WRITE_REPAIR,
 ];
 
 /// How a script call is sent.

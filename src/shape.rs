@@ -1,5 +1,6 @@
 //! What one acquisition holds on the nodes (docs/DESIGN.md, "Lock family"): one key (the
-//! mutex), a set of keys taken as one (multi-key lock), or a permit of a semaphore; and for
+//! mutex), a set of keys taken as one (multi-key lock), a permit of a semaphore, or a read or
+//! write hold of a read-write lock; and for
 //! each, the calls that acquire, extend, release, repair and fence it, and how to read their
 //! answers. The acquire path, the lease, the watchdog and the waiters are written once
 //! against it, so every primitive keeps the same ordering rules and guard semantics.
@@ -14,8 +15,10 @@ use crate::error::{Error, Result};
 use crate::fanout::{read_acquire, read_counter, read_flag, Answer};
 use crate::key::Key;
 use crate::scripts::{
-    Call, EXTEND, FENCE_MAX, PERMIT_ACQUIRE, PERMIT_EXTEND, PERMIT_RELEASE, PERMIT_REPAIR, RELEASE,
-    SET_ACQUIRE, SET_EXTEND, SET_FENCE_INCR, SET_FENCE_MAX, SET_RELEASE, SET_REPAIR,
+    Call, EXTEND, FENCE_MAX, PERMIT_ACQUIRE, PERMIT_EXTEND, PERMIT_RELEASE, PERMIT_REPAIR,
+    READ_ACQUIRE, READ_RELEASE, READ_REPAIR, RELEASE, SET_ACQUIRE, SET_EXTEND, SET_FENCE_INCR,
+    SET_FENCE_MAX, SET_RELEASE, SET_REPAIR, WRITE_ACQUIRE, WRITE_RELEASE, WRITE_REPAIR,
+    WRITE_WITHDRAW,
 };
 
 /// The most keys a multi-key lock may take at once (every key travels in each request).
@@ -34,6 +37,13 @@ pub(crate) enum Shape {
     Set(Arc<[Key]>),
     /// One permit of a semaphore of `permits` on `key` (a sorted set on each node).
     Permit { key: Key, permits: u32 },
+    /// A reader of the read-write lock on `key`: a member of the readers' sorted set
+    /// (`quorum-lock:readers:K`) on each node.
+    Read(Key),
+    /// The writer of the read-write lock on `key`: the holder value at `key` itself. `waiter`
+    /// is the id of a waiting request, the value of its pending-writer mark
+    /// (`quorum-lock:writer-waiting:K`); `None` for a single attempt, which sets no mark.
+    Write { key: Key, waiter: Option<Arc<str>> },
 }
 
 /// Who a release's notices are for (see the release scripts).
@@ -122,7 +132,10 @@ impl Shape {
     /// owners and [`LockGuard::key`](crate::LockGuard::key) name.
     pub(crate) fn primary(&self) -> &Key {
         match self {
-            Shape::Single(key) | Shape::Permit { key, .. } => key,
+            Shape::Single(key)
+            | Shape::Permit { key, .. }
+            | Shape::Read(key)
+            | Shape::Write { key, .. } => key,
             Shape::Set(keys) => &keys[0],
         }
     }
@@ -130,7 +143,10 @@ impl Shape {
     /// Every key held, in order.
     pub(crate) fn keys(&self) -> &[Key] {
         match self {
-            Shape::Single(key) | Shape::Permit { key, .. } => std::slice::from_ref(key),
+            Shape::Single(key)
+            | Shape::Permit { key, .. }
+            | Shape::Read(key)
+            | Shape::Write { key, .. } => std::slice::from_ref(key),
             Shape::Set(keys) => keys,
         }
     }
@@ -162,6 +178,33 @@ impl Shape {
                     read_flag,
                 )
             }
+            Shape::Read(key) => (
+                Call::with_keys(&READ_ACQUIRE, &rw_keys(key).refs(), &[h, ttl]),
+                read_flag,
+            ),
+            Shape::Write { key, waiter } => {
+                let w = waiter.as_deref().unwrap_or("").as_bytes();
+                (
+                    Call::with_keys(&WRITE_ACQUIRE, &rw_keys(key).refs(), &[h, ttl, w]),
+                    read_flag,
+                )
+            }
+        }
+    }
+
+    /// A waiting writer's withdrawal of its pending mark, when its request gives up; `None`
+    /// for every other shape.
+    pub(crate) fn withdraw(&self) -> Option<Call> {
+        match self {
+            Shape::Write {
+                key,
+                waiter: Some(waiter),
+            } => Some(Call::with_keys(
+                &WRITE_WITHDRAW,
+                &rw_keys(key).refs(),
+                &[waiter.as_bytes(), key.release_channel()],
+            )),
+            _ => None,
         }
     }
 
@@ -172,6 +215,10 @@ impl Shape {
             Shape::Single(key) => Call::new(&EXTEND, key.bytes(), &argv),
             Shape::Set(_) => Call::with_keys(&SET_EXTEND, &self.key_bytes(), &argv),
             Shape::Permit { key, .. } => Call::new(&PERMIT_EXTEND, key.bytes(), &argv),
+            // A reader's member is extended as a permit is (`ZADD XX`, never re-added); the
+            // writer's entry as the mutex's.
+            Shape::Read(key) => Call::new(&PERMIT_EXTEND, &key.readers_key(), &argv),
+            Shape::Write { key, .. } => Call::new(&EXTEND, key.bytes(), &argv),
         }
     }
 
@@ -197,6 +244,19 @@ impl Shape {
                     &[h, key.release_channel(), notice.arg(), p.as_bytes()],
                 )
             }
+            Shape::Read(key) => Call::with_keys(
+                &READ_RELEASE,
+                &rw_keys(key).refs(),
+                &[h, key.release_channel(), notice.arg()],
+            ),
+            Shape::Write { key, waiter } => {
+                let w = waiter.as_deref().unwrap_or("").as_bytes();
+                Call::with_keys(
+                    &WRITE_RELEASE,
+                    &rw_keys(key).refs(),
+                    &[h, key.release_channel(), notice.arg(), w],
+                )
+            }
         }
     }
 
@@ -210,6 +270,10 @@ impl Shape {
                 let p = permits.to_string();
                 Call::new(&PERMIT_REPAIR, key.bytes(), &[h, ms, p.as_bytes()])
             }
+            Shape::Read(key) => Call::with_keys(&READ_REPAIR, &rw_keys(key).refs(), &[h, ms]),
+            Shape::Write { key, .. } => {
+                Call::with_keys(&WRITE_REPAIR, &rw_keys(key).refs(), &[h, ms])
+            }
         }
     }
 
@@ -222,7 +286,8 @@ impl Shape {
     }
 
     /// The fencing increment (after the quorum), read with [`read_counter`]: one counter's
-    /// `INCR`, or a set's counters all incremented, answering the largest.
+    /// `INCR`, or a set's counters all incremented, answering the largest. Readers and the
+    /// writer of a read-write lock use the key's own counter, the mutex's.
     pub(crate) fn fence_increment(&self) -> (Call, Reader) {
         let call = match self {
             Shape::Set(_) => {
@@ -246,6 +311,24 @@ impl Shape {
     }
 }
 
+/// The keys of a read-write lock's scripts: the writer's entry, the readers' sorted set, the
+/// pending-writer mark.
+struct RwKeys([Vec<u8>; 3]);
+
+impl RwKeys {
+    fn refs(&self) -> [&[u8]; 3] {
+        [&self.0[0], &self.0[1], &self.0[2]]
+    }
+}
+
+fn rw_keys(key: &Key) -> RwKeys {
+    RwKeys([
+        key.bytes().to_vec(),
+        key.readers_key(),
+        key.writer_waiting_key(),
+    ])
+}
+
 impl fmt::Display for Shape {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -258,6 +341,8 @@ impl fmt::Display for Shape {
                 None => f.write_str("{}"),
             },
             Shape::Permit { key, permits } => write!(f, "{key} (1 of {permits} permits)"),
+            Shape::Read(key) => write!(f, "{key} (read)"),
+            Shape::Write { key, .. } => write!(f, "{key} (write)"),
         }
     }
 }

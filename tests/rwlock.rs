@@ -1,0 +1,521 @@
+//! The read-write lock (`read_lock`, `write_lock`): readers share, a writer excludes everyone,
+//! a waiting writer's pending mark stops new readers, and every refused or expired hold leaves
+//! nothing on the nodes. Nodes are inspected directly where a rule is about what they store.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use quorum_lock::testkit::Fleet;
+use quorum_lock::{Error, LockGuard, Quorum, QuorumLock};
+use tokio::time::Instant;
+
+fn readers_key(key: &str) -> String {
+    format!("quorum-lock:readers:{key}")
+}
+
+fn mark_key(key: &str) -> String {
+    format!("quorum-lock:writer-waiting:{key}")
+}
+
+/// The live readers of `key` on node `i` (members with an expiry in the future), sorted.
+async fn live_readers(fleet: &Fleet, i: usize, key: &str) -> Vec<String> {
+    let mut c = conn(fleet, i).await;
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut c).await.unwrap();
+    let now = secs * 1000 + micros / 1000;
+    let mut members: Vec<String> = redis::cmd("ZRANGEBYSCORE")
+        .arg(readers_key(key))
+        .arg(format!("({now}"))
+        .arg("+inf")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    members.sort();
+    members
+}
+
+async fn exists(fleet: &Fleet, i: usize, key: &str) -> bool {
+    let mut c = conn(fleet, i).await;
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query_async(&mut c)
+        .await
+        .unwrap()
+}
+
+/// How many nodes store `key` at all.
+async fn nodes_with(fleet: &Fleet, key: &str) -> usize {
+    let mut n = 0;
+    for i in 0..fleet.len() {
+        n += usize::from(exists(fleet, i, key).await);
+    }
+    n
+}
+
+async fn try_read(locks: &QuorumLock, key: &str) -> Option<LockGuard> {
+    locks
+        .read_lock(key)
+        .ttl(Duration::from_secs(30))
+        .try_acquire()
+        .await
+        .expect("read attempt")
+}
+
+async fn try_write(locks: &QuorumLock, key: &str) -> Option<LockGuard> {
+    locks
+        .write_lock(key)
+        .ttl(Duration::from_secs(30))
+        .try_acquire()
+        .await
+        .expect("write attempt")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_readers_hold_at_once_each_with_its_own_member() {
+    let fleet = shared_fleet();
+    let key = unique_key("rw-readers");
+    let locks = client(fleet, Quorum::All).await;
+    let mut readers = Vec::new();
+    for n in 0..5 {
+        readers.push(
+            try_read(&locks, &key)
+                .await
+                .unwrap_or_else(|| panic!("reader {n} was refused while only readers hold")),
+        );
+    }
+    let mut holders: Vec<String> = readers.iter().map(|g| g.holder().to_string()).collect();
+    holders.sort();
+    locks.finish_background().await;
+    for i in 0..fleet.len() {
+        assert_eq!(live_readers(fleet, i, &key).await, holders, "node {i}");
+        assert!(!exists(fleet, i, &key).await, "node {i} has a writer entry");
+    }
+    for r in readers {
+        r.release().await.expect("release of a reader");
+    }
+    locks.finish_background().await;
+    assert_eq!(
+        nodes_with(fleet, &readers_key(&key)).await,
+        0,
+        "readers left"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_excludes_readers_and_writers() {
+    let fleet = shared_fleet();
+    let key = unique_key("rw-writer");
+    let locks = client(fleet, Quorum::Majority).await;
+    let other = client(fleet, Quorum::Majority).await;
+    let writer = try_write(&locks, &key).await.expect("free");
+    assert!(try_read(&other, &key).await.is_none(), "a reader got in");
+    assert!(try_write(&other, &key).await.is_none(), "a second writer");
+    // The mutex's calls are not mixed with the rw lock, but the writer is the key's entry.
+    assert!(nodes_holding(fleet, &key, writer.holder()).await >= 3);
+    writer.release().await.expect("release of the writer");
+    let reader = try_read(&other, &key)
+        .await
+        .expect("free after the release");
+    reader.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_exclude_a_writer_and_a_single_attempt_leaves_no_mark() {
+    let fleet = shared_fleet();
+    let key = unique_key("rw-readers-exclude");
+    let locks = client(fleet, Quorum::Majority).await;
+    let reader = try_read(&locks, &key).await.expect("free");
+    assert!(try_write(&locks, &key).await.is_none(), "a writer got in");
+    locks.finish_background().await;
+    assert_eq!(nodes_with(fleet, &mark_key(&key)).await, 0, "mark left");
+    assert_eq!(nodes_with(fleet, &key).await, 0, "writer entry left");
+    // No mark: readers still come in.
+    let second = try_read(&locks, &key).await.expect("a second reader");
+    second.release().await.unwrap();
+    reader.release().await.unwrap();
+    let writer = try_write(&locks, &key)
+        .await
+        .expect("free after the readers");
+    writer.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_writers_mark_stops_new_readers_and_it_gets_the_lock_when_readers_release() {
+    let fleet = shared_fleet();
+    let key = unique_key("rw-pending");
+    let locks = client(fleet, Quorum::All).await;
+    // Only release notices (or the mark's own refusals) wake the writer before 20 s.
+    let writers = builder(fleet, Quorum::All)
+        .retry_delay(Duration::from_secs(20))
+        .retry_jitter(Duration::ZERO)
+        .build()
+        .await
+        .unwrap();
+    let first = try_read(&locks, &key).await.expect("free");
+    let second = try_read(&locks, &key).await.expect("readers share");
+    let waiting = {
+        let (writers, key) = (writers.clone(), key.clone());
+        tokio::spawn(async move {
+            writers
+                .write_lock(&key)
+                .ttl(Duration::from_secs(30))
+                .wait(Duration::from_secs(60))
+                .acquire()
+                .await
+        })
+    };
+    eventually(
+        fleet,
+        Duration::from_secs(10),
+        "the writer waits with its mark on every node",
+        || async { writers.stats().waiting == 1 && nodes_with(fleet, &mark_key(&key)).await == 5 },
+    )
+    .await;
+    assert!(
+        try_read(&locks, &key).await.is_none(),
+        "a new reader got in past the waiting writer's mark"
+    );
+    first.release().await.unwrap();
+    assert!(!waiting.is_finished(), "the writer got in beside a reader");
+    second.release().await.unwrap();
+    let writer = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("woken by the last reader's release")
+        .unwrap()
+        .expect("the writer gets the lock");
+    assert!(writers.stats().woken >= 1);
+    assert!(
+        try_read(&locks, &key).await.is_none(),
+        "reader beside the writer"
+    );
+    writer.release().await.unwrap();
+    writers.finish_background().await;
+    assert_eq!(
+        nodes_with(fleet, &mark_key(&key)).await,
+        0,
+        "the mark outlived the writer's release"
+    );
+    let reader = try_read(&locks, &key).await.expect("readers again");
+    reader.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_readers_member_expires_alone_and_does_not_block_a_writer_past_its_ttl() {
+    let fleet = shared_fleet();
+    let key = unique_key("rw-crash");
+    let locks = client(fleet, Quorum::All).await;
+    let ttl = Duration::from_millis(1500);
+    let kept = try_read(&locks, &key).await.expect("free");
+    let crashed = locks
+        .read_lock(&key)
+        .ttl(ttl)
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("readers share");
+    let taken_at = Instant::now();
+    std::mem::forget(crashed);
+    locks.finish_background().await;
+    eventually(
+        fleet,
+        Duration::from_secs(10),
+        "the crashed reader's member expires, the other's stays",
+        || async {
+            for i in 0..fleet.len() {
+                if live_readers(fleet, i, &key).await != vec![kept.holder().to_string()] {
+                    return false;
+                }
+            }
+            true
+        },
+    )
+    .await;
+    assert!(taken_at.elapsed() >= ttl - Duration::from_millis(100));
+    kept.release().await.unwrap();
+    // Only the crashed member could block now, and it is gone: a writer gets in at once.
+    let writer = try_write(&locks, &key)
+        .await
+        .expect("the crashed reader still blocks the writer");
+    writer.release().await.unwrap();
+
+    // A crashed reader alone: a waiting writer gets in no earlier than its TTL, and does.
+    let crashed = locks
+        .read_lock(&key)
+        .ttl(ttl)
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("free");
+    let taken_at = Instant::now();
+    std::mem::forget(crashed);
+    let writer = locks
+        .write_lock(&key)
+        .ttl(Duration::from_secs(10))
+        .wait(Duration::from_secs(20))
+        .acquire()
+        .await
+        .expect("the crashed reader's member expired");
+    assert!(
+        taken_at.elapsed() >= ttl - Duration::from_millis(100),
+        "the writer got in after {:?}, before the reader's ttl",
+        taken_at.elapsed()
+    );
+    writer.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_tasks_mixing_readers_and_writers_over_two_clients_never_break_the_rules() {
+    let fleet = shared_fleet();
+    let key = unique_key("rw-mixed");
+    let clients = [
+        client(fleet, Quorum::Majority).await,
+        client(fleet, Quorum::Majority).await,
+    ];
+    let readers_in = Arc::new(AtomicUsize::new(0));
+    let writers_in = Arc::new(AtomicUsize::new(0));
+    let reads = Arc::new(AtomicUsize::new(0));
+    let writes = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for t in 0..8usize {
+        let locks = clients[t % 2].clone();
+        let key = key.clone();
+        let (readers_in, writers_in) = (readers_in.clone(), writers_in.clone());
+        let (reads, writes) = (reads.clone(), writes.clone());
+        tasks.push(tokio::spawn(async move {
+            for n in 0..6usize {
+                let write = (t + n) % 3 == 0;
+                let request = if write {
+                    locks.write_lock(&key)
+                } else {
+                    locks.read_lock(&key)
+                };
+                let guard = request
+                    .ttl(Duration::from_secs(20))
+                    .wait(Duration::from_secs(120))
+                    .acquire()
+                    .await
+                    .unwrap_or_else(|e| panic!("task {t} round {n}: {e}"));
+                if write {
+                    assert_eq!(writers_in.fetch_add(1, Ordering::SeqCst), 0, "two writers");
+                    assert_eq!(
+                        readers_in.load(Ordering::SeqCst),
+                        0,
+                        "writer beside readers"
+                    );
+                } else {
+                    readers_in.fetch_add(1, Ordering::SeqCst);
+                    assert_eq!(
+                        writers_in.load(Ordering::SeqCst),
+                        0,
+                        "reader beside a writer"
+                    );
+                }
+                // The work: long enough for others to try to come in.
+                tokio::time::sleep(Duration::from_millis(3)).await;
+                assert!(guard.validity() > Duration::ZERO, "held past the validity");
+                if write {
+                    assert_eq!(readers_in.load(Ordering::SeqCst), 0, "reader came in");
+                    writers_in.fetch_sub(1, Ordering::SeqCst);
+                    writes.fetch_add(1, Ordering::SeqCst);
+                } else {
+                    assert_eq!(writers_in.load(Ordering::SeqCst), 0, "writer came in");
+                    readers_in.fetch_sub(1, Ordering::SeqCst);
+                    reads.fetch_add(1, Ordering::SeqCst);
+                }
+                guard
+                    .release()
+                    .await
+                    .unwrap_or_else(|e| panic!("task {t} round {n}: release {e}"));
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("a task broke a rule");
+    }
+    assert_eq!(writes.load(Ordering::SeqCst), 16);
+    assert_eq!(reads.load(Ordering::SeqCst), 32);
+    for locks in &clients {
+        locks.finish_background().await;
+    }
+    assert_eq!(nodes_with(fleet, &key).await, 0, "writer entry left");
+    assert_eq!(
+        nodes_with(fleet, &readers_key(&key)).await,
+        0,
+        "readers left"
+    );
+    assert_eq!(nodes_with(fleet, &mark_key(&key)).await, 0, "mark left");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_attempt_rolls_back_its_entry_member_and_mark_on_every_node() {
+    let fleet = shared_fleet();
+    let key = unique_key("rw-rollback");
+    let locks = client(fleet, Quorum::Majority).await;
+    // A foreign reader on nodes 0..3 only: a writer is refused there and says yes on 3 and 4,
+    // short of the majority, so its entries there must be rolled back.
+    for i in 0..3 {
+        let mut c = conn(fleet, i).await;
+        let _: () = redis::cmd("ZADD")
+            .arg(readers_key(&key))
+            .arg(u64::MAX >> 12)
+            .arg("foreign-reader")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+    }
+    assert!(
+        try_write(&locks, &key).await.is_none(),
+        "writer beside readers"
+    );
+    locks.finish_background().await;
+    assert_eq!(nodes_with(fleet, &key).await, 0, "writer entry left");
+    assert_eq!(
+        nodes_with(fleet, &mark_key(&key)).await,
+        0,
+        "mark of a single attempt"
+    );
+
+    // A waiting writer that gives up withdraws its mark.
+    let gave_up = locks
+        .write_lock(&key)
+        .ttl(Duration::from_secs(30))
+        .wait(Duration::from_millis(300))
+        .acquire()
+        .await;
+    assert!(
+        matches!(gave_up, Err(Error::WaitTimeout { .. })),
+        "{gave_up:?}"
+    );
+    locks.finish_background().await;
+    assert_eq!(nodes_with(fleet, &key).await, 0, "writer entry left");
+    assert_eq!(
+        nodes_with(fleet, &mark_key(&key)).await,
+        0,
+        "mark not withdrawn"
+    );
+
+    // A foreign writer on nodes 0..3 only: a reader says yes on 3 and 4, and is rolled back.
+    for i in 0..3 {
+        let mut c = conn(fleet, i).await;
+        let _: () = redis::cmd("DEL")
+            .arg(readers_key(&key))
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg("foreign-writer")
+            .arg("PX")
+            .arg(60_000)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+    }
+    assert!(
+        try_read(&locks, &key).await.is_none(),
+        "reader beside a writer"
+    );
+    locks.finish_background().await;
+    assert_eq!(
+        nodes_with(fleet, &readers_key(&key)).await,
+        0,
+        "reader member left"
+    );
+    for i in 0..3 {
+        assert_eq!(
+            entry(fleet, i, &key).await.as_deref(),
+            Some("foreign-writer")
+        );
+        let mut c = conn(fleet, i).await;
+        let _: () = redis::cmd("DEL")
+            .arg(&key)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extend_never_re_adds_an_expired_reader() {
+    let fleet = shared_fleet();
+    let key = unique_key("rw-extend");
+    let locks = client(fleet, Quorum::All).await;
+    let reader = locks
+        .read_lock(&key)
+        .ttl(Duration::from_secs(2))
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("free");
+    reader
+        .extend(Duration::from_secs(20))
+        .await
+        .expect("extend");
+    assert!(reader.validity() > Duration::from_secs(19));
+    let value = reader.holder().to_string();
+    for i in 0..fleet.len() {
+        assert_eq!(live_readers(fleet, i, &key).await, vec![value.clone()]);
+    }
+    // The member's expiry passes on every node (its score set in the past, not yet purged).
+    for i in 0..fleet.len() {
+        let mut c = conn(fleet, i).await;
+        let _: () = redis::cmd("ZADD")
+            .arg(readers_key(&key))
+            .arg("XX")
+            .arg(1)
+            .arg(&value)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+    }
+    let extended = reader.extend(Duration::from_secs(20)).await;
+    assert!(
+        matches!(extended, Err(Error::LockLost { .. })),
+        "{extended:?}"
+    );
+    for i in 0..fleet.len() {
+        let mut c = conn(fleet, i).await;
+        let score: Option<f64> = redis::cmd("ZSCORE")
+            .arg(readers_key(&key))
+            .arg(&value)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(score, None, "node {i}: the expired reader was re-added");
+    }
+    assert!(matches!(reader.release().await, Err(Error::NotHeld { .. })));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_and_writers_share_the_keys_fencing_counter() {
+    let fleet = shared_fleet();
+    let key = unique_key("rw-fence");
+    let locks = client(fleet, Quorum::Majority).await;
+    let fenced = |write: bool| {
+        let request = if write {
+            locks.write_lock(&key)
+        } else {
+            locks.read_lock(&key)
+        };
+        request
+            .ttl(Duration::from_secs(30))
+            .fencing(true)
+            .try_acquire()
+    };
+    let r1 = fenced(false).await.unwrap().expect("free");
+    let r2 = fenced(false).await.unwrap().expect("readers share");
+    let (t1, t2) = (r1.fencing_token().unwrap(), r2.fencing_token().unwrap());
+    assert!(t2 > t1);
+    r1.release().await.unwrap();
+    r2.release().await.unwrap();
+    let w = fenced(true).await.unwrap().expect("free");
+    let tw = w.fencing_token().unwrap();
+    assert!(tw > t2, "writer's token {tw} not above the readers' {t2}");
+    w.release().await.unwrap();
+    let r3 = fenced(false).await.unwrap().expect("free");
+    assert!(r3.fencing_token().unwrap() > tw);
+    r3.release().await.unwrap();
+}
