@@ -166,9 +166,9 @@ impl LockGuard {
     /// with the last one.
     ///
     /// # Errors
-    /// The guard itself, unchanged, for a multi-key lock or a semaphore permit: the calls by
-    /// token act on one key's mutex entry, so a set's token would extend or release one of
-    /// its keys only, and a permit's none.
+    /// The guard itself, unchanged, for a multi-key lock, a semaphore permit or a read-write
+    /// lock: the calls by token act on one key's mutex entry, so a set's token would extend
+    /// or release one of its keys only, and a permit's or a reader's none.
     pub fn into_token(mut self) -> std::result::Result<String, LockGuard> {
         if !matches!(self.lease.shape, crate::shape::Shape::Single(_)) {
             return Err(self);

@@ -37,7 +37,8 @@
 //! - `key`: the key check, the names derived from a key, the reserved namespace.
 //! - `config`: validated settings and the checks of durations and TTLs.
 //! - `scripts`: the commands and Lua scripts run on the nodes, one call shared by all nodes.
-//! - `shape`: what an acquisition holds (one key, a set of keys, a semaphore permit) and
+//! - `shape`: what an acquisition holds (one key, a set of keys, a semaphore permit, a read
+//!   or write hold) and
 //!   the calls that acquire, extend, release, repair and fence it.
 //! - `telemetry`: metrics through the `metrics` facade (empty without the feature).
 //! - `address`: node URLs, and keeping their passwords out of everything shown.
