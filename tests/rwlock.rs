@@ -519,3 +519,96 @@ async fn readers_and_writers_share_the_keys_fencing_counter() {
     assert!(r3.fencing_token().unwrap() > tw);
     r3.release().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_renews_readers_and_writers_and_repairs_only_where_compatible() {
+    let fleet = own_fleet(3);
+    let locks = builder(&fleet, Quorum::Majority)
+        .watchdog_lease(Duration::from_millis(1500))
+        .build()
+        .await
+        .unwrap();
+    let key = unique_key("rw-watchdog");
+
+    // A reader whose member node 0 lost is put back there.
+    let reader = locks.read_lock(&key).acquire().await.expect("free");
+    let value = reader.holder().to_string();
+    locks.finish_background().await;
+    let mut c = conn(&fleet, 0).await;
+    let removed: usize = redis::cmd("ZREM")
+        .arg(readers_key(&key))
+        .arg(&value)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(removed, 1);
+    eventually(
+        &fleet,
+        Duration::from_secs(10),
+        "the watchdog put the reader back on node 0, and counted it",
+        // The counter moves once the lease has read the node's answer, just after the node
+        // applied it.
+        || async {
+            live_readers(&fleet, 0, &key).await == vec![value.clone()]
+                && locks.stats().repaired >= 1
+        },
+    )
+    .await;
+    reader.release().await.expect("release confirmed");
+
+    // A writer whose entry node 0 lost is put back there, but not beside a live reader.
+    let writer = locks.write_lock(&key).acquire().await.expect("free");
+    let value = writer.holder().to_string();
+    locks.finish_background().await;
+    assert_eq!(fleet.expire_early(0, &key).unwrap(), 1);
+    eventually(
+        &fleet,
+        Duration::from_secs(10),
+        "the watchdog put the writer back on node 0",
+        || async { entry(&fleet, 0, &key).await.as_deref() == Some(value.as_str()) },
+    )
+    .await;
+    // The foreign reader first, so that no repair can come between the two.
+    let _: () = redis::cmd("ZADD")
+        .arg(readers_key(&key))
+        .arg(u64::MAX >> 12)
+        .arg("foreign-reader")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(fleet.expire_early(0, &key).unwrap(), 1);
+    let renewed = locks.stats().extended;
+    eventually(
+        &fleet,
+        Duration::from_secs(10),
+        "three more renewals",
+        || async { locks.stats().extended >= renewed + 3 },
+    )
+    .await;
+    assert!(writer.is_held());
+    assert_eq!(
+        entry(&fleet, 0, &key).await,
+        None,
+        "the writer was repaired beside a live reader"
+    );
+    writer.release().await.expect("release confirmed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn into_token_gives_back_the_guard_of_a_reader_or_a_writer() {
+    let fleet = shared_fleet();
+    let locks = client(fleet, Quorum::All).await;
+    let (a, b) = (unique_key("rw-token-a"), unique_key("rw-token-b"));
+    let reader = try_read(&locks, &a).await.expect("free");
+    let reader = reader
+        .into_token()
+        .expect_err("a reader has no token calls");
+    assert!(reader.is_held());
+    let writer = try_write(&locks, &b).await.expect("free");
+    let writer = writer
+        .into_token()
+        .expect_err("a writer has no token calls");
+    assert!(writer.is_held());
+    reader.release().await.unwrap();
+    writer.release().await.unwrap();
+}
