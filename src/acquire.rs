@@ -18,7 +18,7 @@ use crate::lease::Lease;
 use crate::ordering::{write_now_finish_later, Stragglers};
 use crate::quorum::{self, Decision};
 use crate::reentry::HoldTable;
-use crate::scripts::SendBy;
+use crate::scripts::{Call, SendBy};
 use crate::shape::{Notice, Shape};
 use crate::state::ClientState;
 use crate::telemetry::{self, AcquireEnd, AttemptEnd, Started};
@@ -140,15 +140,16 @@ pub(crate) async fn waiting(state: &Arc<ClientState>, spec: Spec<'_>) -> Result<
     let span =
         tracing::debug_span!("acquire", key = %plan.shape, ttl = ?plan.ttl, wait = ?plan.wait);
     let started = Started::now();
+    let mut withdraw = Withdraw {
+        state,
+        call: plan.shape.withdraw(),
+    };
     let result = wait_loop(state, &plan).instrument(span).await;
-    // A writer that gives up takes back its pending mark, so that readers need not wait for
-    // it to expire (a cancelled request leaves it to expire, within the TTL).
-    if let (Err(_), Some(call)) = (&result, plan.shape.withdraw()) {
-        let nodes = state.clone();
-        write_now_finish_later(&state.background, async move {
-            broadcast(&nodes.nodes, 0..nodes.nodes.len(), call, SendBy::Eval).await;
-        });
+    if result.is_ok() {
+        // The writer holds the lock: its release takes the mark back.
+        withdraw.call = None;
     }
+    drop(withdraw);
     let end = match &result {
         Ok(_) => AcquireEnd::Acquired,
         Err(Error::WaitTimeout { .. }) => AcquireEnd::Timeout,
@@ -156,6 +157,29 @@ pub(crate) async fn waiting(state: &Arc<ClientState>, spec: Spec<'_>) -> Result<
     };
     telemetry::acquire_ended(started, end);
     result
+}
+
+/// A waiting writer that gives up takes back its pending mark, so that readers need not wait
+/// for it to expire: when its request fails, and also when its future is dropped (a timeout
+/// around it, an aborted task), as long as a runtime is there to send it.
+struct Withdraw<'a> {
+    state: &'a Arc<ClientState>,
+    call: Option<Call>,
+}
+
+impl Drop for Withdraw<'_> {
+    fn drop(&mut self) {
+        let Some(call) = self.call.take() else {
+            return;
+        };
+        if tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        let state = self.state.clone();
+        write_now_finish_later(&self.state.background, async move {
+            broadcast(&state.nodes, 0..state.nodes.len(), call, SendBy::Eval).await;
+        });
+    }
 }
 
 /// Checks a request's key and durations against the client's settings.

@@ -612,3 +612,52 @@ async fn into_token_gives_back_the_guard_of_a_reader_or_a_writer() {
     reader.release().await.unwrap();
     writer.release().await.unwrap();
 }
+
+/// A waiting writer whose request is dropped (a timeout around it) takes its mark back: new
+/// readers get in at once, not after the mark's TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_waiting_writer_takes_its_mark_back() {
+    let fleet = shared_fleet();
+    let key = unique_key("rw-cancelled");
+    let locks = client(fleet, Quorum::All).await;
+    let writers = builder(fleet, Quorum::All)
+        .retry_delay(Duration::from_secs(20))
+        .retry_jitter(Duration::ZERO)
+        .build()
+        .await
+        .unwrap();
+    let reader = try_read(&locks, &key).await.expect("free");
+    let waiting = {
+        let (writers, key) = (writers.clone(), key.clone());
+        tokio::spawn(async move {
+            writers
+                .write_lock(&key)
+                .ttl(Duration::from_secs(600))
+                .wait(Duration::from_secs(600))
+                .acquire()
+                .await
+        })
+    };
+    eventually(
+        fleet,
+        Duration::from_secs(10),
+        "the writer waits with its mark on every node",
+        || async { writers.stats().waiting == 1 && nodes_with(fleet, &mark_key(&key)).await == 5 },
+    )
+    .await;
+    assert!(
+        try_read(&locks, &key).await.is_none(),
+        "the mark stops readers"
+    );
+    waiting.abort();
+    assert!(waiting.await.unwrap_err().is_cancelled());
+    writers.finish_background().await;
+    assert_eq!(
+        nodes_with(fleet, &mark_key(&key)).await,
+        0,
+        "the cancelled writer's mark stayed (its TTL is 10 minutes)"
+    );
+    let second = try_read(&locks, &key).await.expect("readers again at once");
+    second.release().await.unwrap();
+    reader.release().await.unwrap();
+}
