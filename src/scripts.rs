@@ -409,24 +409,40 @@ return 1
 "#,
 );
 
-/// The opening of every permit script: the node's own time in ms (`TIME`, so scripts are
-/// replicated by effects: explicit on Redis 6.2, always so from 7), the expired permits purged
-/// first (a permit whose expiry is at or before now is gone), and a helper that keeps the
-/// key's own expiry at its latest member's, so that nothing lingers.
-macro_rules! permits_prelude {
-    () => {
-        r#"
+/// The opening of every script on a sorted set of leases (a semaphore's permits, a read-write
+/// lock's readers), the set being the KEYS entry `$zset`: the node's own time in ms (`TIME`,
+/// so scripts are replicated by effects: explicit on Redis 6.2, always so from 7), the expired
+/// members purged first (a member whose expiry is at or before now is gone), and a helper that
+/// keeps the set's own expiry at its latest member's, so that nothing lingers.
+macro_rules! leases_prelude {
+    ($zset:literal) => {
+        concat!(
+            r#"
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('zremrangebyscore', KEYS[1], '-inf', now)
+redis.call('zremrangebyscore', "#,
+            $zset,
+            r#", '-inf', now)
 local function expire_at_latest()
-  local last = redis.call('zrange', KEYS[1], -1, -1, 'WITHSCORES')
+  local last = redis.call('zrange', "#,
+            $zset,
+            r#", -1, -1, 'WITHSCORES')
   if last[2] then
-    redis.call('pexpireat', KEYS[1], last[2])
+    redis.call('pexpireat', "#,
+            $zset,
+            r#", last[2])
   end
 end
 "#
+        )
+    };
+}
+
+/// The opening of every permit script: [`leases_prelude`] on the semaphore's set, KEYS[1].
+macro_rules! permits_prelude {
+    () => {
+        leases_prelude!("KEYS[1]")
     };
 }
 
@@ -519,23 +535,12 @@ return 0
     ),
 );
 
-/// The opening of every read-write lock script: as [`permits_prelude`], with the readers'
-/// sorted set at KEYS[2] (KEYS[1] is the writer's entry, KEYS[3] the pending-writer mark).
-/// Expired readers are purged first, so every test of "no live readers" below is a `ZCARD`.
+/// The opening of every read-write lock script: [`leases_prelude`] on the readers' sorted set
+/// at KEYS[2] (KEYS[1] is the writer's entry, KEYS[3] the pending-writer mark). Expired
+/// readers are purged first, so every test of "no live readers" below is a `ZCARD`.
 macro_rules! rw_prelude {
     () => {
-        r#"
-if redis.replicate_commands then redis.replicate_commands() end
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('zremrangebyscore', KEYS[2], '-inf', now)
-local function expire_at_latest()
-  local last = redis.call('zrange', KEYS[2], -1, -1, 'WITHSCORES')
-  if last[2] then
-    redis.call('pexpireat', KEYS[2], last[2])
-  end
-end
-"#
+        leases_prelude!("KEYS[2]")
     };
 }
 

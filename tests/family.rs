@@ -616,8 +616,11 @@ async fn releasing_a_permit_wakes_a_waiter() {
     eventually(
         fleet,
         Duration::from_secs(10),
-        "the waiter waits",
-        || async { waiter.stats().waiting == 1 },
+        // Its first refused attempt subscribes; the attempt made at once after subscribing is
+        // the second: once that one is refused too, only the notice can end its wait early
+        // (a release between the two would hand it the permit without a wake-up).
+        "the waiter listens for the release",
+        || async { waiter.stats().contended >= 2 },
     )
     .await;
     let released_at = Instant::now();
