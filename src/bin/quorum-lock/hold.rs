@@ -2,7 +2,9 @@
 //! commands that hand the holder token to a script: `hold` (renewed until a signal or stdin
 //! closes) and `acquire` (a fixed TTL, left to expire or to `extend` / `release`).
 
-use quorum_lock::{LockGuard, LockRequest};
+use std::time::Duration;
+
+use quorum_lock::{LockGuard, LockRequest, QuorumLock};
 use tokio::io::AsyncReadExt;
 
 use crate::args::{AcquireArgs, HoldArgs, WaitArgs};
@@ -31,6 +33,31 @@ pub async fn take(req: LockRequest<'_>, wait: &WaitArgs, key: &str) -> Result<Lo
             .acquire()
             .await
             .map_err(|e| Failure::from_lock(&e, conflict))
+    }
+}
+
+/// The lock of `run` and `hold`: renewed by the watchdog (`--lease`), with `--fencing` and
+/// `--max-hold`, taken as [`take`] does unless one of the CLI's signals comes first.
+///
+/// # Errors
+/// As [`take`]. `Ok(Err(code))`: a signal ended the wait, and `code` is the exit code it
+/// gives (128 + the signal).
+pub async fn take_watched(
+    client: &QuorumLock,
+    signals: &mut Signals,
+    key: &str,
+    lease: Duration,
+    fencing: bool,
+    max_hold: Option<Duration>,
+    wait: &WaitArgs,
+) -> Result<Result<LockGuard, u8>, Failure> {
+    let mut req = client.lock(key).watchdog(lease).fencing(fencing);
+    if let Some(max) = max_hold {
+        req = req.max_hold(max);
+    }
+    tokio::select! {
+        taken = take(req, wait, key) => taken.map(Ok),
+        signal = signals.recv() => Ok(Err(exit::signalled(signal))),
     }
 }
 
@@ -69,16 +96,18 @@ pub async fn hold(settings: &Settings, args: &HoldArgs) -> Result<u8, Failure> {
     let client = settings.connect().await?;
     let result = async {
         let mut signals = Signals::install()?;
-        let mut req = client
-            .lock(&args.key)
-            .watchdog(args.lease)
-            .fencing(args.fencing);
-        if let Some(max) = args.max_hold {
-            req = req.max_hold(max);
-        }
-        let guard = tokio::select! {
-            taken = take(req, &args.wait, &args.key) => taken?,
-            signal = signals.recv() => return Ok(exit::signalled(signal)),
+        let taken = take_watched(
+            &client,
+            &mut signals,
+            &args.key,
+            args.lease,
+            args.fencing,
+            args.max_hold,
+            &args.wait,
+        );
+        let guard = match taken.await? {
+            Ok(guard) => guard,
+            Err(signalled) => return Ok(signalled),
         };
         if let Err(failure) = print_tokens(&guard, &args.key, args.json) {
             let _ = guard.release().await;

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use crate::args::RunArgs;
 use crate::child::{exit_code, Command, Group, Signals};
 use crate::exit::{self, Failure};
-use crate::hold::take;
+use crate::hold::take_watched;
 use crate::settings::Settings;
 use crate::values::{format_duration, signal_name};
 
@@ -70,16 +70,18 @@ pub async fn run(settings: &Settings, args: &RunArgs) -> Result<u8, Failure> {
     let result = async {
         // Installed before the wait, so that INT or TERM while waiting ends it cleanly.
         let mut signals = Signals::install()?;
-        let mut req = client
-            .lock(&args.key)
-            .watchdog(args.lease)
-            .fencing(args.fencing);
-        if let Some(max) = args.max_hold {
-            req = req.max_hold(max);
-        }
-        let guard = tokio::select! {
-            taken = take(req, &args.wait, &args.key) => taken?,
-            signal = signals.recv() => return Ok(exit::signalled(signal)),
+        let taken = take_watched(
+            &client,
+            &mut signals,
+            &args.key,
+            args.lease,
+            args.fencing,
+            args.max_hold,
+            &args.wait,
+        );
+        let guard = match taken.await? {
+            Ok(guard) => guard,
+            Err(signalled) => return Ok(signalled),
         };
         let acquired = Instant::now();
 
