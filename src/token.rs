@@ -15,7 +15,6 @@ use crate::key::Key;
 use crate::lease::{
     decide_extend, extend_call, extended_deadline, release_result, release_round, Extended,
 };
-use crate::ordering::Stragglers;
 use crate::shape::Shape;
 use crate::state::ClientState;
 use crate::telemetry::{self, RenewalEnd, RenewedBy};
@@ -49,16 +48,6 @@ fn check_token(token: &str) -> Result<()> {
     Ok(())
 }
 
-/// A call by token has no lease to leave its requests still in flight with: it stops those not
-/// yet written to their connection before it returns (waiting only for one being written at
-/// that moment), so that none can land after what this client sends next (ordering invariant
-/// 4). Those written finish in the background.
-async fn settle(stragglers: Option<Stragglers>) {
-    if let Some(stragglers) = stragglers {
-        stragglers.settle().await;
-    }
-}
-
 /// [`QuorumLock::extend_token`](crate::QuorumLock::extend_token).
 pub(crate) async fn extend(
     client: &ClientState,
@@ -82,7 +71,13 @@ pub(crate) async fn extend(
         let deadline = extended_deadline(&client.config, Instant::now(), ttl);
         let mut fan = extend_call(client, &key, token, ttl);
         let ended = decide_extend(&mut fan, &key, deadline).await;
-        settle(fan.detach(&client.background)).await;
+        // No lease to leave the requests still in flight with: those not yet written to their
+        // connection are stopped before the call returns (waiting only for one being written
+        // at that moment), so that none can land after what this client sends next (ordering
+        // invariant 4); those written finish in the background.
+        if let Some(stragglers) = fan.detach(&client.background) {
+            stragglers.settle().await;
+        }
         match ended {
             Extended::Confirmed(_) => {
                 let validity = deadline.saturating_duration_since(Instant::now());
