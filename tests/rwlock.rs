@@ -142,42 +142,46 @@ async fn readers_exclude_a_writer_and_a_single_attempt_leaves_no_mark() {
     writer.release().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiting_writers_mark_stops_new_readers_and_it_gets_the_lock_when_readers_release() {
-    let fleet = shared_fleet();
-    let key = unique_key("rw-pending");
-    let locks = client(fleet, Quorum::All).await;
-    // Only release notices (or the mark's own refusals) wake the writer before 20 s.
+/// A writer on its own client (20 s retry delay: only release notices, or the mark's own
+/// refusals, wake it earlier) waiting for `key` with `ttl` as its TTL and wait, spawned; returns
+/// once it listens for releases with its mark on every node: the attempt after subscribing
+/// (the second) was refused too.
+async fn waiting_writer(
+    fleet: &Fleet,
+    key: &str,
+    ttl: Duration,
+) -> (
+    QuorumLock,
+    tokio::task::JoinHandle<quorum_lock::Result<LockGuard>>,
+) {
     let writers = builder(fleet, Quorum::All)
         .retry_delay(Duration::from_secs(20))
         .retry_jitter(Duration::ZERO)
         .build()
         .await
         .unwrap();
-    let first = try_read(&locks, &key).await.expect("free");
-    let second = try_read(&locks, &key).await.expect("readers share");
     let waiting = {
-        let (writers, key) = (writers.clone(), key.clone());
-        tokio::spawn(async move {
-            writers
-                .write_lock(&key)
-                .ttl(Duration::from_secs(30))
-                .wait(Duration::from_secs(60))
-                .acquire()
-                .await
-        })
+        let (writers, key) = (writers.clone(), key.to_string());
+        tokio::spawn(async move { writers.write_lock(&key).ttl(ttl).wait(ttl).acquire().await })
     };
     eventually(
         fleet,
         Duration::from_secs(10),
         "the writer listens, with its mark on every node",
-        // The attempt after subscribing (the second) was refused too: from now on only the
-        // release notice ends its wait early.
-        || async {
-            writers.stats().contended >= 2 && nodes_with(fleet, &mark_key(&key)).await == 5
-        },
+        || async { writers.stats().contended >= 2 && nodes_with(fleet, &mark_key(key)).await == 5 },
     )
     .await;
+    (writers, waiting)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_writers_mark_stops_new_readers_and_it_gets_the_lock_when_readers_release() {
+    let fleet = shared_fleet();
+    let key = unique_key("rw-pending");
+    let locks = client(fleet, Quorum::All).await;
+    let first = try_read(&locks, &key).await.expect("free");
+    let second = try_read(&locks, &key).await.expect("readers share");
+    let (writers, waiting) = waiting_writer(fleet, &key, Duration::from_secs(60)).await;
     assert!(
         try_read(&locks, &key).await.is_none(),
         "a new reader got in past the waiting writer's mark"
@@ -624,31 +628,8 @@ async fn a_cancelled_waiting_writer_takes_its_mark_back() {
     let fleet = shared_fleet();
     let key = unique_key("rw-cancelled");
     let locks = client(fleet, Quorum::All).await;
-    let writers = builder(fleet, Quorum::All)
-        .retry_delay(Duration::from_secs(20))
-        .retry_jitter(Duration::ZERO)
-        .build()
-        .await
-        .unwrap();
     let reader = try_read(&locks, &key).await.expect("free");
-    let waiting = {
-        let (writers, key) = (writers.clone(), key.clone());
-        tokio::spawn(async move {
-            writers
-                .write_lock(&key)
-                .ttl(Duration::from_secs(600))
-                .wait(Duration::from_secs(600))
-                .acquire()
-                .await
-        })
-    };
-    eventually(
-        fleet,
-        Duration::from_secs(10),
-        "the writer waits with its mark on every node",
-        || async { writers.stats().waiting == 1 && nodes_with(fleet, &mark_key(&key)).await == 5 },
-    )
-    .await;
+    let (writers, waiting) = waiting_writer(fleet, &key, Duration::from_secs(600)).await;
     assert!(
         try_read(&locks, &key).await.is_none(),
         "the mark stops readers"
