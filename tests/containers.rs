@@ -672,7 +672,8 @@ async fn torture_with_container_faults_on_two_sides() {
         failed_acquires += report.failed_acquires;
     }
     let report = check(&history);
-    let untimed = keys_without_ttl(&fleet, &keys).await;
+    let nodes = (0..fleet.len()).map(|i| fleet.client(i, Side::A));
+    let untimed = clients::keys_without_ttl(nodes, &keys).await;
     let by_side = |prefix: &str| {
         history
             .iter()
@@ -800,29 +801,6 @@ async fn container_faults(
         outage.end(fleet, node).await;
     }
     counts
-}
-
-/// Lock keys that some node holds without a TTL (a lock that would never free itself).
-async fn keys_without_ttl(fleet: &ContainerFleet, keys: &[String]) -> Vec<String> {
-    let mut untimed = Vec::new();
-    for i in 0..fleet.len() {
-        let mut conn = fleet
-            .client(i, Side::A)
-            .get_multiplexed_async_connection()
-            .await
-            .expect("a check connection");
-        for key in keys {
-            let pttl: i64 = redis::cmd("PTTL")
-                .arg(key)
-                .query_async(&mut conn)
-                .await
-                .expect("PTTL");
-            if pttl == -1 {
-                untimed.push(format!("node {i}: {key}"));
-            }
-        }
-    }
-    untimed
 }
 
 // ---- the shared fleet: no faults ---------------------------------------------------------

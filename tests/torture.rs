@@ -142,7 +142,8 @@ async fn torture(test: &str, at_least: Option<usize>, clock_jumps: bool) {
         );
     }
     let report = check(&history);
-    let untimed = keys_without_ttl(&fleet, &keys).await;
+    let nodes = (0..fleet.len()).map(|i| fleet.client(i));
+    let untimed = clients::keys_without_ttl(nodes, &keys).await;
     println!("{test}: coverage (runs of each path, and during each fault kind)");
     print!("{}", coverage_table(&events, &faults.spans));
     let processes = history
@@ -209,26 +210,6 @@ const MAIN_PATHS: [&str; 6] = [
 /// How long after a reset or a clock jump (instants) a path counts as running "during" it:
 /// connections are re-made and lost entries repaired within it.
 const AFTERMATH: u64 = 1_000_000_000;
-
-/// Lock keys (not the fencing counters, which never expire by design) that exist on a node
-/// without a TTL: a lock that would never free itself.
-async fn keys_without_ttl(fleet: &Fleet, keys: &[String]) -> Vec<String> {
-    let mut untimed = Vec::new();
-    for i in 0..fleet.len() {
-        let mut c = conn(fleet, i).await;
-        for key in keys {
-            let pttl: i64 = redis::cmd("PTTL")
-                .arg(key)
-                .query_async(&mut c)
-                .await
-                .expect("PTTL");
-            if pttl == -1 {
-                untimed.push(format!("node {i}: {key}"));
-            }
-        }
-    }
-    untimed
-}
 
 /// Runs of each path in total and during each kind of fault (a path's span overlapping the
 /// fault's span; for resets and clock jumps, the second after them).

@@ -362,3 +362,33 @@ impl ClientReport {
         }
     }
 }
+
+/// Lock keys (not the fencing counters, which never expire by design) that a node holds
+/// without a TTL: a lock that would never free itself. `nodes` are the nodes' clients, in
+/// node order.
+pub async fn keys_without_ttl(
+    nodes: impl IntoIterator<Item = redis::Client>,
+    keys: &[String],
+) -> Vec<String> {
+    // A generous response timeout: a node just resumed may answer late, but does answer.
+    let config =
+        redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(10)));
+    let mut untimed = Vec::new();
+    for (i, node) in nodes.into_iter().enumerate() {
+        let mut conn = node
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .expect("a check connection");
+        for key in keys {
+            let pttl: i64 = redis::cmd("PTTL")
+                .arg(key)
+                .query_async(&mut conn)
+                .await
+                .expect("PTTL");
+            if pttl == -1 {
+                untimed.push(format!("node {i}: {key}"));
+            }
+        }
+    }
+    untimed
+}
