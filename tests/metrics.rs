@@ -137,6 +137,11 @@ impl Recorded {
             .collect()
     }
 
+    /// How much the counters of `name` carrying `labels` grew since `before`.
+    fn counter_since(&self, before: &Recorded, name: &str, labels: &[(&str, &str)]) -> u64 {
+        self.counter(name, labels) - before.counter(name, labels)
+    }
+
     /// The samples recorded after `before`.
     fn samples_since(&self, before: &Recorded, name: &str, labels: &[(&str, &str)]) -> Vec<f64> {
         let seen = before.samples(name, labels).len();
@@ -202,11 +207,9 @@ async fn an_acquire_and_its_release_are_recorded_by_outcome_node_and_operation()
     locks.finish_background().await;
     let after = record();
 
-    let delta = |name: &str, labels: &[(&str, &str)]| {
-        after.counter(name, labels) - before.counter(name, labels)
-    };
     assert_eq!(
-        delta(
+        after.counter_since(
+            &before,
             "quorum_lock_acquire_attempts_total",
             &[("outcome", "acquired")]
         ),
@@ -231,7 +234,8 @@ async fn an_acquire_and_its_release_are_recorded_by_outcome_node_and_operation()
         1
     );
     assert_eq!(
-        delta(
+        after.counter_since(
+            &before,
             "quorum_lock_releases_total",
             &[("by", "release"), ("outcome", "confirmed")]
         ),
@@ -244,21 +248,27 @@ async fn an_acquire_and_its_release_are_recorded_by_outcome_node_and_operation()
         let node = i.to_string();
         for op in ["acquire", "release"] {
             assert_eq!(
-                delta(REQUESTS, &[("node", &node), ("operation", op)]),
+                after.counter_since(&before, REQUESTS, &[("node", &node), ("operation", op)]),
                 1,
                 "node {i}, {op}"
             );
         }
     }
-    let answered = delta(
+    let answered = after.counter_since(
+        &before,
         REQUESTS,
         &[("operation", "acquire"), ("result", "answered")],
     );
-    let stopped = delta(REQUESTS, &[("operation", "acquire"), ("result", "stopped")]);
+    let stopped = after.counter_since(
+        &before,
+        REQUESTS,
+        &[("operation", "acquire"), ("result", "stopped")],
+    );
     assert!(answered >= 3, "a quorum answered the acquire: {answered}");
     assert_eq!(answered + stopped, 5);
     assert_eq!(
-        delta(
+        after.counter_since(
+            &before,
             REQUESTS,
             &[("operation", "release"), ("result", "answered")]
         ),
@@ -289,9 +299,6 @@ async fn contention_timeouts_rollbacks_and_wakeups_are_recorded() {
         .unwrap();
     let key = unique_key("metrics-contention");
     let before = record();
-    let delta = |after: &Recorded, name: &str, labels: &[(&str, &str)]| {
-        after.counter(name, labels) - before.counter(name, labels)
-    };
 
     let held = holder.acquire(&key, TTL).await.unwrap();
     assert!(waiter.try_acquire(&key, TTL).await.unwrap().is_none());
@@ -324,20 +331,20 @@ async fn contention_timeouts_rollbacks_and_wakeups_are_recorded() {
         .len(),
         1
     );
-    let contended = delta(
-        &mid,
+    let contended = mid.counter_since(
+        &before,
         "quorum_lock_acquire_attempts_total",
         &[("outcome", "contended")],
     );
     assert!(contended >= 2, "{contended} contended attempts");
     assert_eq!(
-        delta(&mid, "quorum_lock_rollbacks_total", &[]),
+        mid.counter_since(&before, "quorum_lock_rollbacks_total", &[]),
         contended,
         "every contended attempt is rolled back"
     );
     // The 200 ms wait ended on its timer (the retry delay is 3 s, so it is cut at the wait's
     // end), since no release came.
-    assert!(delta(&mid, "quorum_lock_wakeups_total", &[("source", "timer")]) >= 1);
+    assert!(mid.counter_since(&before, "quorum_lock_wakeups_total", &[("source", "timer")]) >= 1);
 
     // A waiter woken by the release notice.
     let woken_before = waiter.stats().woken;
@@ -361,7 +368,11 @@ async fn contention_timeouts_rollbacks_and_wakeups_are_recorded() {
     let woken = waiter.stats().woken - woken_before;
     assert!(woken >= 1, "the release notice woke the waiter");
     assert_eq!(
-        delta(&after, "quorum_lock_wakeups_total", &[("source", "notice")]),
+        after.counter_since(
+            &before,
+            "quorum_lock_wakeups_total",
+            &[("source", "notice")]
+        ),
         woken
     );
     drop(guard);
@@ -379,9 +390,6 @@ async fn watchdog_renewals_repairs_and_a_loss_by_expiry_are_recorded() {
         .unwrap();
     let key = unique_key("metrics-expiry");
     let before = record();
-    let delta = |after: &Recorded, name: &str, labels: &[(&str, &str)]| {
-        after.counter(name, labels) - before.counter(name, labels)
-    };
     let held_before = before.gauge("quorum_lock_held");
 
     let guard = locks.lock(&key).acquire().await.unwrap();
@@ -394,14 +402,14 @@ async fn watchdog_renewals_repairs_and_a_loss_by_expiry_are_recorded() {
     .await;
     let mid = record();
     assert!(
-        delta(
-            &mid,
+        mid.counter_since(
+            &before,
             "quorum_lock_renewals_total",
             &[("by", "watchdog"), ("outcome", "confirmed")]
         ) >= 1
     );
     assert_eq!(
-        delta(&mid, "quorum_lock_repaired_entries_total", &[]),
+        mid.counter_since(&before, "quorum_lock_repaired_entries_total", &[]),
         locks.stats().repaired
     );
 
@@ -411,10 +419,13 @@ async fn watchdog_renewals_repairs_and_a_loss_by_expiry_are_recorded() {
     lost.wait().await;
     let after = record();
     assert_eq!(
-        delta(&after, "quorum_lock_lost_total", &[("reason", "expired")]),
+        after.counter_since(&before, "quorum_lock_lost_total", &[("reason", "expired")]),
         1
     );
-    assert_eq!(delta(&after, "quorum_lock_lost_total", &[]), 1);
+    assert_eq!(
+        after.counter_since(&before, "quorum_lock_lost_total", &[]),
+        1
+    );
     assert_eq!(after.gauge("quorum_lock_held"), held_before);
     assert_eq!(
         after
@@ -437,9 +448,6 @@ async fn an_extend_refused_by_a_majority_is_recorded_as_a_loss_by_refusal() {
     let locks = client(fleet, Quorum::Majority).await;
     let key = unique_key("metrics-refused");
     let before = record();
-    let delta = |after: &Recorded, name: &str, labels: &[(&str, &str)]| {
-        after.counter(name, labels) - before.counter(name, labels)
-    };
     let held_before = before.gauge("quorum_lock_held");
 
     let guard = locks.acquire(&key, TTL).await.unwrap();
@@ -455,12 +463,12 @@ async fn an_extend_refused_by_a_majority_is_recorded_as_a_loss_by_refusal() {
     );
     let after = record();
     assert_eq!(
-        delta(&after, "quorum_lock_lost_total", &[("reason", "refused")]),
+        after.counter_since(&before, "quorum_lock_lost_total", &[("reason", "refused")]),
         1
     );
     assert_eq!(
-        delta(
-            &after,
+        after.counter_since(
+            &before,
             "quorum_lock_renewals_total",
             &[("by", "extend"), ("outcome", "lost")]
         ),
@@ -484,8 +492,8 @@ async fn an_extend_refused_by_a_majority_is_recorded_as_a_loss_by_refusal() {
     );
     let end = record();
     assert_eq!(
-        delta(
-            &end,
+        end.counter_since(
+            &before,
             "quorum_lock_releases_total",
             &[("by", "release"), ("outcome", "not_held")]
         ),
