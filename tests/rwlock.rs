@@ -646,3 +646,54 @@ async fn a_cancelled_waiting_writer_takes_its_mark_back() {
     second.release().await.unwrap();
     reader.release().await.unwrap();
 }
+
+/// Every new kind of request (a key set, a permit, a read lock, a write lock) checks its
+/// durations as a mutex request does: a zero or unrepresentable TTL, wait or maximum hold is
+/// a typed error naming it, before any node is asked, never a panic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_range_durations_on_sets_permits_and_rw_locks_are_typed_errors() {
+    let fleet = shared_fleet();
+    let locks = client(fleet, Quorum::All).await;
+    let key = unique_key("rw-durations");
+    let other = unique_key("rw-durations-b");
+    let requests = || {
+        [
+            ("set", locks.lock_all([&key, &other])),
+            ("permit", locks.semaphore(&key, 2)),
+            ("read", locks.read_lock(&key)),
+            ("write", locks.write_lock(&key)),
+        ]
+    };
+    let mut wrong = Vec::new();
+    for ttl in [Duration::ZERO, Duration::MAX] {
+        for (what, req) in requests() {
+            match req.ttl(ttl).try_acquire().await {
+                Err(Error::InvalidTtl { .. }) => {}
+                other => wrong.push(format!("{what} ttl {ttl:?}: {other:?}")),
+            }
+        }
+    }
+    for (what, req) in requests() {
+        match req
+            .ttl(Duration::from_secs(10))
+            .wait(Duration::MAX)
+            .acquire()
+            .await
+        {
+            Err(Error::InvalidConfig { field: "wait", .. }) => {}
+            other => wrong.push(format!("{what} wait MAX: {other:?}")),
+        }
+    }
+    for (what, req) in requests() {
+        match req.max_hold(Duration::MAX).try_acquire().await {
+            Err(Error::InvalidConfig {
+                field: "max_hold", ..
+            }) => {}
+            other => wrong.push(format!("{what} max_hold MAX: {other:?}")),
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    for i in 0..fleet.len() {
+        assert!(!exists(fleet, i, &key).await, "node {i} got an entry");
+    }
+}
