@@ -11,6 +11,7 @@ use tracing::Instrument;
 use crate::backoff::Backoff;
 use crate::config::check_duration;
 use crate::error::{Error, Op, Result};
+use crate::fair::{self, Grant};
 use crate::fanout::{broadcast, fan_out, read_flag};
 use crate::guard::LockGuard;
 use crate::key::Key;
@@ -19,7 +20,7 @@ use crate::ordering::{write_now_finish_later, Stragglers};
 use crate::quorum::{self, Decision};
 use crate::reentry::HoldTable;
 use crate::scripts::{Call, SendBy};
-use crate::shape::{Notice, Shape};
+use crate::shape::{Fair, Notice, Shape};
 use crate::state::ClientState;
 use crate::telemetry::{self, AcquireEnd, AttemptEnd, Started};
 use crate::wakeup::Waiter;
@@ -50,6 +51,8 @@ pub(crate) enum Target {
     Read(Vec<u8>),
     /// The write lock of the read-write lock on a key.
     Write(Vec<u8>),
+    /// The fair lock on a key.
+    Fair(Vec<u8>),
 }
 
 // Keys shown as lossy UTF-8, as a lock request always showed its key.
@@ -69,6 +72,7 @@ impl std::fmt::Debug for Target {
                 .finish(),
             Target::Read(key) => f.debug_tuple("Read").field(&lossy(key)).finish(),
             Target::Write(key) => f.debug_tuple("Write").field(&lossy(key)).finish(),
+            Target::Fair(key) => f.debug_tuple("Fair").field(&lossy(key)).finish(),
         }
     }
 }
@@ -136,7 +140,7 @@ pub(crate) async fn once(state: &Arc<ClientState>, spec: Spec<'_>) -> Result<Opt
 /// Attempts until success or the wait ends. Between attempts the waiter sleeps until the key's
 /// release notice or its [`Backoff`] pause.
 pub(crate) async fn waiting(state: &Arc<ClientState>, spec: Spec<'_>) -> Result<LockGuard> {
-    let plan = plan(state, spec)?;
+    let mut plan = plan(state, spec)?;
     let span =
         tracing::debug_span!("acquire", key = %plan.shape, ttl = ?plan.ttl, wait = ?plan.wait);
     let started = Started::now();
@@ -144,7 +148,7 @@ pub(crate) async fn waiting(state: &Arc<ClientState>, spec: Spec<'_>) -> Result<
         state,
         call: plan.shape.withdraw(),
     };
-    let result = wait_loop(state, &plan).instrument(span).await;
+    let result = wait_loop(state, &mut plan).instrument(span).await;
     if result.is_ok() {
         // The writer holds the lock: its release takes the mark back.
         withdraw.call = None;
@@ -201,6 +205,14 @@ fn plan<'a>(state: &ClientState, spec: Spec<'a>) -> Result<Plan<'a>> {
             key: Key::new(key)?,
             waiter: Some(uuid::Uuid::new_v4().simple().to_string().into()),
         },
+        // The request's id and holder value, one each for all its attempts (see `Fair`).
+        Target::Fair(key) => Shape::Fair(Fair {
+            key: Key::new(key)?,
+            waiter: uuid::Uuid::new_v4().simple().to_string().into(),
+            holder: uuid::Uuid::new_v4().simple().to_string().into(),
+            ticket: None,
+            queue_lease_ms: config.queue_lease.as_millis().to_string().into(),
+        }),
     };
     // Read-write guards are not reentrant: only an `Owner` sets one, and its requests are
     // for one key's mutex. A nested read or write would share a lease of the wrong kind.
@@ -230,7 +242,7 @@ fn plan<'a>(state: &ClientState, spec: Spec<'a>) -> Result<Plan<'a>> {
     })
 }
 
-async fn wait_loop(state: &Arc<ClientState>, plan: &Plan<'_>) -> Result<LockGuard> {
+async fn wait_loop(state: &Arc<ClientState>, plan: &mut Plan<'_>) -> Result<LockGuard> {
     let config = &state.config;
     let start = Instant::now();
     let deadline = start + plan.wait;
@@ -243,10 +255,21 @@ async fn wait_loop(state: &Arc<ClientState>, plan: &Plan<'_>) -> Result<LockGuar
         .iter()
         .map(|k| Waiter::new(state.wakeups.as_ref(), k.release_channel()))
         .collect();
+    // A fair request's place among its client's waiters (for a release's hand-off) and its
+    // name on the release channel (for the grant notices naming it).
+    let mut fair = match &plan.shape {
+        Shape::Fair(f) => Some((state.fair.register(&f.waiter, plan.ttl), None)),
+        _ => None,
+    };
     let mut attempts: u32 = 0;
     loop {
         if let Some(guard) = reenter(plan) {
             return Ok(guard);
+        }
+        if let (Some((registration, named @ None)), Some(channel), Shape::Fair(f)) =
+            (&mut fair, waiters[0].channel(), &plan.shape)
+        {
+            *named = Some(channel.name(f.waiter.as_bytes(), registration.slot.notify.clone()));
         }
         // Listen before the attempt, so that a release between the attempt and the wait below
         // is not missed.
@@ -258,12 +281,32 @@ async fn wait_loop(state: &Arc<ClientState>, plan: &Plan<'_>) -> Result<LockGuar
         for n in &mut notified {
             n.as_mut().enable();
         }
-        // Every waiter's turn is taken (not just the first found).
+        let mut named_notified = fair
+            .as_ref()
+            .map(|(r, _)| Box::pin(r.slot.notify.notified()));
+        if let Some(n) = &mut named_notified {
+            n.as_mut().enable();
+        }
+        // Every waiter's turn is taken (not just the first found). A fair request does not
+        // wait for its turn among its client's waiters: its ticket orders it among all.
         let mut turn_first = false;
         for waiter in &mut waiters {
             turn_first |= waiter.take_turn_first();
         }
-        let miss = if turn_first {
+        let turn_first = turn_first && fair.is_none();
+        if fair.is_some() {
+            state
+                .fair
+                .after_local_releases(plan.shape.primary().bytes())
+                .await;
+        }
+        let grant = fair.as_ref().and_then(|(r, _)| r.take_grant_or_attempt());
+        let miss = if let Some(grant) = grant {
+            match claim(state, plan, grant).await {
+                Ok(guard) => return Ok(guard),
+                Err(miss) => Some(miss),
+            }
+        } else if turn_first {
             None
         } else {
             attempts = attempts.saturating_add(1);
@@ -271,6 +314,23 @@ async fn wait_loop(state: &Arc<ClientState>, plan: &Plan<'_>) -> Result<LockGuar
                 Ok(guard) => return Ok(guard),
                 Err(miss) => Some(miss),
             }
+        };
+        // The attempt's rollback is written: a release may hand this request the lock.
+        if let Some((registration, _)) = &fair {
+            registration.waiting();
+        }
+        // A fair request refused without a ticket draws one and joins the line at once.
+        let miss = match (miss, &mut plan.shape) {
+            (Some(Miss::Contended(_)), Shape::Fair(f)) if f.ticket.is_none() => {
+                match fair::draw_ticket(state, f).await {
+                    Ok(ticket) => {
+                        f.ticket = Some(ticket);
+                        continue;
+                    }
+                    Err(e) => Some(Miss::Failed(e)),
+                }
+            }
+            (miss, _) => miss,
         };
         let now = Instant::now();
         let retries_left = config.max_retries.is_none_or(|max| attempts <= max);
@@ -303,10 +363,20 @@ async fn wait_loop(state: &Arc<ClientState>, plan: &Plan<'_>) -> Result<LockGuar
                 }
             }
         }
-        let pause = backoff.pause(error.is_none(), hint, rand::random());
+        let mut pause = backoff.pause(error.is_none(), hint, rand::random());
+        if fair.is_some() {
+            // A waiter renews its place in line with each attempt.
+            pause = pause.min(config.queue_lease / 3);
+        }
         let sleep = tokio::time::sleep_until((now + pause).min(deadline));
-        let any_notice = (!notified.is_empty())
-            .then(|| futures::future::select_all(notified.iter_mut().map(|n| n.as_mut())));
+        let any_notice = (!notified.is_empty() || named_notified.is_some()).then(|| {
+            futures::future::select_all(
+                notified
+                    .iter_mut()
+                    .map(|n| n.as_mut())
+                    .chain(named_notified.iter_mut().map(|n| n.as_mut())),
+            )
+        });
         match any_notice {
             Some(n) => tokio::select! {
                 _ = n => {
@@ -349,7 +419,10 @@ async fn attempt(
 ) -> std::result::Result<LockGuard, Miss> {
     let config = &state.config;
     let (key, ttl) = (&plan.shape, plan.ttl);
-    let holder = holder_value(state, plan.owner);
+    let holder = plan
+        .shape
+        .request_holder()
+        .map_or_else(|| holder_value(state, plan.owner), str::to_owned);
     let ttl_ms = ttl.as_millis().to_string();
     let (call, read) = key.acquire(&holder, &ttl_ms);
     state.counters.attempts.fetch_add(1, Ordering::Relaxed);
@@ -420,6 +493,49 @@ async fn attempt(
         rollback(state.clone(), key.clone(), holder),
     );
     Err(miss)
+}
+
+/// Takes the lock a release of this client handed to a waiting fair request (see `fair`):
+/// its entries were set by the release, and its deadline runs from the release's first send.
+/// With fencing, the token is drawn as after an attempt's quorum. When the token cannot be
+/// drawn, or the validity is gone, the entries are rolled back as a failed attempt's.
+async fn claim(
+    state: &Arc<ClientState>,
+    plan: &Plan<'_>,
+    grant: Grant,
+) -> std::result::Result<LockGuard, Miss> {
+    let holder = plan.shape.request_holder().unwrap_or_default().to_owned();
+    let (token, fencing) = match plan.fencing {
+        true => fence_token(state, &plan.shape).await,
+        false => (Ok(None), Vec::new()),
+    };
+    let left = grant.deadline.saturating_duration_since(Instant::now());
+    let error = match token {
+        Ok(token) if left > state.config.min_validity => {
+            state.counters.acquired.fetch_add(1, Ordering::Relaxed);
+            telemetry::attempt(AttemptEnd::Acquired);
+            tracing::debug!(validity = ?left, ?token, "handed over by a release");
+            let in_flight = grant.in_flight.into_iter().chain(fencing).collect();
+            return Ok(hold(state, plan, holder, grant.deadline, token, in_flight));
+        }
+        Ok(_) => Error::ValidityExhausted {
+            key: plan.shape.to_string(),
+            elapsed: plan.ttl.saturating_sub(left),
+            ttl: plan.ttl,
+        },
+        Err(e) => e,
+    };
+    for stragglers in fencing.into_iter().chain(grant.in_flight) {
+        stragglers.settle().await;
+    }
+    state.counters.failed.fetch_add(1, Ordering::Relaxed);
+    telemetry::attempt(AttemptEnd::Failed);
+    telemetry::rollback();
+    write_now_finish_later(
+        &state.background,
+        rollback(state.clone(), plan.shape.clone(), holder),
+    );
+    Err(Miss::Failed(error))
 }
 
 /// The fencing token of an acquisition that a quorum just confirmed (docs/DESIGN.md, "Fencing

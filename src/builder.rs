@@ -38,6 +38,7 @@ pub struct Builder {
     wait_timeout: Duration,
     min_validity: Duration,
     watchdog_lease: Duration,
+    queue_lease: Option<Duration>,
     pubsub: bool,
     lazy: bool,
     unchecked_quorum: Option<usize>,
@@ -60,6 +61,7 @@ impl std::fmt::Debug for Builder {
             .field("wait_timeout", &self.wait_timeout)
             .field("min_validity", &self.min_validity)
             .field("watchdog_lease", &self.watchdog_lease)
+            .field("queue_lease", &self.queue_lease)
             .field("pubsub", &self.pubsub)
             .field("lazy", &self.lazy);
         #[cfg(feature = "tls")]
@@ -68,6 +70,9 @@ impl std::fmt::Debug for Builder {
         f.finish_non_exhaustive()
     }
 }
+
+/// A fair lock's queue lease unless set (see [`Builder::queue_lease`]).
+const DEFAULT_QUEUE_LEASE: Duration = Duration::from_secs(5);
 
 impl Default for Builder {
     fn default() -> Self {
@@ -83,6 +88,7 @@ impl Default for Builder {
             wait_timeout: Duration::from_secs(10),
             min_validity: Duration::ZERO,
             watchdog_lease: Duration::from_secs(30),
+            queue_lease: None,
             pubsub: true,
             lazy: false,
             unchecked_quorum: None,
@@ -178,6 +184,19 @@ impl Builder {
         self
     }
 
+    /// How long a waiter of a fair lock ([`QuorumLock::fair_lock`]) keeps its place in line
+    /// without renewing it. A waiting request renews its place with each attempt, at least
+    /// every third of this; a waiter that dies (crash, lost network) leaves the line when its
+    /// place expires, so the waiters behind it stall at most this long. Must exceed twice the
+    /// node timeout. Defaults to 5 s (as Redisson's fair lock waits for a dead waiter), or
+    /// three node timeouts when that is longer.
+    ///
+    /// [`QuorumLock::fair_lock`]: crate::QuorumLock::fair_lock
+    pub fn queue_lease(mut self, lease: Duration) -> Self {
+        self.queue_lease = Some(lease);
+        self
+    }
+
     /// Whether waiters subscribe to release notices (one pub/sub connection per node, shared
     /// by all waiters of the client) to take the lock about one round trip after it is
     /// released. Without, they wake on the retry delay only. Defaults to `true`.
@@ -270,6 +289,7 @@ impl Builder {
             ("wait_timeout", self.wait_timeout),
             ("min_validity", self.min_validity),
             ("watchdog_lease", self.watchdog_lease),
+            ("queue_lease", self.queue_lease.unwrap_or_default()),
         ] {
             check_duration(field, value)?;
         }
@@ -278,6 +298,19 @@ impl Builder {
         }
         if self.connect_timeout.is_zero() {
             return invalid("connect_timeout", "must be positive".into());
+        }
+        let queue_lease = self
+            .queue_lease
+            .unwrap_or_else(|| DEFAULT_QUEUE_LEASE.max(self.node_timeout * 3));
+        if queue_lease <= self.node_timeout * 2 {
+            return invalid(
+                "queue_lease",
+                format!(
+                    "{queue_lease:?} must exceed twice the node timeout ({:?}): a waiter \
+                     renews its place in line with requests bounded by that timeout",
+                    self.node_timeout
+                ),
+            );
         }
         if !(self.drift_factor.is_finite() && (0.0..0.5).contains(&self.drift_factor)) {
             return invalid(
@@ -296,6 +329,7 @@ impl Builder {
             wait_timeout: self.wait_timeout,
             min_validity: self.min_validity,
             watchdog_lease: self.watchdog_lease,
+            queue_lease,
             pubsub: self.pubsub,
         };
         if let Err(Error::InvalidTtl { reason, .. }) = config.check_ttl(self.watchdog_lease) {

@@ -180,6 +180,37 @@ impl QuorumLock {
         LockRequest::of(&self.state, Target::Write(key.as_ref().to_vec()))
     }
 
+    /// Starts a request for the fair lock `key`: one holder at a time, as [`lock`](Self::lock),
+    /// given to waiting requests in the order they started to wait, across every client.
+    ///
+    /// A request first tries once as the mutex does, and succeeds when the key is free and
+    /// nobody waits. Refused, it draws a ticket (an `INCR` of `quorum-lock:ticket:K` on every
+    /// node, the largest answer of a quorum) and joins the line at its ticket on every node
+    /// (`quorum-lock:queue:K` and two companion keys). A node gives the key only to its first
+    /// live waiter; every node orders its line by the same tickets, so the first waiter of
+    /// one is the first of all, and no two waiters split the nodes between them (there is no
+    /// deadlock between any number of waiters). A ticket drawn after another request joined
+    /// the line on a quorum is larger, so a request is never overtaken by one that started
+    /// waiting after it. A release hands the key to the first waiter on each node itself: a
+    /// waiter of the same client holds from the release's answers, without a round trip of
+    /// its own; a waiter of another client is woken by a notice naming it and claims the key
+    /// with one attempt.
+    ///
+    /// A waiter keeps its place by renewing it with each attempt, at least every third of the
+    /// client's [`queue_lease`](crate::Builder::queue_lease). A waiter that dies leaves the
+    /// line when its place expires, so the waiters behind it stall at most one queue lease
+    /// (or, if the key had just been handed to it, one TTL, as behind a holder that dies). A
+    /// request that gives up (its wait ends, it fails, its future is dropped) leaves at once.
+    /// The lock is released, extended and fenced as the mutex, and its entry is the holder
+    /// value at `K`: use a key that no other kind of lock uses. Not reentrant. A single
+    /// attempt ([`try_acquire`](LockRequest::try_acquire)) never joins the line: it succeeds
+    /// only when nobody waits.
+    ///
+    /// The key is checked as for [`lock`](Self::lock) when the request is made to act.
+    pub fn fair_lock(&self, key: impl AsRef<[u8]>) -> LockRequest<'_> {
+        LockRequest::of(&self.state, Target::Fair(key.as_ref().to_vec()))
+    }
+
     /// The semaphore request without its quorum check: the test kit's negative control.
     #[cfg(feature = "testkit")]
     pub(crate) fn unchecked_semaphore(&self, key: &[u8], permits: u32) -> LockRequest<'_> {

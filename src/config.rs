@@ -38,6 +38,7 @@ pub(crate) struct Config {
     pub(crate) wait_timeout: Duration,
     pub(crate) min_validity: Duration,
     pub(crate) watchdog_lease: Duration,
+    pub(crate) queue_lease: Duration,
     pub(crate) pubsub: bool,
 }
 

@@ -35,6 +35,8 @@ pub(crate) struct Outcome {
     pub(crate) refused: Vec<usize>,
     /// The largest value among the yes answers counted.
     pub(crate) max_yes: Option<i64>,
+    /// The waiters a fair lock's release handed the key to, one entry per node that did.
+    pub(crate) granted: Vec<Vec<u8>>,
 }
 
 /// One node's answer to a call, with the node's index.
@@ -62,6 +64,7 @@ impl Outcome {
             hint: None,
             refused: Vec::new(),
             max_yes: None,
+            granted: Vec::new(),
         }
     }
 
@@ -168,6 +171,11 @@ where
     fn count(&mut self, i: usize, result: Result<Value, NodeFailure>) {
         let node = &self.nodes[i];
         let out = &mut self.outcome;
+        if let Ok(Value::Array(items)) = &result {
+            if let [_, Value::BulkString(waiter)] = items.as_slice() {
+                out.granted.push(waiter.clone());
+            }
+        }
         let vote = match result.map(|v| ((self.read)(&v), v)) {
             Ok((Some(Answer::Yes(value)), _)) => {
                 out.max_yes = out.max_yes.max(Some(value));
@@ -255,6 +263,18 @@ pub(crate) fn read_acquire(v: &Value) -> Option<Answer> {
 /// Reads a counter's new value (`INCR`).
 pub(crate) fn read_counter(v: &Value) -> Option<Answer> {
     int(v).map(Answer::Yes)
+}
+
+/// Reads a fair lock's release: a 1 / 0 reply as [`read_flag`], or `{1 or 0, waiter id}`
+/// when the node handed the key to that waiter (recorded in [`Outcome::granted`]).
+pub(crate) fn read_grant(v: &Value) -> Option<Answer> {
+    match v {
+        Value::Array(items) => match items.as_slice() {
+            [flag, Value::BulkString(_)] => read_flag(flag),
+            _ => None,
+        },
+        _ => read_flag(v),
+    }
 }
 
 /// Reads a 1 / 0 script reply: 1 yes (released, extended, token written), 0 refused (this

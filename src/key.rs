@@ -20,6 +20,10 @@ const FENCE_PREFIX: &[u8] = b"quorum-lock:fence:";
 const RELEASED_PREFIX: &[u8] = b"quorum-lock:released:";
 const READERS_PREFIX: &[u8] = b"quorum-lock:readers:";
 const WRITER_WAITING_PREFIX: &[u8] = b"quorum-lock:writer-waiting:";
+const TICKET_PREFIX: &[u8] = b"quorum-lock:ticket:";
+const QUEUE_PREFIX: &[u8] = b"quorum-lock:queue:";
+const QUEUE_EXPIRY_PREFIX: &[u8] = b"quorum-lock:queue-expiry:";
+const QUEUE_HOLDER_PREFIX: &[u8] = b"quorum-lock:queue-holder:";
 
 /// A checked lock key: its bytes and its release channel, made once and shared by the
 /// acquisition's lease, requests and logs. Shown as lossy UTF-8.
@@ -74,6 +78,21 @@ impl Key {
     /// The pending-writer mark of a read-write lock on this key.
     pub(crate) fn writer_waiting_key(&self) -> Vec<u8> {
         prefixed(WRITER_WAITING_PREFIX, &self.bytes)
+    }
+
+    /// The ticket counter of a fair lock on this key.
+    pub(crate) fn ticket_key(&self) -> Vec<u8> {
+        prefixed(TICKET_PREFIX, &self.bytes)
+    }
+
+    /// A fair lock's line on this key: waiter ids by ticket, their queue leases' expiries,
+    /// and what a release needs to hand the lock to each (see `scripts::FAIR_ACQUIRE`).
+    pub(crate) fn queue_keys(&self) -> [Vec<u8>; 3] {
+        [
+            prefixed(QUEUE_PREFIX, &self.bytes),
+            prefixed(QUEUE_EXPIRY_PREFIX, &self.bytes),
+            prefixed(QUEUE_HOLDER_PREFIX, &self.bytes),
+        ]
     }
 }
 
@@ -134,6 +153,15 @@ mod tests {
         assert_eq!(
             key.writer_waiting_key(),
             b"quorum-lock:writer-waiting:stock:1"
+        );
+        assert_eq!(key.ticket_key(), b"quorum-lock:ticket:stock:1");
+        assert_eq!(
+            key.queue_keys(),
+            [
+                b"quorum-lock:queue:stock:1".to_vec(),
+                b"quorum-lock:queue-expiry:stock:1".to_vec(),
+                b"quorum-lock:queue-holder:stock:1".to_vec()
+            ]
         );
         assert_eq!(key.to_string(), "stock:1");
     }

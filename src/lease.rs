@@ -399,9 +399,25 @@ pub(crate) async fn release_round(
     holder: &str,
 ) -> (Outcome, Option<Stragglers>) {
     let call = shape.release(holder, Notice::Release);
-    let mut fan = fan_out(&client.nodes, client.config.required, call, read_flag);
+    // A fair release may hand the key to a waiter of this client (see `fair`): the stamp and
+    // the instant are taken before anything is sent.
+    let releasing =
+        matches!(shape, Shape::Fair(_)).then(|| client.fair.releasing(shape.primary().bytes()));
+    let (stamp, sent) = (client.fair.stamp(), Instant::now());
+    let mut fan = fan_out(
+        &client.nodes,
+        client.config.required,
+        call,
+        shape.release_reader(),
+    );
     if fan.decide().await == Decision::Reached {
-        let stragglers = fan.detach(&client.background);
+        let mut stragglers = fan.detach(&client.background);
+        if releasing.is_some() {
+            client
+                .fair
+                .hand_off(client, stamp, sent, &fan.outcome, &mut stragglers);
+        }
+        drop(releasing);
         (fan.outcome, stragglers)
     } else {
         fan.collect().await;

@@ -71,6 +71,7 @@ mod builder;
 mod client;
 mod config;
 mod error;
+mod fair;
 mod fanout;
 mod guard;
 mod key;

@@ -723,8 +723,200 @@ return 0
     ),
 );
 
+/// The opening of every fair lock script. KEYS[1] is the key (the holder's entry, as a
+/// mutex's), KEYS[2] the line (waiter ids, scored by ticket), KEYS[3] the waiters' queue
+/// leases (waiter id, scored by expiry in the node's ms), KEYS[4] what a release needs to hand
+/// the key to a waiter (waiter id -> "ttl-ms holder-value"). A waiter is live while its queue
+/// lease runs and all three entries exist; the prelude purges the rest first, so "the first
+/// live waiter" is the lowest ticket left (ties broken by waiter id, the same way on every
+/// node). Helpers:
+/// - `leave(w)` takes waiter `w` out of the line;
+/// - `keep_line()` keeps the three keys until the latest queue lease ends (nothing lingers);
+/// - `first_live()` the first waiter, dropping any whose entries are incomplete (a key of the
+///   three lost alone, e.g. evicted);
+/// - `grant(channel, except, by)` hands the free key to the first waiter (unless that is
+///   `except`): `SET key its-holder PX its-ttl`, so the waiter holds it from this moment, and
+///   announces `grant:<waiter id>:<by>` on the release channel, `by` being the digest of the
+///   holder value whose release (or withdrawal) freed the key, so that the notices of two
+///   grants to one waiter are told apart. The waiter stays in line until its release or
+///   withdrawal, so a grant it was too slow to claim is given to it again.
+macro_rules! fair_prelude {
+    () => {
+        r#"
+if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function leave(w)
+  redis.call('zrem', KEYS[2], w)
+  redis.call('zrem', KEYS[3], w)
+  redis.call('hdel', KEYS[4], w)
+end
+for _, w in ipairs(redis.call('zrangebyscore', KEYS[3], '-inf', now)) do
+  leave(w)
+end
+local function keep_line()
+  local last = redis.call('zrange', KEYS[3], -1, -1, 'WITHSCORES')
+  if last[2] then
+    for i = 2, 4 do
+      redis.call('pexpireat', KEYS[i], last[2])
+    end
+  else
+    redis.call('del', KEYS[2], KEYS[3], KEYS[4])
+  end
+end
+local function first_live()
+  while true do
+    local first = redis.call('zrange', KEYS[2], 0, 0)[1]
+    if not first then
+      return nil, nil
+    end
+    local entry = redis.call('hget', KEYS[4], first)
+    if entry and redis.call('zscore', KEYS[3], first) then
+      return first, entry
+    end
+    leave(first)
+  end
+end
+local function grant(channel, except, by)
+  if redis.call('exists', KEYS[1]) == 1 then
+    return nil
+  end
+  local first, entry = first_live()
+  if not first or first == except then
+    return nil
+  end
+  local ttl, holder = string.match(entry, '^(%d+) (.+)$')
+  redis.call('set', KEYS[1], holder, 'PX', ttl)
+  redis.call('publish', channel, 'grant:' .. first .. ':' .. by)
+  return first
+end
+"#
+    };
+}
+
+/// Takes a fair lock, on one node.
+///
+/// - The key already holds this request's holder value (a release granted it, or an earlier
+///   attempt of the request left it): `PEXPIRE` to the TTL from now, which the attempt's
+///   start bounds from below, and yes.
+/// - Without a ticket (a request's first attempt): yes only when the key is free and nobody
+///   waits in line; `SET key holder PX ttl`.
+/// - With a ticket: the node's ticket counter is raised to it (so that every later ticket,
+///   drawn from a quorum that meets this attempt's, is larger), the waiter joins the line at
+///   its ticket (or keeps its place) and renews its queue lease; yes when the key is free and
+///   this waiter is the first live one.
+///
+/// KEYS as the prelude, KEYS[5] the ticket counter. ARGV[1] holder value, ARGV[2] TTL in ms,
+/// ARGV[3] the request's waiter id, ARGV[4] its ticket (empty: none yet), ARGV[5] the queue
+/// lease in ms. Returns 1 or 0.
+pub(crate) static FAIR_ACQUIRE: LockScript = LockScript::new(
+    "acquire",
+    concat!(
+        fair_prelude!(),
+        r#"
+local current = redis.call('get', KEYS[1])
+if current == ARGV[1] then
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  return 1
+end
+if ARGV[4] == '' then
+  if current or first_live() then
+    return 0
+  end
+  redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+if tonumber(redis.call('get', KEYS[5]) or '0') < tonumber(ARGV[4]) then
+  redis.call('set', KEYS[5], ARGV[4])
+end
+redis.call('zadd', KEYS[2], 'NX', ARGV[4], ARGV[3])
+redis.call('zadd', KEYS[3], now + tonumber(ARGV[5]), ARGV[3])
+redis.call('hset', KEYS[4], ARGV[3], ARGV[2] .. ' ' .. ARGV[1])
+keep_line()
+if current or first_live() ~= ARGV[3] then
+  return 0
+end
+redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"#
+    ),
+);
+
+/// Releases a fair lock (and rolls back a failed attempt), on one node: compare-and-delete of
+/// the key, as [`RELEASE`]; then the free key goes straight to the first live waiter
+/// (`grant`), which is the hand-off: the next holder holds from this moment, with no
+/// round trip of its own. A release (mode "1") also takes the request out of the line; a
+/// rollback (mode "2") leaves it there (the request still waits) and grants only to another
+/// waiter. Where nobody is granted, the notice is [`RELEASE`]'s.
+///
+/// KEYS as [`FAIR_ACQUIRE`]'s first four. ARGV[1] holder value, ARGV[2] release channel,
+/// ARGV[3] the notice mode, ARGV[4] the request's waiter id. Returns 1 when the key was
+/// deleted, else 0; as `{1 or 0, waiter id}` when the key went to that waiter.
+pub(crate) static FAIR_RELEASE: LockScript = LockScript::new(
+    "release",
+    concat!(
+        fair_prelude!(),
+        r#"
+local held = redis.call('get', KEYS[1]) == ARGV[1]
+if held then
+  redis.call('del', KEYS[1])
+end
+local except = ARGV[4]
+if ARGV[3] == '1' then
+  leave(ARGV[4])
+  except = nil
+end
+local granted = nil
+if held or ARGV[3] == '1' then
+  granted = grant(ARGV[2], except, redis.sha1hex(ARGV[1]))
+end
+keep_line()
+local answer = 0
+if held then
+  answer = 1
+end
+if granted then
+  return {answer, granted}
+end
+if held or (ARGV[3] == '1' and redis.call('exists', KEYS[1]) == 0) then
+  redis.call('publish', ARGV[2], redis.sha1hex(ARGV[1]))
+end
+return answer
+"#
+    ),
+);
+
+/// Withdraws a fair lock's waiter, on one node, when its request gives up: leaves the line,
+/// deletes the key if a release had granted it to this request (nobody will claim it), and
+/// then hands the key on as [`FAIR_RELEASE`] does, or announces it free.
+///
+/// KEYS as [`FAIR_RELEASE`]. ARGV[1] the waiter id, ARGV[2] the request's holder value,
+/// ARGV[3] release channel. Returns 1 when the key had been granted to the request, else 0.
+pub(crate) static FAIR_WITHDRAW: LockScript = LockScript::new(
+    "withdraw",
+    concat!(
+        fair_prelude!(),
+        r#"
+leave(ARGV[1])
+local held = redis.call('get', KEYS[1]) == ARGV[2]
+if held then
+  redis.call('del', KEYS[1])
+end
+local granted = grant(ARGV[3], nil, redis.sha1hex(ARGV[2]))
+keep_line()
+if held and not granted then
+  redis.call('publish', ARGV[3], redis.sha1hex(ARGV[2]))
+end
+if held then
+  return 1
+end
+return 0
+"#
+    ),
+);
+
 /// Every script, for loading on connect.
-pub(crate) static ALL_SCRIPTS: [&LockScript; 20] = [
+pub(crate) static ALL_SCRIPTS: [&LockScript; 23] = [
     &FENCE_MAX,
     &RELEASE,
     &EXTEND,
@@ -745,6 +937,9 @@ pub(crate) static ALL_SCRIPTS: [&LockScript; 20] = [
     &WRITE_RELEASE,
     &WRITE_WITHDRAW,
     &WRITE_REPAIR,
+    &FAIR_ACQUIRE,
+    &FAIR_RELEASE,
+    &FAIR_WITHDRAW,
 ];
 
 /// How a script call is sent.

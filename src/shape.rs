@@ -12,13 +12,13 @@ use redis::Value;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::fanout::{read_acquire, read_counter, read_flag, Answer};
+use crate::fanout::{read_acquire, read_counter, read_flag, read_grant, Answer};
 use crate::key::Key;
 use crate::scripts::{
-    Call, EXTEND, FENCE_MAX, PERMIT_ACQUIRE, PERMIT_EXTEND, PERMIT_RELEASE, PERMIT_REPAIR,
-    READ_ACQUIRE, READ_RELEASE, READ_REPAIR, RELEASE, SET_ACQUIRE, SET_EXTEND, SET_FENCE_INCR,
-    SET_FENCE_MAX, SET_RELEASE, SET_REPAIR, WRITE_ACQUIRE, WRITE_RELEASE, WRITE_REPAIR,
-    WRITE_WITHDRAW,
+    Call, EXTEND, FAIR_ACQUIRE, FAIR_RELEASE, FAIR_WITHDRAW, FENCE_MAX, PERMIT_ACQUIRE,
+    PERMIT_EXTEND, PERMIT_RELEASE, PERMIT_REPAIR, READ_ACQUIRE, READ_RELEASE, READ_REPAIR, RELEASE,
+    SET_ACQUIRE, SET_EXTEND, SET_FENCE_INCR, SET_FENCE_MAX, SET_RELEASE, SET_REPAIR, WRITE_ACQUIRE,
+    WRITE_RELEASE, WRITE_REPAIR, WRITE_WITHDRAW,
 };
 
 /// The most keys a multi-key lock may take at once (every key travels in each request).
@@ -44,6 +44,27 @@ pub(crate) enum Shape {
     /// is the id of a waiting request, the value of its pending-writer mark
     /// (`quorum-lock:writer-waiting:K`); `None` for a single attempt, which sets no mark.
     Write { key: Key, waiter: Option<Arc<str>> },
+    /// A fair lock on `key`: the holder value at `key`, as the mutex's, given in the order of
+    /// tickets (see [`Fair`]).
+    Fair(Fair),
+}
+
+/// A request for a fair lock: what its attempts, its place in line and a release's hand-off
+/// to it share.
+#[derive(Clone)]
+pub(crate) struct Fair {
+    pub(crate) key: Key,
+    /// The request's id: its member in the line, named by the grant notices (not a secret).
+    pub(crate) waiter: Arc<str>,
+    /// The request's holder value, one for all its attempts: a release that hands the key to
+    /// the request sets this value, which the request's next attempt then recognises as its
+    /// own. Attempts are still told apart where it matters: a rollback is written before the
+    /// next attempt on every connection (ordering invariant 5).
+    pub(crate) holder: Arc<str>,
+    /// Its place in line, once drawn (after a first attempt without one was refused).
+    pub(crate) ticket: Option<u64>,
+    /// The queue lease, in ms, as the scripts take it.
+    pub(crate) queue_lease_ms: Arc<str>,
 }
 
 /// Who a release's notices are for (see the release scripts).
@@ -135,7 +156,8 @@ impl Shape {
             Shape::Single(key)
             | Shape::Permit { key, .. }
             | Shape::Read(key)
-            | Shape::Write { key, .. } => key,
+            | Shape::Write { key, .. }
+            | Shape::Fair(Fair { key, .. }) => key,
             Shape::Set(keys) => &keys[0],
         }
     }
@@ -146,7 +168,8 @@ impl Shape {
             Shape::Single(key)
             | Shape::Permit { key, .. }
             | Shape::Read(key)
-            | Shape::Write { key, .. } => std::slice::from_ref(key),
+            | Shape::Write { key, .. }
+            | Shape::Fair(Fair { key, .. }) => std::slice::from_ref(key),
             Shape::Set(keys) => keys,
         }
     }
@@ -189,6 +212,30 @@ impl Shape {
                     read_flag,
                 )
             }
+            Shape::Fair(fair) => {
+                let ticket = fair.ticket.map(|t| t.to_string()).unwrap_or_default();
+                let keys = fair_keys(&fair.key, true);
+                let argv: [&[u8]; 5] = [
+                    h,
+                    ttl,
+                    fair.waiter.as_bytes(),
+                    ticket.as_bytes(),
+                    fair.queue_lease_ms.as_bytes(),
+                ];
+                (
+                    Call::with_keys(&FAIR_ACQUIRE, &refs(&keys), &argv),
+                    read_flag,
+                )
+            }
+        }
+    }
+
+    /// The holder value every attempt of the request uses, when it has one (a fair lock);
+    /// otherwise each attempt draws its own.
+    pub(crate) fn request_holder(&self) -> Option<&str> {
+        match self {
+            Shape::Fair(fair) => Some(&fair.holder),
+            _ => None,
         }
     }
 
@@ -204,6 +251,15 @@ impl Shape {
                 &rw_keys(key).refs(),
                 &[waiter.as_bytes(), key.release_channel()],
             )),
+            Shape::Fair(fair) => Some(Call::with_keys(
+                &FAIR_WITHDRAW,
+                &refs(&fair_keys(&fair.key, false)),
+                &[
+                    fair.waiter.as_bytes(),
+                    fair.holder.as_bytes(),
+                    fair.key.release_channel(),
+                ],
+            )),
             _ => None,
         }
     }
@@ -218,7 +274,9 @@ impl Shape {
             // A reader's member is extended as a permit is (`ZADD XX`, never re-added); the
             // writer's entry as the mutex's.
             Shape::Read(key) => Call::new(&PERMIT_EXTEND, &key.readers_key(), &argv),
-            Shape::Write { key, .. } => Call::new(&EXTEND, key.bytes(), &argv),
+            Shape::Write { key, .. } | Shape::Fair(Fair { key, .. }) => {
+                Call::new(&EXTEND, key.bytes(), &argv)
+            }
         }
     }
 
@@ -257,6 +315,25 @@ impl Shape {
                     &[h, key.release_channel(), notice.arg(), w],
                 )
             }
+            Shape::Fair(fair) => Call::with_keys(
+                &FAIR_RELEASE,
+                &refs(&fair_keys(&fair.key, false)),
+                &[
+                    h,
+                    fair.key.release_channel(),
+                    notice.arg(),
+                    fair.waiter.as_bytes(),
+                ],
+            ),
+        }
+    }
+
+    /// How a release's answers are read: a fair lock's may name the waiter it handed the key
+    /// to.
+    pub(crate) fn release_reader(&self) -> Reader {
+        match self {
+            Shape::Fair(_) => read_grant,
+            _ => read_flag,
         }
     }
 
@@ -264,7 +341,9 @@ impl Shape {
     pub(crate) fn repair(&self, holder: &str, ms: &str) -> Call {
         let (h, ms) = (holder.as_bytes(), ms.as_bytes());
         match self {
-            Shape::Single(key) => Call::set_if_absent("repair", key.bytes(), h, ms),
+            Shape::Single(key) | Shape::Fair(Fair { key, .. }) => {
+                Call::set_if_absent("repair", key.bytes(), h, ms)
+            }
             Shape::Set(_) => Call::with_keys(&SET_REPAIR, &self.key_bytes(), &[h, ms]),
             Shape::Permit { key, permits } => {
                 let p = permits.to_string();
@@ -280,7 +359,7 @@ impl Shape {
     /// Whether a repair's answer says it put an entry back.
     pub(crate) fn repaired(&self, answer: &Value) -> bool {
         match self {
-            Shape::Single(_) => matches!(answer, Value::Okay),
+            Shape::Single(_) | Shape::Fair(_) => matches!(answer, Value::Okay),
             _ => matches!(answer, Value::Int(1)),
         }
     }
@@ -329,6 +408,22 @@ fn rw_keys(key: &Key) -> RwKeys {
     ])
 }
 
+/// The keys of a fair lock's scripts: the key, its line (see `scripts::FAIR_ACQUIRE`), and
+/// with `ticket` the ticket counter.
+fn fair_keys(key: &Key, ticket: bool) -> Vec<Vec<u8>> {
+    let mut keys = Vec::with_capacity(5);
+    keys.push(key.bytes().to_vec());
+    keys.extend(key.queue_keys());
+    if ticket {
+        keys.push(key.ticket_key());
+    }
+    keys
+}
+
+fn refs(keys: &[Vec<u8>]) -> Vec<&[u8]> {
+    keys.iter().map(Vec::as_slice).collect()
+}
+
 impl fmt::Display for Shape {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -343,6 +438,7 @@ impl fmt::Display for Shape {
             Shape::Permit { key, permits } => write!(f, "{key} (1 of {permits} permits)"),
             Shape::Read(key) => write!(f, "{key} (read)"),
             Shape::Write { key, .. } => write!(f, "{key} (write)"),
+            Shape::Fair(Fair { key, .. }) => write!(f, "{key} (fair)"),
         }
     }
 }

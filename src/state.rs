@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::config::Config;
+use crate::fair::FairWaiters;
 use crate::node::Nodes;
 use crate::ordering::BackgroundWork;
 use crate::wakeup::Wakeups;
@@ -20,6 +21,8 @@ pub(crate) struct ClientState {
     pub(crate) wakeups: Option<Arc<Wakeups>>,
     /// Identifies this client in holder values.
     pub(crate) client_id: String,
+    /// The client's waiting fair requests, for a release's hand-off.
+    pub(crate) fair: Arc<FairWaiters>,
 }
 
 impl ClientState {
@@ -38,6 +41,7 @@ impl ClientState {
             background: Arc::default(),
             wakeups,
             client_id: uuid::Uuid::new_v4().simple().to_string(),
+            fair: Arc::default(),
         }
     }
 }

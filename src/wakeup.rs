@@ -26,7 +26,13 @@ pub(crate) struct Channel {
     /// How many nodes must announce one holder's release before a waiter is woken: the
     /// quorum, or fewer when fewer nodes confirmed the subscription.
     threshold: AtomicUsize,
+    /// Fair waiters of this client by waiter id: a grant notice (`grant:<waiter id>:<digest>`,
+    /// see `scripts::FAIR_RELEASE`) wakes the waiter it names, and nobody else.
+    named: Mutex<HashMap<Vec<u8>, Arc<Notify>>>,
 }
+
+/// The prefix of a fair release's notice that it handed the key to a waiter.
+const GRANT_PREFIX: &[u8] = b"grant:";
 
 /// The notices heard of one release (one holder value, known by its digest).
 struct ReleaseNotices {
@@ -46,6 +52,21 @@ impl Channel {
             notify: Notify::new(),
             recent: Mutex::new(Vec::with_capacity(RECENT_RELEASES)),
             threshold: AtomicUsize::new(quorum),
+            named: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn named(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<u8>, Arc<Notify>>> {
+        self.named.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Names a fair waiter on this channel: grant notices naming `waiter` wake `notify` (a
+    /// wake-up that finds nobody waiting is kept for the next wait). Unnamed on drop.
+    pub(crate) fn name(self: &Arc<Self>, waiter: &[u8], notify: Arc<Notify>) -> Named {
+        self.named().insert(waiter.to_vec(), notify);
+        Named {
+            channel: self.clone(),
+            waiter: waiter.to_vec(),
         }
     }
 
@@ -79,9 +100,31 @@ impl Channel {
             return false;
         }
         release.woke = true;
+        drop(recent);
+        if let Some(grant) = digest.strip_prefix(GRANT_PREFIX) {
+            // The key went to the waiter named: only it can take it now.
+            let waiter = grant.split(|&b| b == b':').next().unwrap_or_default();
+            let Some(notify) = self.named().get(waiter).cloned() else {
+                return false;
+            };
+            notify.notify_one();
+            return true;
+        }
         // A wake-up that finds no waiter is kept as a permit for the next one.
         self.notify.notify_one();
         true
+    }
+}
+
+/// A fair waiter's name on a channel (see [`Channel::name`]).
+pub(crate) struct Named {
+    channel: Arc<Channel>,
+    waiter: Vec<u8>,
+}
+
+impl Drop for Named {
+    fn drop(&mut self) {
+        self.channel.named().remove(&self.waiter);
     }
 }
 
@@ -505,6 +548,40 @@ mod tests {
         }
         let waiter = chan.notify().notified();
         assert!(waiter.now_or_never().is_some(), "the permit was lost");
+    }
+
+    #[test]
+    fn a_grant_wakes_only_the_waiter_it_names_at_a_quorum() {
+        let chan = Arc::new(Channel::new(QUORUM));
+        let mut anyone = pin!(chan.notify().notified());
+        anyone.as_mut().enable();
+        let (a, b) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+        let _a = chan.name(b"a", a.clone());
+        let named_b = chan.name(b"b", b.clone());
+        for _ in 0..QUORUM - 1 {
+            assert!(!chan.report_free(b"grant:b:d1"));
+        }
+        assert!(chan.report_free(b"grant:b:d1"));
+        assert!(b.notified().now_or_never().is_some(), "b was not woken");
+        assert!(a.notified().now_or_never().is_none(), "a was woken");
+        assert!(
+            anyone.as_mut().now_or_never().is_none(),
+            "an unnamed waiter was woken"
+        );
+        // A second grant to b (after an earlier one lapsed) is another release: it wakes again.
+        for _ in 0..QUORUM {
+            chan.report_free(b"grant:b:d2");
+        }
+        assert!(
+            b.notified().now_or_never().is_some(),
+            "the second grant was lost"
+        );
+        // A grant to a waiter of another client wakes nobody here.
+        drop(named_b);
+        for _ in 0..QUORUM {
+            assert!(!chan.report_free(b"grant:b:d3"));
+        }
+        assert!(anyone.now_or_never().is_none());
     }
 
     #[test]

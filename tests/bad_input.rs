@@ -103,6 +103,11 @@ async fn bad_configuration_names_the_setting() {
         "drift_factor"
     );
     assert_eq!(
+        config_field(b().queue_lease(Duration::from_millis(100)).build().await),
+        "queue_lease",
+        "a queue lease of two node timeouts"
+    );
+    assert_eq!(
         config_field(b().node_timeout(Duration::from_secs(60)).build().await),
         "watchdog_lease",
         "node timeout not below the default 30 s watchdog lease"

@@ -69,6 +69,43 @@ pub fn unchecked_semaphore(
     locks.unchecked_semaphore(key.as_ref(), permits)
 }
 
+/// **For negative tests only**: one attempt of a fair lock on one node, with `place` as the
+/// waiter's position in that node's line (the fair lock's own acquire script, as a request
+/// with a ticket sends it; the key's counter is raised to `place`). The library orders every
+/// node's line by the same ticket; a test gives each node its own order (as if each ordered
+/// its waiters by arrival) to show what tickets prevent. Answers whether the node gave the
+/// key to `holder`.
+pub async fn fair_attempt_on_node(
+    node: &mut redis::aio::MultiplexedConnection,
+    key: &[u8],
+    waiter: &str,
+    holder: &str,
+    ttl: Duration,
+    place: u64,
+    queue_lease: Duration,
+) -> redis::RedisResult<bool> {
+    let key = crate::key::Key::new(key).map_err(|e| {
+        redis::RedisError::from((redis::ErrorKind::Client, "bad key", e.to_string()))
+    })?;
+    let [line, leases, holders] = key.queue_keys();
+    let answer: i64 = redis::cmd("EVAL")
+        .arg(crate::scripts::FAIR_ACQUIRE.source())
+        .arg(5)
+        .arg(key.bytes())
+        .arg(line)
+        .arg(leases)
+        .arg(holders)
+        .arg(key.ticket_key())
+        .arg(holder)
+        .arg(ttl.as_millis().to_string())
+        .arg(waiter)
+        .arg(place.to_string())
+        .arg(queue_lease.as_millis().to_string())
+        .query_async(node)
+        .await?;
+    Ok(answer == 1)
+}
+
 /// What a node keeps across a restart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]

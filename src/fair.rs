@@ -1,0 +1,273 @@
+//! The fair lock (docs/DESIGN.md, "Fair lock"): tickets drawn from a quorum counter, and the
+//! hand-off of a release to a waiter of the same client, which then holds without a round
+//! trip of its own.
+//!
+//! # Hand-off within a client
+//!
+//! A fair release hands the free key to the first waiter in line on each node (the release
+//! script's `grant`: `SET key waiter-holder PX waiter-ttl`). When a quorum of nodes answers
+//! that it handed the key to the same waiter, and that waiter waits in this client, the
+//! releasing task gives it the lock directly: its entries were set by the release's own
+//! requests, so they expire no earlier than the release's first send plus the waiter's TTL,
+//! and its deadline is measured from that send (invariant 2), as an acquire's is from its own.
+//!
+//! Only a waiter with no attempt of its own in flight may be handed the lock: a failed
+//! attempt's rollback deletes the request's holder value wherever it finds it, which includes
+//! a key the release had just granted. So a waiter marks itself attempting before each
+//! attempt, and waiting (with a stamp from [`FairWaiters::stamp`]) only after its rollback was
+//! written onto every connection (ordering invariant 5). A release takes a stamp before it
+//! sends anything; it hands off only to a waiter whose waiting stamp is older, whose rollback
+//! therefore runs on every node before the release's grant. A waiter handed the lock makes no
+//! further attempt. Any other waiter claims its grant with an attempt of its own, which finds
+//! its holder value on the key and extends it from the attempt's start.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::error::{Op, Result};
+use crate::fanout::{fan_out, read_counter, Outcome};
+use crate::ordering::Stragglers;
+use crate::quorum::{self, Decision};
+use crate::scripts::Call;
+use crate::shape::Fair;
+use crate::state::ClientState;
+
+/// The fair waiters of one client, by waiter id.
+#[derive(Default)]
+pub(crate) struct FairWaiters {
+    /// Orders waiters' "waiting since" against releases' starts (see the module docs).
+    epoch: AtomicU64,
+    slots: Mutex<HashMap<Arc<str>, Arc<Slot>>>,
+    /// Keys with fair releases of this client in flight, and how many.
+    releasing: Mutex<HashMap<Vec<u8>, usize>>,
+    /// Told whenever such a release ends.
+    released: Notify,
+}
+
+/// One waiting fair request, as a release of the same client sees it.
+pub(crate) struct Slot {
+    state: Mutex<SlotState>,
+    /// Wakes the waiter: a hand-off, or a quorum of nodes announcing a grant to it.
+    pub(crate) notify: Arc<Notify>,
+    /// The TTL its grants are set with.
+    ttl: Duration,
+}
+
+enum SlotState {
+    /// An attempt of its own is in flight (or about to be): no hand-off.
+    Attempting,
+    /// Its last rollback was written before the stamp was taken.
+    Waiting { since: u64 },
+    /// A release handed it the lock.
+    Granted(Grant),
+}
+
+/// The lock handed to a waiter by a release of its own client.
+pub(crate) struct Grant {
+    /// The release's first send plus the waiter's TTL, less the drift allowance.
+    pub(crate) deadline: Instant,
+    /// The release's requests still running on the slower nodes.
+    pub(crate) in_flight: Option<Stragglers>,
+}
+
+impl FairWaiters {
+    fn slots(&self) -> MutexGuard<'_, HashMap<Arc<str>, Arc<Slot>>> {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn releasing_keys(&self) -> MutexGuard<'_, HashMap<Vec<u8>, usize>> {
+        self.releasing.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Marks a fair release of `key` in flight until the returned mark is dropped (after its
+    /// hand-off, if any).
+    pub(crate) fn releasing(self: &Arc<Self>, key: &[u8]) -> Releasing {
+        *self.releasing_keys().entry(key.to_vec()).or_default() += 1;
+        Releasing {
+            waiters: self.clone(),
+            key: key.to_vec(),
+        }
+    }
+
+    /// Waits until no fair release of `key` by this client is in flight. A waiter woken by
+    /// the notices of a grant to it must not claim it with an attempt of its own while this
+    /// client's release that made the grant may still hand it over (the notices and the
+    /// release's answers arrive in either order): its attempt would only cost a round trip,
+    /// and rule the hand-off out.
+    pub(crate) async fn after_local_releases(&self, key: &[u8]) {
+        loop {
+            let ended = self.released.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if !self.releasing_keys().contains_key(key) {
+                return;
+            }
+            ended.await;
+        }
+    }
+
+    /// A stamp later than every stamp taken before it.
+    pub(crate) fn stamp(&self) -> u64 {
+        self.epoch.fetch_add(1, Ordering::SeqCst)
+    }
+
+    /// Registers a waiting request; it leaves when the returned registration is dropped.
+    pub(crate) fn register(self: &Arc<Self>, waiter: &Arc<str>, ttl: Duration) -> Registration {
+        let slot = Arc::new(Slot {
+            state: Mutex::new(SlotState::Attempting),
+            notify: Arc::new(Notify::new()),
+            ttl,
+        });
+        self.slots().insert(waiter.clone(), slot.clone());
+        Registration {
+            waiters: self.clone(),
+            waiter: waiter.clone(),
+            slot,
+        }
+    }
+
+    /// After a release that a quorum confirmed: if a quorum of nodes handed the key to one
+    /// waiter of this client that was waiting since before `stamp` (taken before the release
+    /// was sent at `sent`), gives it the lock and returns true. `in_flight` goes with it.
+    pub(crate) fn hand_off(
+        &self,
+        client: &ClientState,
+        stamp: u64,
+        sent: Instant,
+        outcome: &Outcome,
+        in_flight: &mut Option<Stragglers>,
+    ) -> bool {
+        let required = client.config.required;
+        let Some(waiter) = quorum_granted(&outcome.granted, required) else {
+            return false;
+        };
+        let Ok(waiter) = std::str::from_utf8(waiter) else {
+            return false;
+        };
+        let Some(slot) = self.slots().get(waiter).cloned() else {
+            return false;
+        };
+        let mut state = slot.state.lock().unwrap_or_else(|p| p.into_inner());
+        if !matches!(*state, SlotState::Waiting { since } if since < stamp) {
+            return false;
+        }
+        let drift = quorum::drift(slot.ttl, client.config.drift_factor);
+        let deadline = sent + quorum::trusted_for(slot.ttl, drift);
+        if deadline <= Instant::now() + client.config.min_validity {
+            return false;
+        }
+        *state = SlotState::Granted(Grant {
+            deadline,
+            in_flight: in_flight.take(),
+        });
+        drop(state);
+        slot.notify.notify_one();
+        true
+    }
+}
+
+/// A fair release in flight (see [`FairWaiters::releasing`]).
+pub(crate) struct Releasing {
+    waiters: Arc<FairWaiters>,
+    key: Vec<u8>,
+}
+
+impl Drop for Releasing {
+    fn drop(&mut self) {
+        let mut keys = self.waiters.releasing_keys();
+        if let Some(n) = keys.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                keys.remove(&self.key);
+            }
+        }
+        drop(keys);
+        self.waiters.released.notify_waiters();
+    }
+}
+
+/// The waiter that at least `required` nodes handed the key to, if any.
+fn quorum_granted(granted: &[Vec<u8>], required: usize) -> Option<&[u8]> {
+    granted
+        .iter()
+        .find(|w| granted.iter().filter(|o| o == w).count() >= required)
+        .map(Vec::as_slice)
+}
+
+/// A waiting request's place among its client's fair waiters.
+pub(crate) struct Registration {
+    waiters: Arc<FairWaiters>,
+    waiter: Arc<str>,
+    pub(crate) slot: Arc<Slot>,
+}
+
+impl Registration {
+    fn state(&self) -> MutexGuard<'_, SlotState> {
+        self.slot.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Before an attempt: the lock, if a release handed it over; otherwise the waiter is
+    /// marked attempting, so that no release hands it over until it waits again.
+    pub(crate) fn take_grant_or_attempt(&self) -> Option<Grant> {
+        let mut state = self.state();
+        match std::mem::replace(&mut *state, SlotState::Attempting) {
+            SlotState::Granted(grant) => Some(grant),
+            _ => None,
+        }
+    }
+
+    /// After a failed attempt, whose rollback is written: waiting, from a fresh stamp.
+    pub(crate) fn waiting(&self) {
+        let mut state = self.state();
+        *state = SlotState::Waiting {
+            since: self.waiters.stamp(),
+        };
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.waiters.slots().remove(&self.waiter);
+    }
+}
+
+/// Draws a ticket for `fair`: `INCR` of the key's ticket counter on every node, the largest
+/// answer of a quorum. The request's next attempt raises the counter to it on the nodes it
+/// reaches and joins the line there; once a quorum answered that attempt, every ticket drawn
+/// afterwards is larger (its quorum meets that attempt's in a node whose counter is at least
+/// this ticket), so a request that started waiting later is served later.
+pub(crate) async fn draw_ticket(state: &ClientState, fair: &Fair) -> Result<u64> {
+    let call = Call::increment(&fair.key.ticket_key());
+    let mut drawn = fan_out(&state.nodes, state.config.required, call, read_counter);
+    let decision = drawn.decide().await;
+    // The increments still running only raise counters: nothing needs to follow them.
+    drawn.detach(&state.background);
+    match (
+        decision,
+        drawn.outcome.max_yes.and_then(|m| u64::try_from(m).ok()),
+    ) {
+        (Decision::Reached, Some(ticket)) => Ok(ticket),
+        _ => Err(drawn.outcome.no_quorum(Op::Acquire, &fair.key)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hand_off_needs_a_quorum_of_grants_to_one_waiter() {
+        let g = |w: &str| w.as_bytes().to_vec();
+        assert_eq!(quorum_granted(&[g("a"), g("b"), g("a")], 3), None);
+        assert_eq!(
+            quorum_granted(&[g("a"), g("b"), g("a"), g("a")], 3),
+            Some(&b"a"[..])
+        );
+        assert_eq!(quorum_granted(&[], 1), None);
+    }
+}

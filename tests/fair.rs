@@ -1,0 +1,560 @@
+//! The fair lock (`fair_lock`): grants in the order of tickets drawn from a quorum counter,
+//! the same order on every node; no deadlock between any number of waiters; a dead waiter
+//! leaves the line with its queue lease; a release hands the key to the next waiter on the
+//! nodes themselves. The negative control shows what tickets prevent: nodes that order their
+//! lines by arrival split the waiters between them, and nobody ever gets a quorum.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use quorum_lock::testkit::history::{self, Interval};
+use quorum_lock::testkit::{self, Fleet};
+use quorum_lock::{Error, LockGuard, Quorum, QuorumLock};
+
+const LONG: Duration = Duration::from_secs(30);
+
+/// The waiter ids in `key`'s line on node `i`, first first.
+async fn line(fleet: &Fleet, i: usize, key: &str) -> Vec<String> {
+    let mut c = conn(fleet, i).await;
+    redis::cmd("ZRANGE")
+        .arg(format!("quorum-lock:queue:{key}"))
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut c)
+        .await
+        .expect("ZRANGE")
+}
+
+/// How many waiters are in `key`'s line on every node (the least over the nodes).
+async fn queued_everywhere(fleet: &Fleet, key: &str) -> usize {
+    let mut least = usize::MAX;
+    for i in 0..fleet.len() {
+        least = least.min(line(fleet, i, key).await.len());
+    }
+    least
+}
+
+/// Whether any of the fair lock's keys of `key` exists on any node.
+async fn any_line_keys(fleet: &Fleet, key: &str) -> bool {
+    for i in 0..fleet.len() {
+        let mut c = conn(fleet, i).await;
+        let n: usize = redis::cmd("EXISTS")
+            .arg(format!("quorum-lock:queue:{key}"))
+            .arg(format!("quorum-lock:queue-expiry:{key}"))
+            .arg(format!("quorum-lock:queue-holder:{key}"))
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        if n > 0 {
+            return true;
+        }
+    }
+    false
+}
+
+/// A client whose waiters never wake on their timer within a test: they move only on
+/// notices and hand-offs.
+async fn patient_client(fleet: &Fleet) -> QuorumLock {
+    builder(fleet, Quorum::Majority)
+        .retry_delay(Duration::from_secs(60))
+        .retry_jitter(Duration::ZERO)
+        .queue_lease(Duration::from_secs(300))
+        .wait_timeout(Duration::from_secs(120))
+        .build()
+        .await
+        .expect("client")
+}
+
+#[tokio::test]
+async fn a_free_fair_lock_is_taken_in_one_attempt_and_leaves_nothing_behind() {
+    let fleet = shared_fleet();
+    let locks = client(fleet, Quorum::Majority).await;
+    let key = unique_key("fair-free");
+    let guard = locks.fair_lock(&key).ttl(LONG).acquire().await.unwrap();
+    assert_eq!(locks.stats().attempts, 1, "a free key takes one attempt");
+    assert!(guard.is_held());
+    assert!(guard.validity() <= LONG);
+    // A single attempt while it is held is refused, and never joins the line.
+    assert!(locks
+        .fair_lock(&key)
+        .ttl(LONG)
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
+    assert!(
+        !any_line_keys(fleet, &key).await,
+        "a single attempt joined the line"
+    );
+    guard.release().await.unwrap();
+    for i in 0..fleet.len() {
+        assert_eq!(entry(fleet, i, &key).await, None, "node {i} kept the entry");
+    }
+    assert!(!any_line_keys(fleet, &key).await);
+}
+
+/// Starts `n` waiters, each of its own client (its own connections: as separate processes),
+/// one after the other: each starts once the one before it is in line on every node. Each
+/// records its number when it gets the lock, holds it briefly and releases.
+async fn waiters_in_line(
+    fleet: &Fleet,
+    key: &str,
+    clients: &[QuorumLock],
+    order: &Arc<Mutex<Vec<usize>>>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut tasks = Vec::new();
+    for (n, locks) in clients.iter().enumerate() {
+        let (locks, owned, order) = (locks.clone(), key.to_string(), order.clone());
+        tasks.push(tokio::spawn(async move {
+            let guard = locks.fair_lock(&owned).ttl(LONG).acquire().await.unwrap();
+            order.lock().unwrap().push(n);
+            guard.release().await.unwrap();
+        }));
+        eventually(
+            fleet,
+            LONG,
+            "the waiter joins the line everywhere",
+            || async { queued_everywhere(fleet, key).await == n + 1 },
+        )
+        .await;
+    }
+    tasks
+}
+
+#[tokio::test]
+async fn waiters_of_different_clients_are_served_in_the_order_they_joined_the_line() {
+    let fleet = shared_fleet();
+    let key = unique_key("fair-order");
+    let holder = client(fleet, Quorum::Majority).await;
+    let guard = holder.fair_lock(&key).ttl(LONG).acquire().await.unwrap();
+    let mut clients = Vec::new();
+    for _ in 0..5 {
+        clients.push(patient_client(fleet).await);
+    }
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let tasks = waiters_in_line(fleet, &key, &clients, &order).await;
+    eventually(
+        fleet,
+        LONG,
+        "every waiter listens for its grant",
+        || async { clients.iter().all(|c| c.stats().waiting == 1) },
+    )
+    .await;
+    guard.release().await.unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
+    // Each waiter of another client claimed the key with one attempt after a notice naming
+    // it (their timers are a minute long).
+    for locks in &clients {
+        assert_eq!(locks.stats().woken, 1, "{:?}", locks.stats());
+    }
+    assert!(
+        !any_line_keys(fleet, &key).await,
+        "the line was left behind"
+    );
+}
+
+#[tokio::test]
+async fn a_release_hands_the_lock_to_a_waiter_of_its_own_client_without_a_round_trip_of_its_own() {
+    let fleet = shared_fleet();
+    let key = unique_key("fair-hand-off");
+    let locks = patient_client(fleet).await;
+    let guard = locks.fair_lock(&key).ttl(LONG).acquire().await.unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let clients = vec![locks.clone(); 4];
+    let tasks = waiters_in_line(fleet, &key, &clients, &order).await;
+    // Every waiter made its attempts and sleeps: no attempt is in flight.
+    eventually(fleet, LONG, "the waiters sleep", || async {
+        let s = locks.stats();
+        s.waiting == 4 && s.attempts == s.acquired + s.contended + s.failed
+    })
+    .await;
+    let before = locks.stats();
+    guard.release().await.unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3]);
+    let after = locks.stats();
+    assert_eq!(
+        after.attempts, before.attempts,
+        "a waiter handed the lock made an attempt: {before:?} -> {after:?}"
+    );
+    assert_eq!(after.acquired - before.acquired, 4);
+    assert_eq!(after.released - before.released, 5);
+}
+
+#[tokio::test]
+async fn a_fair_guard_extends_fences_and_reports_its_release_as_the_mutex() {
+    let fleet = shared_fleet();
+    let key = unique_key("fair-guard");
+    let locks = client(fleet, Quorum::Majority).await;
+    let first = locks
+        .fair_lock(&key)
+        .ttl(LONG)
+        .fencing(true)
+        .acquire()
+        .await
+        .unwrap();
+    let t1 = first.fencing_token().unwrap();
+    first.extend(Duration::from_secs(60)).await.unwrap();
+    assert!(first.validity() > LONG);
+    // A waiter from another client, handed the lock by the release, gets a larger token.
+    let other = patient_client(fleet).await;
+    let waiter = {
+        let (other, key) = (other.clone(), key.clone());
+        tokio::spawn(async move {
+            other
+                .fair_lock(&key)
+                .ttl(LONG)
+                .fencing(true)
+                .acquire()
+                .await
+        })
+    };
+    eventually(fleet, LONG, "the waiter joins the line", || async {
+        queued_everywhere(fleet, &key).await == 1
+    })
+    .await;
+    first.release().await.unwrap();
+    let second = waiter.await.unwrap().unwrap();
+    assert!(second.fencing_token().unwrap() > t1);
+    // The lock is the holder value at the key, as the mutex's.
+    for i in 0..fleet.len() {
+        assert!(entry(fleet, i, &key).await.is_some(), "node {i}");
+    }
+    second.release().await.unwrap();
+    // A guard whose entries were taken away reports its release as refused, with the count.
+    let third = locks.fair_lock(&key).ttl(LONG).acquire().await.unwrap();
+    for i in 0..fleet.len() {
+        let mut c = conn(fleet, i).await;
+        let _: () = redis::cmd("DEL")
+            .arg(&key)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+    }
+    match third.release().await {
+        Err(Error::NotHeld { confirmed: 0, .. }) => {}
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_clients_never_deadlock_and_never_overlap() {
+    let fleet = shared_fleet();
+    let key = unique_key("fair-race");
+    let history = Arc::new(Mutex::new(Vec::<Interval>::new()));
+    let mut tasks = Vec::new();
+    for c in 0..4 {
+        let locks = client(fleet, Quorum::Majority).await;
+        for t in 0..3 {
+            let (locks, key, history) = (locks.clone(), key.clone(), history.clone());
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..8 {
+                    let guard: LockGuard = locks
+                        .fair_lock(&key)
+                        .ttl(Duration::from_secs(5))
+                        .wait(Duration::from_secs(60))
+                        .acquire()
+                        .await
+                        .unwrap();
+                    let interval = Interval::begin(&guard, format!("c{c}t{t}"));
+                    tokio::task::yield_now().await;
+                    history.lock().unwrap().push(interval.finish(&guard));
+                    guard.release().await.unwrap();
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let history = history.lock().unwrap().clone();
+    assert_eq!(history.len(), 4 * 3 * 8, "every acquisition completed");
+    let report = history::check(&history);
+    assert!(report.is_safe(), "{report:?}");
+    assert!(
+        !any_line_keys(fleet, &key).await,
+        "the line was left behind"
+    );
+}
+
+/// The place in line of each node's line of `key`, as lengths.
+async fn line_lengths(fleet: &Fleet, key: &str) -> Vec<usize> {
+    let mut lengths = Vec::new();
+    for i in 0..fleet.len() {
+        lengths.push(line(fleet, i, key).await.len());
+    }
+    lengths
+}
+
+/// A waiter in a process of its own that stops once it is in line everywhere: its runtime's
+/// only thread blocks for good, so its request is never polled again, nor dropped (it
+/// neither renews its place nor withdraws), and its connections go quiet, as a process that
+/// was killed or froze.
+async fn waiter_that_dies_in_line(fleet: &Fleet, key: &str, queue_lease: Duration) {
+    let (freeze, frozen) = std::sync::mpsc::channel::<()>();
+    let (urls, key_owned) = (fleet.urls(), key.to_string());
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let locks = QuorumLock::builder()
+                .nodes(urls)
+                .queue_lease(queue_lease)
+                .build()
+                .await
+                .unwrap();
+            let mut request = Box::pin(locks.fair_lock(&key_owned).ttl(LONG).acquire());
+            loop {
+                tokio::select! {
+                    got = &mut request => panic!("the dying waiter got the lock: {got:?}"),
+                    () = tokio::time::sleep(Duration::from_millis(5)) => {}
+                }
+                if frozen.try_recv().is_ok() {
+                    loop {
+                        std::thread::park();
+                    }
+                }
+            }
+        });
+    });
+    eventually(fleet, LONG, "the dying waiter joins the line", || async {
+        queued_everywhere(fleet, key).await == 1
+    })
+    .await;
+    freeze.send(()).unwrap();
+}
+
+#[tokio::test]
+async fn a_dead_waiter_leaves_the_line_when_its_queue_lease_ends() {
+    let fleet = shared_fleet();
+    let key = unique_key("fair-dead");
+    let holder = client(fleet, Quorum::Majority).await;
+    let guard = holder.fair_lock(&key).ttl(LONG).acquire().await.unwrap();
+    waiter_that_dies_in_line(fleet, &key, Duration::from_millis(600)).await;
+    // A live waiter joins behind it.
+    let live = patient_client(fleet).await;
+    let waiting = {
+        let (live, key) = (live.clone(), key.clone());
+        tokio::spawn(async move { live.fair_lock(&key).ttl(LONG).acquire().await })
+    };
+    eventually(fleet, LONG, "the live waiter joins the line", || async {
+        line_lengths(fleet, &key).await.iter().all(|&n| n == 2) && live.stats().waiting == 1
+    })
+    .await;
+    // The dead waiter's place expires on every node by itself. A node purges expired places
+    // whenever it runs a fair script; the live waiter's renewals are minutes apart, so single
+    // attempts (which never join the line) ask meanwhile.
+    eventually(fleet, LONG, "the dead waiter's place expires", || async {
+        assert!(holder
+            .fair_lock(&key)
+            .ttl(LONG)
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none());
+        line_lengths(fleet, &key).await.iter().all(|&n| n == 1)
+    })
+    .await;
+    // The release goes to the live waiter, not to the dead one.
+    guard.release().await.unwrap();
+    let got = tokio::time::timeout(LONG, waiting).await.unwrap().unwrap();
+    let got = got.expect("the live waiter got the lock");
+    assert_eq!(live.stats().woken, 1, "woken by the grant naming it");
+    got.release().await.unwrap();
+    assert!(!any_line_keys(fleet, &key).await);
+}
+
+#[tokio::test]
+async fn a_waiter_that_gives_up_leaves_the_line_at_once() {
+    let fleet = shared_fleet();
+    let key = unique_key("fair-give-up");
+    let holder = client(fleet, Quorum::Majority).await;
+    let guard = holder.fair_lock(&key).ttl(LONG).acquire().await.unwrap();
+    let locks = patient_client(fleet).await;
+    // Its wait ends.
+    let refused = locks
+        .fair_lock(&key)
+        .ttl(LONG)
+        .wait(Duration::from_millis(300))
+        .acquire()
+        .await;
+    assert!(
+        matches!(refused, Err(Error::WaitTimeout { .. })),
+        "{refused:?}"
+    );
+    // Its future is dropped while it waits.
+    let mut cancelled = Box::pin(locks.fair_lock(&key).ttl(LONG).acquire());
+    eventually(fleet, LONG, "the waiter joins the line", || {
+        assert!(futures::FutureExt::now_or_never(cancelled.as_mut()).is_none());
+        async { queued_everywhere(fleet, &key).await == 1 }
+    })
+    .await;
+    drop(cancelled);
+    eventually(fleet, LONG, "both withdrew", || async {
+        !any_line_keys(fleet, &key).await
+    })
+    .await;
+    guard.release().await.unwrap();
+    for i in 0..fleet.len() {
+        assert_eq!(entry(fleet, i, &key).await, None, "node {i}");
+    }
+}
+
+/// Three waiters arrive at the five nodes in different orders (as they do when their
+/// requests race), each first on a different part of the nodes: nodes 0 and 1 saw A first,
+/// nodes 2 and 3 saw B, node 4 saw C.
+const ARRIVALS: [[usize; 3]; 5] = [[0, 1, 2], [0, 1, 2], [1, 2, 0], [1, 2, 0], [2, 0, 1]];
+
+#[tokio::test]
+async fn negative_control_a_fair_lock_ordered_by_arrival_deadlocks_and_tickets_do_not() {
+    let fleet = shared_fleet();
+    let queue_lease = Duration::from_secs(60);
+    let waiters = ["a", "b", "c"].map(|w| format!("waiter-{w}-{}", unique_key("")));
+    let holders = ["a", "b", "c"].map(|w| format!("holder-{w}-{}", unique_key("")));
+    let mut nodes = Vec::new();
+    for i in 0..fleet.len() {
+        nodes.push(conn(fleet, i).await);
+    }
+    // Round after round, every waiter tries on every node; its place on a node is where it
+    // arrived there (no tickets), or its ticket (the same on every node).
+    let run = |key: String, place: Box<dyn Fn(usize, usize) -> u64>| {
+        let (waiters, holders, mut nodes) = (waiters.clone(), holders.clone(), nodes.clone());
+        async move {
+            // They arrive while another holder has the key: each joins every node's line.
+            for node in nodes.iter_mut() {
+                let _: () = redis::cmd("SET")
+                    .arg(&key)
+                    .arg("the-holder-before")
+                    .arg("PX")
+                    .arg(30_000)
+                    .query_async(node)
+                    .await
+                    .unwrap();
+            }
+            for (i, node) in nodes.iter_mut().enumerate() {
+                for &w in &ARRIVALS[i] {
+                    let took = testkit::fair_attempt_on_node(
+                        node,
+                        key.as_bytes(),
+                        &waiters[w],
+                        &holders[w],
+                        LONG,
+                        place(i, w),
+                        queue_lease,
+                    )
+                    .await
+                    .unwrap();
+                    assert!(!took, "the key was held");
+                }
+            }
+            // The holder before them is gone: the key is free on every node.
+            for node in nodes.iter_mut() {
+                let _: () = redis::cmd("DEL").arg(&key).query_async(node).await.unwrap();
+            }
+            let mut granted = Vec::new();
+            for _round in 0..10 {
+                for (w, (waiter, holder)) in waiters.iter().zip(&holders).enumerate() {
+                    if granted.contains(&w) {
+                        continue;
+                    }
+                    let mut yes = Vec::new();
+                    for (i, node) in nodes.iter_mut().enumerate() {
+                        let ok = testkit::fair_attempt_on_node(
+                            node,
+                            key.as_bytes(),
+                            waiter,
+                            holder,
+                            LONG,
+                            place(i, w),
+                            queue_lease,
+                        )
+                        .await
+                        .unwrap();
+                        if ok {
+                            yes.push(i);
+                        }
+                    }
+                    if yes.len() >= 3 {
+                        granted.push(w);
+                        // The holder is done: it leaves the key and the line (the release
+                        // script's effect, written out).
+                        for node in nodes.iter_mut() {
+                            del_if(node, &key, holder, waiter).await;
+                        }
+                    } else {
+                        // A failed attempt gives back what it took.
+                        for &i in &yes {
+                            let node = &mut nodes[i];
+                            let _: i64 = redis::cmd("EVAL")
+                                .arg("if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0")
+                                .arg(1)
+                                .arg(&key)
+                                .arg(holder)
+                                .query_async(node)
+                                .await
+                                .unwrap();
+                        }
+                    }
+                }
+            }
+            granted
+        }
+    };
+    // By arrival: each waiter is first on two nodes at most. Nobody ever gets three.
+    let by_arrival = unique_key("fair-arrival");
+    let granted = run(
+        by_arrival.clone(),
+        Box::new(|i, w| ARRIVALS[i].iter().position(|&x| x == w).unwrap() as u64 + 1),
+    )
+    .await;
+    assert!(
+        granted.is_empty(),
+        "ordered by arrival, {granted:?} got the lock"
+    );
+    for i in 0..fleet.len() {
+        assert_eq!(
+            entry(fleet, i, &by_arrival).await,
+            None,
+            "the key is free on node {i}"
+        );
+    }
+    // With tickets (A drew 1, B 2, C 3, the same on every node), all three are served, in
+    // ticket order, from the same arrivals.
+    let granted = run(unique_key("fair-ticket"), Box::new(|_, w| w as u64 + 1)).await;
+    assert_eq!(granted, vec![0, 1, 2]);
+}
+
+/// The release script's effect for a holder that is done: delete its entry, leave the line.
+async fn del_if(
+    node: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+    holder: &str,
+    waiter: &str,
+) {
+    let _: () = redis::cmd("EVAL")
+        .arg(
+            "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]) end \
+             redis.call('zrem', KEYS[2], ARGV[2]) redis.call('zrem', KEYS[3], ARGV[2]) \
+             redis.call('hdel', KEYS[4], ARGV[2])",
+        )
+        .arg(4)
+        .arg(key)
+        .arg(format!("quorum-lock:queue:{key}"))
+        .arg(format!("quorum-lock:queue-expiry:{key}"))
+        .arg(format!("quorum-lock:queue-holder:{key}"))
+        .arg(holder)
+        .arg(waiter)
+        .query_async(node)
+        .await
+        .unwrap();
+}
