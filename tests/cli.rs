@@ -433,6 +433,59 @@ fn exit_codes_for_contention_and_for_the_command() {
 }
 
 #[test]
+fn run_read_shares_with_readers_and_run_write_waits_for_them() {
+    let fleet = Fleet::start(3).expect("fleet");
+    let dir = tempdir();
+    let (a, b, done) = (
+        dir.path().join("a"),
+        dir.path().join("b"),
+        dir.path().join("done"),
+    );
+    // Two readers that can only finish together: each marks itself in and waits for the
+    // other, then both wait for the test's word.
+    let reader = |me: &Path, other: &Path| {
+        Running::spawn(
+            cli(&fleet)
+                .args(["run", "--read", "cli:rw", "-c"])
+                .arg(format!(
+                    "touch {me}; while [ ! -e {other} ] || [ ! -e {done} ]; do sleep 0.01; done",
+                    me = me.display(),
+                    other = other.display(),
+                    done = done.display()
+                )),
+        )
+    };
+    let mut first = reader(&a, &b);
+    let mut second = reader(&b, &a);
+    wait_for(Duration::from_secs(20), "both readers inside", || {
+        a.exists() && b.exists()
+    });
+    // A writer cannot come in while they read; neither can a mutex user see a writer.
+    let (code, _, stderr) = run(cli(&fleet).args(["run", "--write", "-n", "cli:rw", "true"]));
+    assert_eq!(code, 1, "a writer got in beside readers: {stderr}");
+    // A waiting writer gets in once they leave.
+    let mut writer = Running::spawn(cli(&fleet).args([
+        "run",
+        "--write",
+        "-w",
+        "20s",
+        "cli:rw",
+        "-c",
+        "echo wrote",
+    ]));
+    std::fs::write(&done, "").expect("done");
+    assert_eq!(first.exit_code(Duration::from_secs(20)), 0);
+    assert_eq!(second.exit_code(Duration::from_secs(20)), 0);
+    assert_eq!(writer.exit_code(Duration::from_secs(20)), 0);
+    // The kinds are exclusive options; the fair lock runs as the mutex does.
+    let (code, _, stderr) = run(cli(&fleet).args(["run", "--read", "--write", "k", "true"]));
+    assert_eq!(code, 64, "--read with --write: {stderr}");
+    let (code, out, stderr) =
+        run(cli(&fleet).args(["run", "--fair", "cli:fair", "-c", "echo fair"]));
+    assert_eq!((code, out.trim()), (0, "fair"), "{stderr}");
+}
+
+#[test]
 fn exit_codes_for_usage_configuration_and_unreachable_nodes() {
     let fleet = Fleet::start(3).expect("fleet");
     let dir = tempdir();

@@ -151,6 +151,8 @@ code is then 75.
 
 Examples:
   quorum-lock run -n nightly-report -- /usr/local/bin/report --full
+  quorum-lock run --read catalog -- ./export   # many readers at once, never with a writer
+  quorum-lock run --write catalog -- ./import  # alone, once the readers have left
   quorum-lock run -w 2m --lease 1m --hold-min 10m backup -c 'pg_dump db | gzip > /b/db.gz'
 
 Exit codes:
@@ -174,10 +176,51 @@ pub struct WaitArgs {
     pub conflict_exit_code: u8,
 }
 
+/// Which lock of the key to take: shared by `run` and `hold`. The mutex unless one is given.
+#[derive(Debug, Args)]
+#[group(multiple = false)]
+pub struct KindArgs {
+    /// Take a read lock of the read-write lock KEY: held alongside other readers, never with
+    /// a writer.
+    #[arg(long)]
+    pub read: bool,
+
+    /// Take the write lock of the read-write lock KEY: alone, once its readers have left; a
+    /// waiting writer stops new readers.
+    #[arg(long)]
+    pub write: bool,
+
+    /// Take the fair lock KEY: waiting runs get it in the order they started waiting.
+    #[arg(long)]
+    pub fair: bool,
+}
+
+impl KindArgs {
+    /// The request for `key` of this kind.
+    pub fn request<'a>(
+        &self,
+        client: &'a quorum_lock::QuorumLock,
+        key: &str,
+    ) -> quorum_lock::LockRequest<'a> {
+        if self.read {
+            client.read_lock(key)
+        } else if self.write {
+            client.write_lock(key)
+        } else if self.fair {
+            client.fair_lock(key)
+        } else {
+            client.lock(key)
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct RunArgs {
     #[command(flatten)]
     pub wait: WaitArgs,
+
+    #[command(flatten)]
+    pub kind: KindArgs,
 
     /// The lock's lease, renewed every third of it while the command runs.
     #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_duration)]
@@ -237,6 +280,9 @@ const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
 pub struct HoldArgs {
     #[command(flatten)]
     pub wait: WaitArgs,
+
+    #[command(flatten)]
+    pub kind: KindArgs,
 
     /// The lock's lease, renewed every third of it while held.
     #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_duration)]

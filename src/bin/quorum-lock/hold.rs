@@ -7,7 +7,7 @@ use std::time::Duration;
 use quorum_lock::{LockGuard, LockRequest, QuorumLock};
 use tokio::io::AsyncReadExt;
 
-use crate::args::{AcquireArgs, HoldArgs, WaitArgs};
+use crate::args::{AcquireArgs, HoldArgs, KindArgs, WaitArgs};
 use crate::child::Signals;
 use crate::exit::{self, Failure};
 use crate::settings::Settings;
@@ -36,8 +36,19 @@ pub async fn take(req: LockRequest<'_>, wait: &WaitArgs, key: &str) -> Result<Lo
     }
 }
 
-/// The lock of `run` and `hold`: renewed by the watchdog (`--lease`), with `--fencing` and
-/// `--max-hold`, taken as [`take`] does unless one of the CLI's signals comes first.
+/// What `run` and `hold` ask for: the lock of `kind` on `key`, renewed by the watchdog
+/// (`--lease`), with `--fencing` and `--max-hold`, waited for as `wait` says.
+pub struct Watched<'a> {
+    pub key: &'a str,
+    pub kind: &'a KindArgs,
+    pub lease: Duration,
+    pub fencing: bool,
+    pub max_hold: Option<Duration>,
+    pub wait: &'a WaitArgs,
+}
+
+/// The lock of `run` and `hold`, taken as [`take`] does unless one of the CLI's signals
+/// comes first.
 ///
 /// # Errors
 /// As [`take`]. `Ok(Err(code))`: a signal ended the wait, and `code` is the exit code it
@@ -45,13 +56,17 @@ pub async fn take(req: LockRequest<'_>, wait: &WaitArgs, key: &str) -> Result<Lo
 pub async fn take_watched(
     client: &QuorumLock,
     signals: &mut Signals,
-    key: &str,
-    lease: Duration,
-    fencing: bool,
-    max_hold: Option<Duration>,
-    wait: &WaitArgs,
+    asked: Watched<'_>,
 ) -> Result<Result<LockGuard, u8>, Failure> {
-    let mut req = client.lock(key).watchdog(lease).fencing(fencing);
+    let Watched {
+        key,
+        kind,
+        lease,
+        fencing,
+        max_hold,
+        wait,
+    } = asked;
+    let mut req = kind.request(client, key).watchdog(lease).fencing(fencing);
     if let Some(max) = max_hold {
         req = req.max_hold(max);
     }
@@ -99,11 +114,14 @@ pub async fn hold(settings: &Settings, args: &HoldArgs) -> Result<u8, Failure> {
         let taken = take_watched(
             &client,
             &mut signals,
-            &args.key,
-            args.lease,
-            args.fencing,
-            args.max_hold,
-            &args.wait,
+            Watched {
+                key: &args.key,
+                kind: &args.kind,
+                lease: args.lease,
+                fencing: args.fencing,
+                max_hold: args.max_hold,
+                wait: &args.wait,
+            },
         );
         let guard = match taken.await? {
             Ok(guard) => guard,

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use crate::args::RunArgs;
 use crate::child::{exit_code, Command, Group, Signals};
 use crate::exit::{self, Failure};
-use crate::hold::take_watched;
+use crate::hold::{take_watched, Watched};
 use crate::settings::Settings;
 use crate::values::{format_duration, signal_name};
 
@@ -73,11 +73,14 @@ pub async fn run(settings: &Settings, args: &RunArgs) -> Result<u8, Failure> {
         let taken = take_watched(
             &client,
             &mut signals,
-            &args.key,
-            args.lease,
-            args.fencing,
-            args.max_hold,
-            &args.wait,
+            Watched {
+                key: &args.key,
+                kind: &args.kind,
+                lease: args.lease,
+                fencing: args.fencing,
+                max_hold: args.max_hold,
+                wait: &args.wait,
+            },
         );
         let guard = match taken.await? {
             Ok(guard) => guard,
