@@ -810,3 +810,158 @@ async fn into_token_gives_back_the_guard_of_a_set_or_a_permit() {
     set.release().await.unwrap();
     permit.release().await.unwrap();
 }
+
+/// The README's minimal ACL rule for keys under `acl:`, with what it lists for semaphores,
+/// read-write locks and fair locks: their commands (`ZADD`, `ZREM`, `ZSCORE`, `ZCARD`,
+/// `ZRANGE`, `ZRANGEBYSCORE`, `ZREMRANGEBYSCORE`, `PEXPIREAT`, `TIME`, `HSET`, `HGET`, `HDEL`)
+/// and key patterns.
+const FAMILY_ACL_RULE: [&str; 42] = [
+    "locker",
+    "on",
+    ">s3cret-pw",
+    "resetkeys",
+    "~acl:*",
+    "~quorum-lock:fence:acl:*",
+    "~quorum-lock:readers:acl:*",
+    "~quorum-lock:writer-waiting:acl:*",
+    "~quorum-lock:queue:acl:*",
+    "~quorum-lock:queue-expiry:acl:*",
+    "~quorum-lock:queue-holder:acl:*",
+    "~quorum-lock:ticket:acl:*",
+    "resetchannels",
+    "&quorum-lock:released:acl:*",
+    "-@all",
+    "+set",
+    "+get",
+    "+del",
+    "+exists",
+    "+pexpire",
+    "+pttl",
+    "+incr",
+    "+publish",
+    "+eval",
+    "+evalsha",
+    "+script|load",
+    "+subscribe",
+    "+unsubscribe",
+    "+info",
+    "+config|get",
+    "+zadd",
+    "+zrem",
+    "+zscore",
+    "+zcard",
+    "+zrange",
+    "+zrangebyscore",
+    "+zremrangebyscore",
+    "+pexpireat",
+    "+time",
+    "+hset",
+    "+hget",
+    "+hdel",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readmes_acl_rule_is_enough_for_semaphores_read_write_and_fair_locks() {
+    let mut args = vec!["--user".to_string()];
+    args.extend(FAMILY_ACL_RULE.iter().map(|s| s.to_string()));
+    let fleet = Fleet::builder()
+        .nodes(3)
+        .server_args(args)
+        .start()
+        .expect("fleet");
+    let urls: Vec<String> = (0..3)
+        .map(|i| {
+            fleet
+                .url(i)
+                .replace("redis://", "redis://locker:s3cret-pw@")
+        })
+        .collect();
+    let locks = QuorumLock::builder()
+        .nodes(&urls)
+        .node_timeout(Duration::from_millis(250))
+        .build()
+        .await
+        .expect("build");
+    let all = QuorumLock::builder()
+        .nodes(&urls)
+        .node_timeout(Duration::from_millis(250))
+        .quorum(Quorum::All)
+        .build()
+        .await
+        .expect("build");
+    let ttl = Duration::from_secs(10);
+    // Each primitive through acquire, a waiter woken by its release, extend and release.
+    let permit = all
+        .semaphore("acl:sem", 2)
+        .ttl(ttl)
+        .acquire()
+        .await
+        .unwrap();
+    permit.extend(ttl).await.unwrap();
+    permit.release().await.unwrap();
+    let reader = locks.read_lock("acl:rw").ttl(ttl).acquire().await.unwrap();
+    let writer = {
+        let locks = locks.clone();
+        tokio::spawn(async move {
+            locks
+                .write_lock("acl:rw")
+                .ttl(Duration::from_secs(10))
+                .fencing(true)
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+        })
+    };
+    eventually(
+        &fleet,
+        Duration::from_secs(20),
+        "the writer waits",
+        || async { locks.stats().waiting == 1 },
+    )
+    .await;
+    reader.extend(ttl).await.unwrap();
+    reader.release().await.unwrap();
+    let writer = writer.await.unwrap().unwrap();
+    writer.release().await.unwrap();
+    let fair = locks
+        .fair_lock("acl:fair")
+        .ttl(ttl)
+        .acquire()
+        .await
+        .unwrap();
+    let next = {
+        let locks = locks.clone();
+        tokio::spawn(async move {
+            locks
+                .fair_lock("acl:fair")
+                .ttl(Duration::from_secs(10))
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+        })
+    };
+    eventually(
+        &fleet,
+        Duration::from_secs(20),
+        "the fair waiter waits",
+        || async { locks.stats().waiting == 1 },
+    )
+    .await;
+    fair.extend(ttl).await.unwrap();
+    fair.release().await.unwrap();
+    next.await.unwrap().unwrap().release().await.unwrap();
+    // Nothing was denied: the ACL log of every node is empty.
+    for i in 0..3 {
+        let mut c = fleet
+            .client(i)
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let log: Vec<redis::Value> = redis::cmd("ACL")
+            .arg("LOG")
+            .query_async(&mut c)
+            .await
+            .expect("ACL LOG");
+        assert!(log.is_empty(), "node {i} denied something: {log:?}");
+    }
+}
