@@ -12,7 +12,11 @@
 //! - node scaling: the same for N = 1, 3, 5, 7, 9;
 //! - a slow node: acquire latency with one of five nodes behind 200 ms of added latency;
 //! - contention: 8 tasks on one key, 100 lock/unlock each: throughput and wait percentiles;
-//! - throughput: 64 distinct keys in flight from one client.
+//! - throughput: 64 distinct keys in flight from one client;
+//! - the lock family: uncontended acquire+release of each primitive beside the mutex's;
+//! - hand-off: 8 tasks on one key, the fair lock beside the mutex, within one client (a
+//!   release hands the fair lock over on the nodes, and the waiter holds from the release's
+//!   answers) and across 8 clients (the waiter claims its grant with one attempt).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::future::Future;
@@ -383,6 +387,136 @@ async fn run() {
     println!("| quorum-lock | {ours_ops:.0} |");
     println!("| floor | {floor_ops:.0} |");
     println!("ratio ours/floor {:.2}", ours_ops / floor_ops);
+    println!();
+
+    println!("## Lock family: uncontended acquire+release, 5 nodes");
+    let rows = family(iters / 2).await;
+    let mutex = rows[0].1;
+    println!("| primitive | p50 | p99 | p50 / mutex |");
+    println!("|---|---|---|---|");
+    for (name, s) in &rows {
+        println!(
+            "| {name} | {} | {} | {:.2} |",
+            us(s.p50),
+            us(s.p99),
+            r(s.p50, mutex.p50)
+        );
+    }
+    println!();
+
+    println!("## Hand-off: 8 tasks x 100 lock/unlock on one key, 5 nodes");
+    let rows = [
+        (
+            "mutex, 1 client",
+            hand_off(&fleet, 1, "bench:h:m1", |l, k| l.lock(k)).await,
+        ),
+        (
+            "fair lock, 1 client",
+            hand_off(&fleet, 1, "bench:h:f1", |l, k| l.fair_lock(k)).await,
+        ),
+        (
+            "mutex, 8 clients",
+            hand_off(&fleet, 8, "bench:h:m8", |l, k| l.lock(k)).await,
+        ),
+        (
+            "fair lock, 8 clients",
+            hand_off(&fleet, 8, "bench:h:f8", |l, k| l.fair_lock(k)).await,
+        ),
+    ];
+    println!("| lock | ops/s | time per hand-off | mean wait | p99 wait |");
+    println!("|---|---|---|---|---|");
+    for (name, (ops, s)) in &rows {
+        println!(
+            "| {name} | {ops:.0} | {} | {} | {} |",
+            us(Duration::from_secs_f64(1.0 / ops)),
+            us(s.mean),
+            us(s.p99)
+        );
+    }
+}
+
+/// One uncontended acquire+release of `request`.
+async fn cycle(request: quorum_lock::LockRequest<'_>) {
+    let g = request.ttl(TTL).try_acquire().await.unwrap().unwrap();
+    g.release().await.unwrap();
+}
+
+/// Uncontended acquire+release of each primitive of the lock family, 5 nodes, one client.
+async fn family(iters: usize) -> Vec<(&'static str, Stats)> {
+    let fleet = Fleet::start(5).unwrap();
+    let locks = ours(&fleet).await;
+    let all = QuorumLock::builder()
+        .nodes(fleet.urls())
+        .quorum(quorum_lock::Quorum::All)
+        .build()
+        .await
+        .unwrap();
+    vec![
+        (
+            "mutex (lock)",
+            measure(iters, |_| cycle(locks.lock("bench:f:mutex"))).await,
+        ),
+        (
+            "multi-key, 2 keys (lock_all)",
+            measure(iters, |_| cycle(locks.lock_all(["bench:f:a", "bench:f:b"]))).await,
+        ),
+        (
+            "semaphore, 1 permit",
+            measure(iters, |_| cycle(locks.semaphore("bench:f:sem1", 1))).await,
+        ),
+        (
+            "semaphore, 3 permits (Quorum::All)",
+            measure(iters, |_| cycle(all.semaphore("bench:f:sem3", 3))).await,
+        ),
+        (
+            "read lock",
+            measure(iters, |_| cycle(locks.read_lock("bench:f:rw"))).await,
+        ),
+        (
+            "write lock",
+            measure(iters, |_| cycle(locks.write_lock("bench:f:rw"))).await,
+        ),
+        (
+            "fair lock",
+            measure(iters, |_| cycle(locks.fair_lock("bench:f:fair"))).await,
+        ),
+    ]
+}
+
+/// 8 tasks x 100 lock/unlock on one key with `clients` clients (tasks spread over them),
+/// each task asking through `request`: (ops per second, wait stats).
+async fn hand_off<R>(fleet: &Fleet, clients: usize, key: &'static str, request: R) -> (f64, Stats)
+where
+    R: for<'a> Fn(&'a QuorumLock, &'static str) -> quorum_lock::LockRequest<'a>
+        + Copy
+        + Send
+        + Sync
+        + 'static,
+{
+    let mut pool = Vec::new();
+    for _ in 0..clients {
+        pool.push(ours(fleet).await);
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    contention(|| {
+        let locks = pool[next.fetch_add(1, Ordering::Relaxed) % clients].clone();
+        move || async move {
+            let mut waits = Vec::with_capacity(100);
+            for _ in 0..100 {
+                let t = Instant::now();
+                let g = request(&locks, key)
+                    .ttl(TTL)
+                    .wait(Duration::from_secs(120))
+                    .acquire()
+                    .await
+                    .unwrap();
+                waits.push(t.elapsed());
+                g.release().await.unwrap();
+            }
+            waits
+        }
+    })
+    .await
 }
 
 /// Runs `op(slot)` in `slots` loops for 5 s; returns completed ops per second.
