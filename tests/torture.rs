@@ -1,13 +1,22 @@
 //! The safety torture suite: several client tasks in several processes contend for a few
 //! keys through every path of the library (fenced and native acquires, fixed TTLs and
 //! watchdog leases held up to several leases, extends longer and shorter, reentrant owners,
-//! cancelled acquires and extends, dropped guards), while a seeded fault schedule kills,
-//! restarts, pauses, partitions, slows and resets a minority of the nodes and makes one
-//! node's clock jump (early expiry). Every client records when it believed it held a lock
-//! (until the guard's deadline, as it stood at the end); the checker verifies that no two such
-//! intervals overlap, that fencing tokens increase, and that no lock key is left without a
-//! TTL. A coverage table counts how often each path ran during each kind of fault. Negative
-//! controls prove that the checker fails when the assumptions are broken.
+//! cancelled acquires and extends, dropped guards) and through every primitive of the lock
+//! family (multi-key sets that share keys with each other and with single locks, a
+//! read-write lock, a semaphore of one permit under the run's quorum and one of two permits
+//! under `Quorum::All`), while a seeded fault schedule kills, restarts, pauses, partitions,
+//! slows and resets a minority of the nodes and makes one node's clock jump (early expiry of
+//! every key of the run: locks, sets, writers, readers, pending-writer marks, permits).
+//! Every client records when it believed it held a lock (until the guard's deadline, as it
+//! stood at the end), and how: alone (a lock, each key of a set, a writer), as a reader, or
+//! as one of a semaphore's permits. The checker verifies per key that a hold held alone
+//! overlaps no other hold, that readers overlap only readers, that no more holders of a
+//! semaphore overlap than it has permits, and that fencing tokens increase wherever the
+//! intervals order two holds (around every hold held alone, a semaphore's single permit
+//! included: readers, and permits of a larger semaphore, that overlap take their tokens in
+//! no order the intervals show); and that no lock key is left without a TTL. A coverage table counts how often each path ran during each kind of
+//! fault, and how often readers and permits actually shared their key. Negative controls
+//! prove that the checker fails when the assumptions are broken.
 //!
 //! Short mode (CI): 30 s per run. Long mode: `QUORUM_LOCK_TORTURE_SECS=600 cargo test
 //! --all-features --test torture torture_ -- --nocapture --test-threads=1`. Re-run a schedule
@@ -23,7 +32,7 @@ use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use clients::{ClientPlan, PathEvent, PATHS};
+use clients::{ClientPlan, Keys, PathEvent, PATHS};
 use common::*;
 use quorum_lock::testkit::history::{check, Interval};
 use quorum_lock::testkit::{monotonic_nanos, Fleet, Persistence};
@@ -82,7 +91,7 @@ async fn torture(test: &str, at_least: Option<usize>, clock_jumps: bool) {
         .start()
         .expect("fleet");
     let run = uuid::Uuid::new_v4().simple().to_string();
-    let keys: Vec<String> = (0..3).map(|k| format!("torture:{run}:{k}")).collect();
+    let keys = Keys::new(format!("torture:{run}"));
     let plan = |name: String, seed: u64| ClientPlan {
         urls: fleet.urls(),
         keys: keys.clone(),
@@ -111,7 +120,8 @@ async fn torture(test: &str, at_least: Option<usize>, clock_jumps: bool) {
         async move { plan.run().await }
     });
 
-    let faults = inject_faults(&fleet, seed, Duration::from_secs(secs), clock_jumps).await;
+    let jumps = clock_jumps.then(|| keys.pattern());
+    let faults = inject_faults(&fleet, seed, Duration::from_secs(secs), jumps.as_deref()).await;
 
     let local = local.await.unwrap().expect("local clients");
     let mut history = local.intervals;
@@ -142,16 +152,18 @@ async fn torture(test: &str, at_least: Option<usize>, clock_jumps: bool) {
         );
     }
     let report = check(&history);
+    events.extend(clients::shared_holds(&history));
     let nodes = (0..fleet.len()).map(|i| fleet.client(i));
-    let untimed = clients::keys_without_ttl(nodes, &keys).await;
+    let untimed = clients::keys_without_ttl(nodes, &keys.with_ttl()).await;
     println!("{test}: coverage (runs of each path, and during each fault kind)");
     print!("{}", coverage_table(&events, &faults.spans));
     let processes = history
         .iter()
         .map(|i| i.client.split('-').next().unwrap_or_default().to_string())
         .collect::<std::collections::BTreeSet<_>>();
+    let acquisitions = clients::acquisitions(&history);
     println!(
-        "{test}: {} acquisitions ({} in this process, {} processes, {} tasks), faults {:?}, violations {}",
+        "{test}: {acquisitions} acquisitions, {} intervals ({} in this process, {} processes, {} tasks), faults {:?}, violations {}",
         history.len(),
         local_intervals,
         processes.len(),
@@ -176,9 +188,8 @@ async fn torture(test: &str, at_least: Option<usize>, clock_jumps: bool) {
     // Holds last up to three leases, and the two configurations run at once on two cores:
     // a loaded machine gets fewer acquisitions, but never this few unless something is wrong.
     assert!(
-        history.len() >= 25,
-        "too few acquisitions to mean anything: {}",
-        history.len()
+        acquisitions >= 25,
+        "too few acquisitions to mean anything: {acquisitions}"
     );
     assert!(
         faults.counts.values().sum::<u32>() >= 10,
@@ -197,10 +208,17 @@ async fn torture(test: &str, at_least: Option<usize>, clock_jumps: bool) {
 }
 
 /// Paths that every run takes dozens of times (the others are rarer: they need a fault to
-/// meet a particular moment of a hold, and are reported, not required).
-const MAIN_PATHS: [&str; 6] = [
+/// meet a particular moment of a hold, or two holders to meet, and are reported, not
+/// required).
+const MAIN_PATHS: [&str; 12] = [
     "acquire native (unfenced)",
     "acquire fenced",
+    "acquire multi-key set (keys of sets only)",
+    "acquire multi-key set (with keys locked alone)",
+    "acquire read lock",
+    "acquire write lock",
+    "acquire permit (1 of 1)",
+    "acquire permit (1 of 2, Quorum::All)",
     "renewal confirmed",
     "extend longer ok",
     "hold outlived a fixed ttl",
@@ -312,9 +330,14 @@ impl Outage {
 }
 
 /// The seeded fault schedule: at most one outage at a time on nodes 0..SKEWED, and, with
-/// `clock_jumps`, early expiry on node SKEWED. Returns the faults injected, per kind and as
-/// spans of time.
-async fn inject_faults(fleet: &Fleet, seed: u64, duration: Duration, clock_jumps: bool) -> Faults {
+/// `clock_jumps` (the pattern of the keys that jump), early expiry on node SKEWED. Returns
+/// the faults injected, per kind and as spans of time.
+async fn inject_faults(
+    fleet: &Fleet,
+    seed: u64,
+    duration: Duration,
+    clock_jumps: Option<&str>,
+) -> Faults {
     let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed);
     let mut faults = Faults::default();
     let mut outage: Option<(usize, Outage, Instant, u64)> = None;
@@ -365,8 +388,8 @@ async fn inject_faults(fleet: &Fleet, seed: u64, duration: Duration, clock_jumps
                 outage = Some((node, kind, until, monotonic_nanos()));
             }
         }
-        if clock_jumps && rng.random_bool(0.3) {
-            tokio::task::block_in_place(|| fleet.expire_early(SKEWED, "torture:*")).expect("skew");
+        if let Some(pattern) = clock_jumps.filter(|_| rng.random_bool(0.3)) {
+            tokio::task::block_in_place(|| fleet.expire_early(SKEWED, pattern)).expect("skew");
             faults.instant("clock-jump");
         }
     }
