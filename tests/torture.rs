@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use clients::{ClientPlan, Keys, PathEvent, PATHS};
 use common::*;
-use quorum_lock::testkit::history::{check, Interval};
+use quorum_lock::testkit::history::{check, Hold, Interval};
 use quorum_lock::testkit::{monotonic_nanos, Fleet, Persistence};
 use quorum_lock::{Quorum, QuorumLock};
 use rand::rngs::StdRng;
@@ -479,25 +479,175 @@ async fn negative_control_a_majority_restarted_without_persistence_admits_a_seco
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn negative_control_a_minority_quorum_admits_a_second_holder() {
-    let fleet = own_fleet(5);
-    let minority = |f: &Fleet| {
-        quorum_lock::testkit::unchecked_quorum(builder(f, Quorum::Majority), 2)
-            .lazy(true)
-            .build()
-    };
+/// A client that confirms with 2 of the 5 nodes (the quorum check bypassed).
+async fn minority(fleet: &Fleet) -> QuorumLock {
+    quorum_lock::testkit::unchecked_quorum(builder(fleet, Quorum::Majority), 2)
+        .lazy(true)
+        .build()
+        .await
+        .unwrap()
+}
+
+/// Runs `first` while nodes 2..5 are down, so that what it takes lives on nodes 0 and 1
+/// only, then brings them back empty: a minority client's next acquisition finds them free.
+async fn on_nodes_0_and_1<T>(fleet: &Fleet, first: impl std::future::Future<Output = T>) -> T {
     for i in 2..5 {
         fleet.kill(i).unwrap();
     }
-    let a = minority(&fleet).await.unwrap();
-    let key = unique_key("control-minority");
-    let (first, guard_a) = hold(&a, &key, "a").await;
+    let taken = first.await;
     for i in 2..5 {
         fleet.restart(i).unwrap();
     }
-    let b = minority(&fleet).await.unwrap();
+    taken
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn negative_control_a_minority_quorum_admits_a_second_holder() {
+    let fleet = own_fleet(5);
+    let key = unique_key("control-minority");
+    let a = minority(&fleet).await;
+    let (first, guard_a) = on_nodes_0_and_1(&fleet, hold(&a, &key, "a")).await;
+    let b = minority(&fleet).await;
     assert_second_holder_is_caught(&b, &key, first, &guard_a).await;
+}
+
+/// A multi-key lock under a minority quorum takes its set on nodes 2..5 while a single lock
+/// of one of its keys sits on nodes 0 and 1: the set's interval on that key overlaps the
+/// single holder's, and its other key's does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn negative_control_a_set_under_a_minority_quorum_overlaps_a_single_holder_of_one_key() {
+    let fleet = own_fleet(5);
+    let (a, b) = (unique_key("control-set-a"), unique_key("control-set-b"));
+    let single = minority(&fleet).await;
+    let (first, guard_b) = on_nodes_0_and_1(&fleet, hold(&single, &b, "single")).await;
+    let sets = minority(&fleet).await;
+    let set = sets
+        .lock_all([&a, &b])
+        .ttl(Duration::from_secs(10))
+        .try_acquire()
+        .await
+        .expect("acquire")
+        .expect("nodes 2..5 had the set free");
+    let mut history: Vec<Interval> = Interval::begin_each_key(&set, "set")
+        .into_iter()
+        .map(|i| i.finish(&set))
+        .collect();
+    history.push(first.finish(&guard_b));
+    let report = check(&history);
+    assert_eq!(report.keys, 2, "{report}");
+    assert_eq!(report.overlaps.len(), 1, "{report}");
+    assert!(
+        report.overlaps[0].starts_with(&format!("{b}: set")),
+        "the overlap is on the shared key, by the set: {report}"
+    );
+}
+
+/// A writer under a minority quorum holds on nodes 0 and 1; two readers under a minority
+/// quorum then hold on nodes 2..5. The checker reports each reader inside the writer's
+/// interval, and not the readers beside each other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn negative_control_readers_under_a_minority_quorum_are_caught_inside_a_writers_interval() {
+    let fleet = own_fleet(5);
+    let key = unique_key("control-rw");
+    let take = |locks: QuorumLock, write: bool| {
+        let key = key.clone();
+        async move {
+            let request = match write {
+                true => locks.write_lock(&key),
+                false => locks.read_lock(&key),
+            };
+            let guard = request
+                .ttl(Duration::from_secs(10))
+                .try_acquire()
+                .await
+                .expect("acquire")
+                .expect("the nodes it reaches had it free");
+            let interval = Interval::begin(&guard, if write { "writer" } else { "reader" });
+            match write {
+                true => (interval, guard),
+                false => (interval.holding(Hold::Read), guard),
+            }
+        }
+    };
+    let (writer, writer_guard) = on_nodes_0_and_1(&fleet, take(minority(&fleet).await, true)).await;
+    let mut readers = Vec::new();
+    for _ in 0..2 {
+        readers.push(take(minority(&fleet).await, false).await);
+    }
+    let readers: Vec<Interval> = readers
+        .iter()
+        .map(|(i, guard)| i.clone().finish(guard))
+        .collect();
+    let alone = check(&readers);
+    assert!(alone.is_safe(), "readers share: {alone}");
+    let mut history = readers;
+    history.push(writer.finish(&writer_guard));
+    let report = check(&history);
+    assert_eq!(report.overlaps.len(), 2, "{report}");
+    assert!(
+        report
+            .overlaps
+            .iter()
+            .all(|o| o.contains("(reader)") && o.contains("writer (exclusive)")),
+        "{report}"
+    );
+}
+
+/// A loopback port nothing listens on: connections to it are refused at once.
+fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// A semaphore of 2 permits under a majority of 5 (its check bypassed through the test kit)
+/// admits 3 holders: each client reaches only its own 3 nodes ({0,1,2}, {2,3,4}, {0,1,3};
+/// the others are closed ports), no node is asked for more than 2 permits, and each client
+/// has its majority. The checker sees the third holder beyond the permits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn negative_control_a_majority_semaphore_of_two_permits_admits_a_third_holder() {
+    let fleet = own_fleet(5);
+    let key = unique_key("control-semaphore");
+    let mut held = Vec::new();
+    for (c, reach) in [[0, 1, 2], [2, 3, 4], [0, 1, 3]].into_iter().enumerate() {
+        let urls: Vec<String> = (0..5)
+            .map(|i| match reach.contains(&i) {
+                true => fleet.url(i),
+                false => format!("redis://127.0.0.1:{}", closed_port()),
+            })
+            .collect();
+        let locks = QuorumLock::builder()
+            .nodes(urls)
+            .quorum(Quorum::Majority)
+            .node_timeout(Duration::from_millis(250))
+            .lazy(true)
+            .build()
+            .await
+            .unwrap();
+        let checked = locks.semaphore(&key, 2).try_acquire().await;
+        assert!(
+            matches!(checked, Err(quorum_lock::Error::InvalidConfig { .. })),
+            "{checked:?}"
+        );
+        let permit = quorum_lock::testkit::unchecked_semaphore(&locks, &key, 2)
+            .ttl(Duration::from_secs(30))
+            .try_acquire()
+            .await
+            .expect("acquire")
+            .unwrap_or_else(|| panic!("client {c} was refused"));
+        let interval = Interval::begin(&permit, format!("c{c}")).holding(Hold::Permit(2));
+        held.push((interval, permit, locks));
+    }
+    let history: Vec<Interval> = held
+        .iter()
+        .map(|(i, permit, _)| i.clone().finish(permit))
+        .collect();
+    let report = check(&history);
+    assert_eq!(report.over_permits.len(), 1, "{report}");
+    assert_eq!(report.violations(), 1, "{report}");
+    assert!(
+        report.over_permits[0].contains("c2 (1 of 2 permits)"),
+        "the third holder is the one reported: {report}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
