@@ -1,13 +1,22 @@
 //! The safety torture suite: several client tasks in several processes contend for a few
 //! keys through every path of the library (fenced and native acquires, fixed TTLs and
 //! watchdog leases held up to several leases, extends longer and shorter, reentrant owners,
-//! cancelled acquires and extends, dropped guards), while a seeded fault schedule kills,
-//! restarts, pauses, partitions, slows and resets a minority of the nodes and makes one
-//! node's clock jump (early expiry). Every client records when it believed it held a lock
-//! (until the guard's deadline, as it stood at the end); the checker verifies that no two such
-//! intervals overlap, that fencing tokens increase, and that no lock key is left without a
-//! TTL. A coverage table counts how often each path ran during each kind of fault. Negative
-//! controls prove that the checker fails when the assumptions are broken.
+//! cancelled acquires and extends, dropped guards) and through every primitive of the lock
+//! family (multi-key sets that share keys with each other and with single locks, a
+//! read-write lock, a semaphore of one permit under the run's quorum and one of two permits
+//! under `Quorum::All`), while a seeded fault schedule kills, restarts, pauses, partitions,
+//! slows and resets a minority of the nodes and makes one node's clock jump (early expiry of
+//! every key of the run: locks, sets, writers, readers, pending-writer marks, permits).
+//! Every client records when it believed it held a lock (until the guard's deadline, as it
+//! stood at the end), and how: alone (a lock, each key of a set, a writer), as a reader, or
+//! as one of a semaphore's permits. The checker verifies per key that a hold held alone
+//! overlaps no other hold, that readers overlap only readers, that no more holders of a
+//! semaphore overlap than it has permits, and that fencing tokens increase wherever the
+//! intervals order two holds (around every hold held alone, a semaphore's single permit
+//! included: readers, and permits of a larger semaphore, that overlap take their tokens in
+//! no order the intervals show); and that no lock key is left without a TTL. A coverage table counts how often each path ran during each kind of
+//! fault, and how often readers and permits actually shared their key. Negative controls
+//! prove that the checker fails when the assumptions are broken.
 //!
 //! Short mode (CI): 30 s per run. Long mode: `QUORUM_LOCK_TORTURE_SECS=600 cargo test
 //! --all-features --test torture torture_ -- --nocapture --test-threads=1`. Re-run a schedule
@@ -23,9 +32,9 @@ use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use clients::{ClientPlan, PathEvent, PATHS};
+use clients::{ClientPlan, Keys, PathEvent, PATHS};
 use common::*;
-use quorum_lock::testkit::history::{check, Interval};
+use quorum_lock::testkit::history::{check, Hold, Interval};
 use quorum_lock::testkit::{monotonic_nanos, Fleet, Persistence};
 use quorum_lock::{Quorum, QuorumLock};
 use rand::rngs::StdRng;
@@ -82,7 +91,7 @@ async fn torture(test: &str, at_least: Option<usize>, clock_jumps: bool) {
         .start()
         .expect("fleet");
     let run = uuid::Uuid::new_v4().simple().to_string();
-    let keys: Vec<String> = (0..3).map(|k| format!("torture:{run}:{k}")).collect();
+    let keys = Keys::new(format!("torture:{run}"));
     let plan = |name: String, seed: u64| ClientPlan {
         urls: fleet.urls(),
         keys: keys.clone(),
@@ -111,7 +120,8 @@ async fn torture(test: &str, at_least: Option<usize>, clock_jumps: bool) {
         async move { plan.run().await }
     });
 
-    let faults = inject_faults(&fleet, seed, Duration::from_secs(secs), clock_jumps).await;
+    let jumps = clock_jumps.then(|| keys.pattern());
+    let faults = inject_faults(&fleet, seed, Duration::from_secs(secs), jumps.as_deref()).await;
 
     let local = local.await.unwrap().expect("local clients");
     let mut history = local.intervals;
@@ -142,16 +152,18 @@ async fn torture(test: &str, at_least: Option<usize>, clock_jumps: bool) {
         );
     }
     let report = check(&history);
+    events.extend(clients::shared_holds(&history));
     let nodes = (0..fleet.len()).map(|i| fleet.client(i));
-    let untimed = clients::keys_without_ttl(nodes, &keys).await;
+    let untimed = clients::keys_without_ttl(nodes, &keys.with_ttl()).await;
     println!("{test}: coverage (runs of each path, and during each fault kind)");
     print!("{}", coverage_table(&events, &faults.spans));
     let processes = history
         .iter()
         .map(|i| i.client.split('-').next().unwrap_or_default().to_string())
         .collect::<std::collections::BTreeSet<_>>();
+    let acquisitions = clients::acquisitions(&history);
     println!(
-        "{test}: {} acquisitions ({} in this process, {} processes, {} tasks), faults {:?}, violations {}",
+        "{test}: {acquisitions} acquisitions, {} intervals ({} in this process, {} processes, {} tasks), faults {:?}, violations {}",
         history.len(),
         local_intervals,
         processes.len(),
@@ -176,9 +188,8 @@ async fn torture(test: &str, at_least: Option<usize>, clock_jumps: bool) {
     // Holds last up to three leases, and the two configurations run at once on two cores:
     // a loaded machine gets fewer acquisitions, but never this few unless something is wrong.
     assert!(
-        history.len() >= 25,
-        "too few acquisitions to mean anything: {}",
-        history.len()
+        acquisitions >= 25,
+        "too few acquisitions to mean anything: {acquisitions}"
     );
     assert!(
         faults.counts.values().sum::<u32>() >= 10,
@@ -197,10 +208,17 @@ async fn torture(test: &str, at_least: Option<usize>, clock_jumps: bool) {
 }
 
 /// Paths that every run takes dozens of times (the others are rarer: they need a fault to
-/// meet a particular moment of a hold, and are reported, not required).
-const MAIN_PATHS: [&str; 6] = [
+/// meet a particular moment of a hold, or two holders to meet, and are reported, not
+/// required).
+const MAIN_PATHS: [&str; 12] = [
     "acquire native (unfenced)",
     "acquire fenced",
+    "acquire multi-key set (keys of sets only)",
+    "acquire multi-key set (with keys locked alone)",
+    "acquire read lock",
+    "acquire write lock",
+    "acquire permit (1 of 1)",
+    "acquire permit (1 of 2, Quorum::All)",
     "renewal confirmed",
     "extend longer ok",
     "hold outlived a fixed ttl",
@@ -312,9 +330,14 @@ impl Outage {
 }
 
 /// The seeded fault schedule: at most one outage at a time on nodes 0..SKEWED, and, with
-/// `clock_jumps`, early expiry on node SKEWED. Returns the faults injected, per kind and as
-/// spans of time.
-async fn inject_faults(fleet: &Fleet, seed: u64, duration: Duration, clock_jumps: bool) -> Faults {
+/// `clock_jumps` (the pattern of the keys that jump), early expiry on node SKEWED. Returns
+/// the faults injected, per kind and as spans of time.
+async fn inject_faults(
+    fleet: &Fleet,
+    seed: u64,
+    duration: Duration,
+    clock_jumps: Option<&str>,
+) -> Faults {
     let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed);
     let mut faults = Faults::default();
     let mut outage: Option<(usize, Outage, Instant, u64)> = None;
@@ -365,8 +388,8 @@ async fn inject_faults(fleet: &Fleet, seed: u64, duration: Duration, clock_jumps
                 outage = Some((node, kind, until, monotonic_nanos()));
             }
         }
-        if clock_jumps && rng.random_bool(0.3) {
-            tokio::task::block_in_place(|| fleet.expire_early(SKEWED, "torture:*")).expect("skew");
+        if let Some(pattern) = clock_jumps.filter(|_| rng.random_bool(0.3)) {
+            tokio::task::block_in_place(|| fleet.expire_early(SKEWED, pattern)).expect("skew");
             faults.instant("clock-jump");
         }
     }
@@ -456,25 +479,175 @@ async fn negative_control_a_majority_restarted_without_persistence_admits_a_seco
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn negative_control_a_minority_quorum_admits_a_second_holder() {
-    let fleet = own_fleet(5);
-    let minority = |f: &Fleet| {
-        quorum_lock::testkit::unchecked_quorum(builder(f, Quorum::Majority), 2)
-            .lazy(true)
-            .build()
-    };
+/// A client that confirms with 2 of the 5 nodes (the quorum check bypassed).
+async fn minority(fleet: &Fleet) -> QuorumLock {
+    quorum_lock::testkit::unchecked_quorum(builder(fleet, Quorum::Majority), 2)
+        .lazy(true)
+        .build()
+        .await
+        .unwrap()
+}
+
+/// Runs `first` while nodes 2..5 are down, so that what it takes lives on nodes 0 and 1
+/// only, then brings them back empty: a minority client's next acquisition finds them free.
+async fn on_nodes_0_and_1<T>(fleet: &Fleet, first: impl std::future::Future<Output = T>) -> T {
     for i in 2..5 {
         fleet.kill(i).unwrap();
     }
-    let a = minority(&fleet).await.unwrap();
-    let key = unique_key("control-minority");
-    let (first, guard_a) = hold(&a, &key, "a").await;
+    let taken = first.await;
     for i in 2..5 {
         fleet.restart(i).unwrap();
     }
-    let b = minority(&fleet).await.unwrap();
+    taken
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn negative_control_a_minority_quorum_admits_a_second_holder() {
+    let fleet = own_fleet(5);
+    let key = unique_key("control-minority");
+    let a = minority(&fleet).await;
+    let (first, guard_a) = on_nodes_0_and_1(&fleet, hold(&a, &key, "a")).await;
+    let b = minority(&fleet).await;
     assert_second_holder_is_caught(&b, &key, first, &guard_a).await;
+}
+
+/// A multi-key lock under a minority quorum takes its set on nodes 2..5 while a single lock
+/// of one of its keys sits on nodes 0 and 1: the set's interval on that key overlaps the
+/// single holder's, and its other key's does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn negative_control_a_set_under_a_minority_quorum_overlaps_a_single_holder_of_one_key() {
+    let fleet = own_fleet(5);
+    let (a, b) = (unique_key("control-set-a"), unique_key("control-set-b"));
+    let single = minority(&fleet).await;
+    let (first, guard_b) = on_nodes_0_and_1(&fleet, hold(&single, &b, "single")).await;
+    let sets = minority(&fleet).await;
+    let set = sets
+        .lock_all([&a, &b])
+        .ttl(Duration::from_secs(10))
+        .try_acquire()
+        .await
+        .expect("acquire")
+        .expect("nodes 2..5 had the set free");
+    let mut history: Vec<Interval> = Interval::begin_each_key(&set, "set")
+        .into_iter()
+        .map(|i| i.finish(&set))
+        .collect();
+    history.push(first.finish(&guard_b));
+    let report = check(&history);
+    assert_eq!(report.keys, 2, "{report}");
+    assert_eq!(report.overlaps.len(), 1, "{report}");
+    assert!(
+        report.overlaps[0].starts_with(&format!("{b}: set")),
+        "the overlap is on the shared key, by the set: {report}"
+    );
+}
+
+/// A writer under a minority quorum holds on nodes 0 and 1; two readers under a minority
+/// quorum then hold on nodes 2..5. The checker reports each reader inside the writer's
+/// interval, and not the readers beside each other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn negative_control_readers_under_a_minority_quorum_are_caught_inside_a_writers_interval() {
+    let fleet = own_fleet(5);
+    let key = unique_key("control-rw");
+    let take = |locks: QuorumLock, write: bool| {
+        let key = key.clone();
+        async move {
+            let request = match write {
+                true => locks.write_lock(&key),
+                false => locks.read_lock(&key),
+            };
+            let guard = request
+                .ttl(Duration::from_secs(10))
+                .try_acquire()
+                .await
+                .expect("acquire")
+                .expect("the nodes it reaches had it free");
+            let interval = Interval::begin(&guard, if write { "writer" } else { "reader" });
+            match write {
+                true => (interval, guard),
+                false => (interval.holding(Hold::Read), guard),
+            }
+        }
+    };
+    let (writer, writer_guard) = on_nodes_0_and_1(&fleet, take(minority(&fleet).await, true)).await;
+    let mut readers = Vec::new();
+    for _ in 0..2 {
+        readers.push(take(minority(&fleet).await, false).await);
+    }
+    let readers: Vec<Interval> = readers
+        .iter()
+        .map(|(i, guard)| i.clone().finish(guard))
+        .collect();
+    let alone = check(&readers);
+    assert!(alone.is_safe(), "readers share: {alone}");
+    let mut history = readers;
+    history.push(writer.finish(&writer_guard));
+    let report = check(&history);
+    assert_eq!(report.overlaps.len(), 2, "{report}");
+    assert!(
+        report
+            .overlaps
+            .iter()
+            .all(|o| o.contains("(reader)") && o.contains("writer (exclusive)")),
+        "{report}"
+    );
+}
+
+/// A loopback port nothing listens on: connections to it are refused at once.
+fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// A semaphore of 2 permits under a majority of 5 (its check bypassed through the test kit)
+/// admits 3 holders: each client reaches only its own 3 nodes ({0,1,2}, {2,3,4}, {0,1,3};
+/// the others are closed ports), no node is asked for more than 2 permits, and each client
+/// has its majority. The checker sees the third holder beyond the permits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn negative_control_a_majority_semaphore_of_two_permits_admits_a_third_holder() {
+    let fleet = own_fleet(5);
+    let key = unique_key("control-semaphore");
+    let mut held = Vec::new();
+    for (c, reach) in [[0, 1, 2], [2, 3, 4], [0, 1, 3]].into_iter().enumerate() {
+        let urls: Vec<String> = (0..5)
+            .map(|i| match reach.contains(&i) {
+                true => fleet.url(i),
+                false => format!("redis://127.0.0.1:{}", closed_port()),
+            })
+            .collect();
+        let locks = QuorumLock::builder()
+            .nodes(urls)
+            .quorum(Quorum::Majority)
+            .node_timeout(Duration::from_millis(250))
+            .lazy(true)
+            .build()
+            .await
+            .unwrap();
+        let checked = locks.semaphore(&key, 2).try_acquire().await;
+        assert!(
+            matches!(checked, Err(quorum_lock::Error::InvalidConfig { .. })),
+            "{checked:?}"
+        );
+        let permit = quorum_lock::testkit::unchecked_semaphore(&locks, &key, 2)
+            .ttl(Duration::from_secs(30))
+            .try_acquire()
+            .await
+            .expect("acquire")
+            .unwrap_or_else(|| panic!("client {c} was refused"));
+        let interval = Interval::begin(&permit, format!("c{c}")).holding(Hold::Permit(2));
+        held.push((interval, permit, locks));
+    }
+    let history: Vec<Interval> = held
+        .iter()
+        .map(|(i, permit, _)| i.clone().finish(permit))
+        .collect();
+    let report = check(&history);
+    assert_eq!(report.over_permits.len(), 1, "{report}");
+    assert_eq!(report.violations(), 1, "{report}");
+    assert!(
+        report.over_permits[0].contains("c2 (1 of 2 permits)"),
+        "the third holder is the one reported: {report}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,9 +10,11 @@
 //! [`Persistence`]), a [`FaultProxy`] in front of each node when asked for (added latency,
 //! black hole, connection reset, heal), and [`expire_early`](Fleet::expire_early), the
 //! emulation of a node clock jumping forward (libfaketime cannot run Debian's redis-server).
-//! [`history`] records who believed it held which lock when, and checks that no two such
-//! intervals overlap (for your own tests too: record an interval around each critical
-//! section, then check them all).
+//! [`history`] records who believed it held which lock when, and how (alone, as a reader,
+//! as one of a semaphore's permits), and checks that no two such intervals overlap where they
+//! may not, that no semaphore had more holders than permits, and that fencing tokens increase
+//! (for your own tests too: record an interval around each critical section, then check them
+//! all).
 //!
 //! With the `tls` feature, [`FleetBuilder::tls`] starts nodes that speak TLS only, with the
 //! certificates a test gives them ([`FleetTls`]), optionally requiring client certificates.

@@ -1,8 +1,11 @@
 //! The client side of the torture suite: tasks that contend for a few keys through every path
 //! of the library (fenced and native acquires, fixed TTLs and watchdog leases with holds of up
-//! to several leases, extends, reentrant owners, cancelled calls, drops), each recording the
-//! intervals in which it believed it held a lock and the paths it ran. Run in the test process
-//! and in separate worker processes; the test merges and checks the histories.
+//! to several leases, extends, reentrant owners, cancelled calls, drops) and through every
+//! primitive of the lock family (multi-key sets, some of them naming keys also locked alone;
+//! a read-write lock; a semaphore of one permit under the run's quorum and one of two under
+//! `Quorum::All`), each recording the intervals in which it believed it held a lock and the
+//! paths it ran. Run in the test process and in separate worker processes; the test merges
+//! and checks the histories.
 
 use std::time::Duration;
 
@@ -10,9 +13,171 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
-use quorum_lock::testkit::history::Interval;
+use quorum_lock::testkit::history::{Hold, Interval};
 use quorum_lock::testkit::monotonic_nanos;
-use quorum_lock::{Quorum, QuorumLock};
+use quorum_lock::{LockGuard, LockRequest, Owner, Quorum, QuorumLock};
+
+/// The keys of one run, all under one prefix (a clock jump expires whatever matches it).
+#[derive(Debug, Clone)]
+pub struct Keys {
+    prefix: String,
+}
+
+/// Keys 0..LOCKED are locked alone and in sets; the keys from LOCKED to KEYS only in sets.
+const LOCKED: usize = 3;
+const KEYS: usize = 5;
+
+/// A semaphore of the run: its key's name and permits, and whether its clients use
+/// `Quorum::All` (more than one permit needs it) instead of the run's quorum.
+#[derive(Debug)]
+struct Semaphore {
+    name: &'static str,
+    permits: u32,
+    all: bool,
+}
+
+/// One permit is a mutex under any quorum; two need every node.
+const SEMAPHORES: [Semaphore; 2] = [
+    Semaphore {
+        name: "sem1",
+        permits: 1,
+        all: false,
+    },
+    Semaphore {
+        name: "sem2",
+        permits: 2,
+        all: true,
+    },
+];
+
+/// Sets named in the caller's order: {3, 4} in both orders; {4, 2} sharing key 4 with them
+/// and key 2 with its single holders; {0, 4, 3} sharing both keys with the first two and key
+/// 0 with its single holders. Each set names at most one key locked alone: such a key is
+/// rarely free (nothing makes its single holders give way to a set), and a set that needs
+/// two of them at once hardly ever holds.
+const SETS: [&[usize]; 4] = [&[3, 4], &[4, 3], &[4, 2], &[0, 4, 3]];
+
+impl Keys {
+    /// The keys under `prefix`.
+    pub fn new(prefix: impl Into<String>) -> Keys {
+        Keys {
+            prefix: prefix.into(),
+        }
+    }
+
+    fn key(&self, k: usize) -> String {
+        format!("{}:{k}", self.prefix)
+    }
+
+    fn rw(&self) -> String {
+        format!("{}:rw", self.prefix)
+    }
+
+    fn semaphore(&self, s: &Semaphore) -> String {
+        format!("{}:{}", self.prefix, s.name)
+    }
+
+    /// The pattern of every key of the run on the nodes: the locks, the sets' keys, the
+    /// writer's entry and the readers' sorted set (`quorum-lock:readers:K`), the pending
+    /// writer mark, the semaphores, and the fencing counters (which have no TTL, so a clock
+    /// jump leaves them be).
+    pub fn pattern(&self) -> String {
+        format!("*{}:*", self.prefix)
+    }
+
+    /// Every key a lock stores with a TTL (not the fencing counters, which never expire by
+    /// design).
+    pub fn with_ttl(&self) -> Vec<String> {
+        let rw = self.rw();
+        let mut keys: Vec<String> = (0..KEYS).map(|k| self.key(k)).collect();
+        keys.push(format!("quorum-lock:readers:{rw}"));
+        keys.push(format!("quorum-lock:writer-waiting:{rw}"));
+        keys.push(rw);
+        keys.extend(SEMAPHORES.iter().map(|s| self.semaphore(s)));
+        keys
+    }
+}
+
+/// What one acquisition takes.
+#[derive(Debug, Clone, Copy)]
+enum Pick {
+    /// One of the keys locked alone (sometimes through a reentrant owner).
+    Lock(usize),
+    /// A set of keys, named in this order.
+    Set(&'static [usize]),
+    /// A read lock of the read-write lock.
+    Read,
+    /// Its write lock.
+    Write,
+    /// A permit of a semaphore.
+    Permit(&'static Semaphore),
+}
+
+impl Pick {
+    /// A third of the picks are single locks (they carry the reentrant, fenced and native
+    /// paths); the rest are spread over the family, with twice as many readers as writers,
+    /// so that readers meet readers. The semaphore that needs every node holds only between
+    /// outages, whatever its share.
+    fn draw(rng: &mut StdRng) -> Pick {
+        match rng.random_range(0..100) {
+            0..35 => Pick::Lock(rng.random_range(0..LOCKED)),
+            35..55 => Pick::Set(SETS[rng.random_range(0..SETS.len())]),
+            55..70 => Pick::Read,
+            70..77 => Pick::Write,
+            77..85 => Pick::Permit(&SEMAPHORES[0]),
+            _ => Pick::Permit(&SEMAPHORES[1]),
+        }
+    }
+
+    /// The request, on `all` for a semaphore that needs every node, else on `locks` (or on
+    /// `owner`, which only locks single keys).
+    fn request<'a>(
+        self,
+        keys: &Keys,
+        locks: &'a QuorumLock,
+        all: &'a QuorumLock,
+        owner: Option<&'a Owner>,
+    ) -> LockRequest<'a> {
+        match (self, owner) {
+            (Pick::Lock(k), Some(owner)) => owner.lock(keys.key(k)),
+            (Pick::Lock(k), None) => locks.lock(keys.key(k)),
+            (Pick::Set(set), _) => locks.lock_all(set.iter().map(|&k| keys.key(k))),
+            (Pick::Read, _) => locks.read_lock(keys.rw()),
+            (Pick::Write, _) => locks.write_lock(keys.rw()),
+            (Pick::Permit(s), _) => match s.all {
+                true => all.semaphore(keys.semaphore(s), s.permits),
+                false => locks.semaphore(keys.semaphore(s), s.permits),
+            },
+        }
+    }
+
+    /// The path an acquisition of this pick ran.
+    fn acquired(self, fenced: bool) -> &'static str {
+        match self {
+            Pick::Lock(_) if fenced => "acquire fenced",
+            Pick::Lock(_) => "acquire native (unfenced)",
+            Pick::Set(set) if set.iter().any(|&k| k < LOCKED) => {
+                "acquire multi-key set (with keys locked alone)"
+            }
+            Pick::Set(_) => "acquire multi-key set (keys of sets only)",
+            Pick::Read => "acquire read lock",
+            Pick::Write => "acquire write lock",
+            Pick::Permit(s) if s.all => "acquire permit (1 of 2, Quorum::All)",
+            Pick::Permit(_) => "acquire permit (1 of 1)",
+        }
+    }
+
+    /// The intervals the holder believes it holds: one per key of a set, each exclusive; a
+    /// reader's and a permit's saying so.
+    fn begin(self, guard: &LockGuard, name: &str) -> Vec<Interval> {
+        match self {
+            Pick::Set(_) => Interval::begin_each_key(guard, name),
+            Pick::Read => vec![Interval::begin(guard, name).holding(Hold::Read)],
+            Pick::Permit(s) => vec![Interval::begin(guard, name).holding(Hold::Permit(s.permits))],
+            Pick::Lock(_) | Pick::Write => vec![Interval::begin(guard, name)],
+        }
+    }
+}
 
 /// What a group of torture clients does.
 #[derive(Debug, Clone)]
@@ -20,16 +185,17 @@ pub struct ClientPlan {
     /// The nodes.
     pub urls: Vec<String>,
     /// The contended keys.
-    pub keys: Vec<String>,
+    pub keys: Keys,
     /// Seeds every random choice of these clients.
     pub seed: u64,
     /// How long they run.
     pub duration: Duration,
-    /// Concurrent tasks, each with its own client.
+    /// Concurrent tasks, each with its own clients.
     pub tasks: usize,
     /// Names this group in the history.
     pub name: String,
-    /// Confirmations required ([`Quorum::AtLeast`]); `None` for a majority.
+    /// Confirmations required ([`Quorum::AtLeast`]); `None` for a majority. The semaphore of
+    /// more than one permit always uses `Quorum::All`.
     pub at_least: Option<usize>,
 }
 
@@ -60,13 +226,25 @@ pub struct PathEvent {
     pub count: u64,
 }
 
-/// The code paths the torture clients report, in table order.
-pub const PATHS: [&str; 17] = [
+/// The code paths the torture clients report, in table order. The first two acquire rows are
+/// the single locks'; the family's acquires have a row each, whatever their fencing. The
+/// other rows count every primitive's runs. The rows "readers held at once" and "permits
+/// held at once" are read off the merged history ([`shared_holds`]): they show that the
+/// checker's rules for holds that share a key were put to the test, not only exclusion.
+pub const PATHS: [&str; 25] = [
     "acquire native (unfenced)",
     "acquire fenced",
+    "acquire multi-key set (keys of sets only)",
+    "acquire multi-key set (with keys locked alone)",
+    "acquire read lock",
+    "acquire write lock",
+    "acquire permit (1 of 1)",
+    "acquire permit (1 of 2, Quorum::All)",
     "acquire cancelled",
     "acquire failed",
     "reentrant nested acquire",
+    "readers held at once",
+    "permits held at once",
     "renewal confirmed",
     "repair",
     "extend longer ok",
@@ -80,6 +258,53 @@ pub const PATHS: [&str; 17] = [
     "release not confirmed",
     "guard dropped",
 ];
+
+/// How many acquisitions `intervals` record: a set's acquisition has one interval per key,
+/// all begun at the same instant by the same client.
+pub fn acquisitions<'a>(intervals: impl IntoIterator<Item = &'a Interval>) -> usize {
+    intervals
+        .into_iter()
+        .map(|i| (&i.client, i.start))
+        .collect::<std::collections::BTreeSet<_>>()
+        .len()
+}
+
+/// A hold that began while another hold it shares the key with was open (a reader beside a
+/// reader, a permit beside a permit), over the overlap, for the coverage table.
+pub fn shared_holds(history: &[Interval]) -> Vec<PathEvent> {
+    let mut by_key: std::collections::BTreeMap<&str, Vec<&Interval>> = Default::default();
+    for i in history.iter().filter(|i| i.end > i.start) {
+        by_key.entry(&i.key).or_default().push(i);
+    }
+    let mut events = Vec::new();
+    for mut intervals in by_key.into_values() {
+        intervals.sort_by_key(|i| (i.start, i.end));
+        let mut open: Vec<&Interval> = Vec::new();
+        for cur in intervals {
+            open.retain(|o| o.end > cur.start);
+            let path = match cur.hold {
+                Hold::Read => Some("readers held at once"),
+                Hold::Permit(p) if p > 1 => Some("permits held at once"),
+                _ => None,
+            };
+            let beside = open
+                .iter()
+                .filter(|o| o.hold == cur.hold)
+                .map(|o| o.end)
+                .max();
+            if let (Some(path), Some(end)) = (path, beside) {
+                events.push(PathEvent {
+                    path,
+                    start: cur.start,
+                    end: end.min(cur.end),
+                    count: 1,
+                });
+            }
+            open.push(cur);
+        }
+    }
+    events
+}
 
 impl PathEvent {
     /// The line form: `path|start|end|count`.
@@ -108,7 +333,7 @@ impl ClientPlan {
     pub fn to_env(&self) -> (&'static str, String) {
         let value = [
             self.urls.join(","),
-            self.keys.join(","),
+            self.keys.prefix.clone(),
             self.seed.to_string(),
             self.duration.as_millis().to_string(),
             self.tasks.to_string(),
@@ -123,12 +348,12 @@ impl ClientPlan {
     pub fn from_env() -> Option<ClientPlan> {
         let value = std::env::var(ENV).ok()?;
         let parts: Vec<&str> = value.split(';').collect();
-        let [urls, keys, seed, millis, tasks, name, quorum] = parts.as_slice() else {
+        let [urls, prefix, seed, millis, tasks, name, quorum] = parts.as_slice() else {
             return None;
         };
         Some(ClientPlan {
             urls: urls.split(',').map(str::to_string).collect(),
-            keys: keys.split(',').map(str::to_string).collect(),
+            keys: Keys::new(*prefix),
             seed: seed.parse().ok()?,
             duration: Duration::from_millis(millis.parse().ok()?),
             tasks: tasks.parse().ok()?,
@@ -137,10 +362,10 @@ impl ClientPlan {
         })
     }
 
-    async fn client(&self) -> quorum_lock::Result<QuorumLock> {
+    async fn client(&self, quorum: Quorum) -> quorum_lock::Result<QuorumLock> {
         QuorumLock::builder()
             .nodes(&self.urls)
-            .quorum(self.at_least.map_or(Quorum::Majority, Quorum::AtLeast))
+            .quorum(quorum)
             .node_timeout(Duration::from_millis(100))
             .retry_delay(Duration::from_millis(20))
             .retry_jitter(Duration::from_millis(20))
@@ -159,12 +384,16 @@ impl ClientPlan {
     pub async fn run(&self) -> quorum_lock::Result<ClientReport> {
         let until = Instant::now() + self.duration;
         let mut tasks = Vec::new();
+        let quorum = self.at_least.map_or(Quorum::Majority, Quorum::AtLeast);
         for t in 0..self.tasks {
-            let locks = self.client().await?;
+            let clients = Clients {
+                locks: self.client(quorum).await?,
+                all: self.client(Quorum::All).await?,
+            };
             let keys = self.keys.clone();
             let name = format!("{}-{t}", self.name);
             let rng = StdRng::seed_from_u64(self.seed.wrapping_mul(1000).wrapping_add(t as u64));
-            tasks.push(tokio::spawn(contend(locks, keys, rng, until, name)));
+            tasks.push(tokio::spawn(contend(clients, keys, rng, until, name)));
         }
         let mut report = ClientReport::default();
         for t in tasks {
@@ -182,27 +411,39 @@ impl ClientPlan {
     }
 }
 
-/// One task: takes a random key by a random path (fenced or not, fixed TTL or watchdog with
-/// or without `max_hold`, plain or through a reentrant owner, sometimes cancelled), holds it
-/// from 0 ms to several leases while sometimes extending it (longer or shorter, sometimes
-/// cancelled), and releases or drops it; records what it believed and which paths ran.
-async fn contend(
+/// One task's clients: `locks` with the run's quorum, `all` with `Quorum::All` for the
+/// semaphore of more than one permit.
+struct Clients {
     locks: QuorumLock,
-    keys: Vec<String>,
+    all: QuorumLock,
+}
+
+/// One task: takes a random pick (a key, a set, a read or write lock, a permit) by a random
+/// path (fenced or not, fixed TTL or watchdog with or without `max_hold`, for a key plain or
+/// through a reentrant owner, sometimes cancelled), holds it from 0 ms to several leases
+/// while sometimes extending it (longer or shorter, sometimes cancelled), and releases or
+/// drops it; records what it believed and which paths ran.
+async fn contend(
+    clients: Clients,
+    keys: Keys,
     mut rng: StdRng,
     until: Instant,
     name: String,
 ) -> ClientReport {
     let mut report = ClientReport::default();
     while Instant::now() < until {
-        let key = &keys[rng.random_range(0..keys.len())];
+        let pick = Pick::draw(&mut rng);
         let fenced = rng.random_bool(0.5);
-        let owner = rng.random_bool(0.25).then(|| locks.owner());
-        let base = match &owner {
-            Some(owner) => owner.lock(key),
-            None => locks.lock(key),
+        let owner = match pick {
+            Pick::Lock(_) => rng.random_bool(0.25).then(|| clients.locks.owner()),
+            _ => None,
         };
-        let request = base
+        let locks = match pick {
+            Pick::Permit(s) if s.all => &clients.all,
+            _ => &clients.locks,
+        };
+        let request = pick
+            .request(&keys, &clients.locks, &clients.all, owner.as_ref())
             .fencing(fenced)
             .wait(Duration::from_millis(rng.random_range(200..2000)));
         // A lease, and how long to hold: from nothing to several leases.
@@ -250,19 +491,11 @@ async fn contend(
             }
         };
         let start = monotonic_nanos();
-        report.event(
-            if fenced {
-                "acquire fenced"
-            } else {
-                "acquire native (unfenced)"
-            },
-            start,
-            1,
-        );
-        let interval = Interval::begin(&guard, &name);
-        let nested = match &owner {
-            Some(owner) if rng.random_bool(0.5) => {
-                let inner = owner.lock(key).ttl(lease).try_acquire().await;
+        report.event(pick.acquired(fenced), start, 1);
+        let intervals = pick.begin(&guard, &name);
+        let nested = match (&owner, pick) {
+            (Some(owner), Pick::Lock(k)) if rng.random_bool(0.5) => {
+                let inner = owner.lock(keys.key(k)).ttl(lease).try_acquire().await;
                 match inner {
                     Ok(Some(inner)) => {
                         report.event("reentrant nested acquire", start, 1);
@@ -310,9 +543,9 @@ async fn contend(
                 () = tokio::time::sleep_until(held_until) => {}
             }
         }
-        let interval = interval.finish(&guard);
-        let end = interval.end;
-        report.intervals.push(interval);
+        let intervals: Vec<Interval> = intervals.into_iter().map(|i| i.finish(&guard)).collect();
+        let end = intervals[0].end;
+        report.intervals.extend(intervals);
         if was_lost {
             let path = match (max_hold, guard.deadline() <= Instant::now()) {
                 (Some(max), true) if hold >= max => "max_hold ended a watchdog lock",
