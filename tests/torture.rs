@@ -4,11 +4,12 @@
 //! cancelled acquires and extends, dropped guards) and through every primitive of the lock
 //! family (multi-key sets that share keys with each other and with single locks, a
 //! read-write lock, a semaphore of one permit under the run's quorum and one of two permits
-//! under `Quorum::All`), while a seeded fault schedule kills, restarts, pauses, partitions,
-//! slows and resets a minority of the nodes and makes one node's clock jump (early expiry of
-//! every key of the run: locks, sets, writers, readers, pending-writer marks, permits).
+//! under `Quorum::All`, a fair lock), while a seeded fault schedule kills, restarts, pauses,
+//! partitions, slows and resets a minority of the nodes and makes one node's clock jump
+//! (early expiry of every key of the run: locks, sets, writers, readers, pending-writer
+//! marks, permits, the fair lock's line).
 //! Every client records when it believed it held a lock (until the guard's deadline, as it
-//! stood at the end), and how: alone (a lock, each key of a set, a writer), as a reader, or
+//! stood at the end), and how: alone (a lock, each key of a set, a writer, the fair lock), as a reader, or
 //! as one of a semaphore's permits. The checker verifies per key that a hold held alone
 //! overlaps no other hold, that readers overlap only readers, that no more holders of a
 //! semaphore overlap than it has permits, and that fencing tokens increase wherever the
@@ -210,7 +211,7 @@ async fn torture(test: &str, at_least: Option<usize>, clock_jumps: bool) {
 /// Paths that every run takes dozens of times (the others are rarer: they need a fault to
 /// meet a particular moment of a hold, or two holders to meet, and are reported, not
 /// required).
-const MAIN_PATHS: [&str; 12] = [
+const MAIN_PATHS: [&str; 13] = [
     "acquire native (unfenced)",
     "acquire fenced",
     "acquire multi-key set (keys of sets only)",
@@ -219,6 +220,7 @@ const MAIN_PATHS: [&str; 12] = [
     "acquire write lock",
     "acquire permit (1 of 1)",
     "acquire permit (1 of 2, Quorum::All)",
+    "acquire fair lock",
     "renewal confirmed",
     "extend longer ok",
     "hold outlived a fixed ttl",

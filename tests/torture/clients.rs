@@ -3,7 +3,7 @@
 //! to several leases, extends, reentrant owners, cancelled calls, drops) and through every
 //! primitive of the lock family (multi-key sets, some of them naming keys also locked alone;
 //! a read-write lock; a semaphore of one permit under the run's quorum and one of two under
-//! `Quorum::All`), each recording the intervals in which it believed it held a lock and the
+//! `Quorum::All`; a fair lock), each recording the intervals in which it believed it held a lock and the
 //! paths it ran. Run in the test process and in separate worker processes; the test merges
 //! and checks the histories.
 
@@ -77,10 +77,14 @@ impl Keys {
         format!("{}:{}", self.prefix, s.name)
     }
 
+    fn fair(&self) -> String {
+        format!("{}:fair", self.prefix)
+    }
+
     /// The pattern of every key of the run on the nodes: the locks, the sets' keys, the
     /// writer's entry and the readers' sorted set (`quorum-lock:readers:K`), the pending
-    /// writer mark, the semaphores, and the fencing counters (which have no TTL, so a clock
-    /// jump leaves them be).
+    /// writer mark, the semaphores, the fair lock and its line, and the fencing and ticket
+    /// counters (which have no TTL, so a clock jump leaves them be).
     pub fn pattern(&self) -> String {
         format!("*{}:*", self.prefix)
     }
@@ -94,6 +98,11 @@ impl Keys {
         keys.push(format!("quorum-lock:writer-waiting:{rw}"));
         keys.push(rw);
         keys.extend(SEMAPHORES.iter().map(|s| self.semaphore(s)));
+        let fair = self.fair();
+        for line in ["queue", "queue-expiry", "queue-holder"] {
+            keys.push(format!("quorum-lock:{line}:{fair}"));
+        }
+        keys.push(fair);
         keys
     }
 }
@@ -111,6 +120,8 @@ enum Pick {
     Write,
     /// A permit of a semaphore.
     Permit(&'static Semaphore),
+    /// The fair lock.
+    Fair,
 }
 
 impl Pick {
@@ -121,11 +132,12 @@ impl Pick {
     fn draw(rng: &mut StdRng) -> Pick {
         match rng.random_range(0..100) {
             0..35 => Pick::Lock(rng.random_range(0..LOCKED)),
-            35..55 => Pick::Set(SETS[rng.random_range(0..SETS.len())]),
-            55..70 => Pick::Read,
-            70..77 => Pick::Write,
-            77..85 => Pick::Permit(&SEMAPHORES[0]),
-            _ => Pick::Permit(&SEMAPHORES[1]),
+            35..52 => Pick::Set(SETS[rng.random_range(0..SETS.len())]),
+            52..65 => Pick::Read,
+            65..71 => Pick::Write,
+            71..78 => Pick::Permit(&SEMAPHORES[0]),
+            78..88 => Pick::Permit(&SEMAPHORES[1]),
+            _ => Pick::Fair,
         }
     }
 
@@ -144,6 +156,7 @@ impl Pick {
             (Pick::Set(set), _) => locks.lock_all(set.iter().map(|&k| keys.key(k))),
             (Pick::Read, _) => locks.read_lock(keys.rw()),
             (Pick::Write, _) => locks.write_lock(keys.rw()),
+            (Pick::Fair, _) => locks.fair_lock(keys.fair()),
             (Pick::Permit(s), _) => match s.all {
                 true => all.semaphore(keys.semaphore(s), s.permits),
                 false => locks.semaphore(keys.semaphore(s), s.permits),
@@ -164,6 +177,7 @@ impl Pick {
             Pick::Write => "acquire write lock",
             Pick::Permit(s) if s.all => "acquire permit (1 of 2, Quorum::All)",
             Pick::Permit(_) => "acquire permit (1 of 1)",
+            Pick::Fair => "acquire fair lock",
         }
     }
 
@@ -174,7 +188,7 @@ impl Pick {
             Pick::Set(_) => Interval::begin_each_key(guard, name),
             Pick::Read => vec![Interval::begin(guard, name).holding(Hold::Read)],
             Pick::Permit(s) => vec![Interval::begin(guard, name).holding(Hold::Permit(s.permits))],
-            Pick::Lock(_) | Pick::Write => vec![Interval::begin(guard, name)],
+            Pick::Lock(_) | Pick::Write | Pick::Fair => vec![Interval::begin(guard, name)],
         }
     }
 }
@@ -231,7 +245,7 @@ pub struct PathEvent {
 /// other rows count every primitive's runs. The rows "readers held at once" and "permits
 /// held at once" are read off the merged history ([`shared_holds`]): they show that the
 /// checker's rules for holds that share a key were put to the test, not only exclusion.
-pub const PATHS: [&str; 25] = [
+pub const PATHS: [&str; 26] = [
     "acquire native (unfenced)",
     "acquire fenced",
     "acquire multi-key set (keys of sets only)",
@@ -240,6 +254,7 @@ pub const PATHS: [&str; 25] = [
     "acquire write lock",
     "acquire permit (1 of 1)",
     "acquire permit (1 of 2, Quorum::All)",
+    "acquire fair lock",
     "acquire cancelled",
     "acquire failed",
     "reentrant nested acquire",
