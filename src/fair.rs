@@ -242,7 +242,7 @@ impl Drop for Registration {
 /// afterwards is larger (its quorum meets that attempt's in a node whose counter is at least
 /// this ticket), so a request that started waiting later is served later.
 pub(crate) async fn draw_ticket(state: &ClientState, fair: &Fair) -> Result<u64> {
-    let call = Call::increment(&fair.key.ticket_key());
+    let call = Call::increment("ticket", &fair.key.ticket_key());
     let mut drawn = fan_out(&state.nodes, state.config.required, call, read_counter);
     let decision = drawn.decide().await;
     // The increments still running only raise counters: nothing needs to follow them.

@@ -94,13 +94,13 @@ impl Call {
         }
     }
 
-    /// `INCR counter`: the next value of a fencing counter (which never expires). Answers the
-    /// new value.
-    pub(crate) fn increment(counter: &[u8]) -> Call {
+    /// `INCR counter`: the next value of a fencing or ticket counter (neither ever expires),
+    /// named `name` in logs and metrics. Answers the new value.
+    pub(crate) fn increment(name: &'static str, counter: &[u8]) -> Call {
         let mut incr = redis::cmd("INCR");
         incr.arg(counter);
         Call {
-            name: "fence-incr",
+            name,
             verb: "INCR",
             script: None,
             command: incr,

@@ -374,7 +374,7 @@ impl Shape {
                 let refs: Vec<&[u8]> = counters.iter().map(Vec::as_slice).collect();
                 Call::with_keys(&SET_FENCE_INCR, &refs, &[])
             }
-            _ => Call::increment(&self.primary().fence_key()),
+            _ => Call::increment("fence-incr", &self.primary().fence_key()),
         };
         (call, read_counter)
     }
