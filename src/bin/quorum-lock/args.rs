@@ -214,25 +214,35 @@ impl KindArgs {
     }
 }
 
+/// How `run` and `hold` take and keep their lock: the kind, the wait, and the watchdog's
+/// lease, fencing and maximum hold.
 #[derive(Debug, Args)]
-pub struct RunArgs {
+pub struct WatchArgs {
     #[command(flatten)]
     pub wait: WaitArgs,
 
     #[command(flatten)]
     pub kind: KindArgs,
 
-    /// The lock's lease, renewed every third of it while the command runs.
+    /// The lock's lease, renewed every third of it while held.
     #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_duration)]
     pub lease: Duration,
 
-    /// Hand the command a fencing token (QUORUM_LOCK_FENCING_TOKEN).
+    /// Also take a fencing token (`run`: in QUORUM_LOCK_FENCING_TOKEN; `hold`: printed after
+    /// the holder token).
     #[arg(long)]
     pub fencing: bool,
 
-    /// Stop renewing after this long: the command is stopped (exit 75) before the lock ends.
+    /// Stop renewing after this long: the lock then ends (exit 75), and `run` stops its
+    /// command before it does.
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub max_hold: Option<Duration>,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub watch: WatchArgs,
 
     /// Keep the lock at least this long after acquiring it, also when the command ends
     /// sooner, so that a late run on another host does not repeat the job.
@@ -270,7 +280,7 @@ impl RunArgs {
     /// The kill grace: as given, else 5 s or a quarter of the lease, whichever is shorter.
     pub fn kill_grace(&self) -> Duration {
         self.kill_grace
-            .unwrap_or_else(|| DEFAULT_KILL_GRACE.min(self.lease / 4))
+            .unwrap_or_else(|| DEFAULT_KILL_GRACE.min(self.watch.lease / 4))
     }
 }
 
@@ -279,22 +289,7 @@ const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
 #[derive(Debug, Args)]
 pub struct HoldArgs {
     #[command(flatten)]
-    pub wait: WaitArgs,
-
-    #[command(flatten)]
-    pub kind: KindArgs,
-
-    /// The lock's lease, renewed every third of it while held.
-    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_duration)]
-    pub lease: Duration,
-
-    /// Also take a fencing token (printed after the holder token).
-    #[arg(long)]
-    pub fencing: bool,
-
-    /// Stop renewing after this long (the lock then ends, exit 75).
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
-    pub max_hold: Option<Duration>,
+    pub watch: WatchArgs,
 
     /// Print a JSON object instead of the plain line.
     #[arg(long)]

@@ -2,12 +2,10 @@
 //! commands that hand the holder token to a script: `hold` (renewed until a signal or stdin
 //! closes) and `acquire` (a fixed TTL, left to expire or to `extend` / `release`).
 
-use std::time::Duration;
-
 use quorum_lock::{LockGuard, LockRequest, QuorumLock};
 use tokio::io::AsyncReadExt;
 
-use crate::args::{AcquireArgs, HoldArgs, KindArgs, WaitArgs};
+use crate::args::{AcquireArgs, HoldArgs, WaitArgs, WatchArgs};
 use crate::child::Signals;
 use crate::exit::{self, Failure};
 use crate::settings::Settings;
@@ -36,19 +34,8 @@ pub async fn take(req: LockRequest<'_>, wait: &WaitArgs, key: &str) -> Result<Lo
     }
 }
 
-/// What `run` and `hold` ask for: the lock of `kind` on `key`, renewed by the watchdog
-/// (`--lease`), with `--fencing` and `--max-hold`, waited for as `wait` says.
-pub struct Watched<'a> {
-    pub key: &'a str,
-    pub kind: &'a KindArgs,
-    pub lease: Duration,
-    pub fencing: bool,
-    pub max_hold: Option<Duration>,
-    pub wait: &'a WaitArgs,
-}
-
-/// The lock of `run` and `hold`, taken as [`take`] does unless one of the CLI's signals
-/// comes first.
+/// The lock of `run` and `hold` on `key`, as `watch` says, taken as [`take`] does unless one
+/// of the CLI's signals comes first.
 ///
 /// # Errors
 /// As [`take`]. `Ok(Err(code))`: a signal ended the wait, and `code` is the exit code it
@@ -56,18 +43,18 @@ pub struct Watched<'a> {
 pub async fn take_watched(
     client: &QuorumLock,
     signals: &mut Signals,
-    asked: Watched<'_>,
+    key: &str,
+    watch: &WatchArgs,
 ) -> Result<Result<LockGuard, u8>, Failure> {
-    let Watched {
-        key,
+    let WatchArgs {
+        wait,
         kind,
         lease,
         fencing,
         max_hold,
-        wait,
-    } = asked;
-    let mut req = kind.request(client, key).watchdog(lease).fencing(fencing);
-    if let Some(max) = max_hold {
+    } = watch;
+    let mut req = kind.request(client, key).watchdog(*lease).fencing(*fencing);
+    if let Some(max) = *max_hold {
         req = req.max_hold(max);
     }
     tokio::select! {
@@ -111,18 +98,7 @@ pub async fn hold(settings: &Settings, args: &HoldArgs) -> Result<u8, Failure> {
     let client = settings.connect().await?;
     let result = async {
         let mut signals = Signals::install()?;
-        let taken = take_watched(
-            &client,
-            &mut signals,
-            Watched {
-                key: &args.key,
-                kind: &args.kind,
-                lease: args.lease,
-                fencing: args.fencing,
-                max_hold: args.max_hold,
-                wait: &args.wait,
-            },
-        );
+        let taken = take_watched(&client, &mut signals, &args.key, &args.watch);
         let guard = match taken.await? {
             Ok(guard) => guard,
             Err(signalled) => return Ok(signalled),

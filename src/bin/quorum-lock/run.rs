@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use crate::args::RunArgs;
 use crate::child::{exit_code, Command, Group, Signals};
 use crate::exit::{self, Failure};
-use crate::hold::{take_watched, Watched};
+use crate::hold::take_watched;
 use crate::settings::Settings;
 use crate::values::{format_duration, signal_name};
 
@@ -55,11 +55,11 @@ struct Stop {
 
 pub async fn run(settings: &Settings, args: &RunArgs) -> Result<u8, Failure> {
     let grace = args.kill_grace();
-    if grace > args.lease / 2 {
+    if grace > args.watch.lease / 2 {
         return Err(Failure::usage(format!(
             "--kill-grace ({}) must be at most half the --lease ({}): the first renewal comes after a third of it",
             format_duration(grace),
-            format_duration(args.lease)
+            format_duration(args.watch.lease)
         )));
     }
     if args.hold_min.is_some_and(|d| d > quorum_lock::MAX_DURATION) {
@@ -70,18 +70,7 @@ pub async fn run(settings: &Settings, args: &RunArgs) -> Result<u8, Failure> {
     let result = async {
         // Installed before the wait, so that INT or TERM while waiting ends it cleanly.
         let mut signals = Signals::install()?;
-        let taken = take_watched(
-            &client,
-            &mut signals,
-            Watched {
-                key: &args.key,
-                kind: &args.kind,
-                lease: args.lease,
-                fencing: args.fencing,
-                max_hold: args.max_hold,
-                wait: &args.wait,
-            },
-        );
+        let taken = take_watched(&client, &mut signals, &args.key, &args.watch);
         let guard = match taken.await? {
             Ok(guard) => guard,
             Err(signalled) => return Ok(signalled),
