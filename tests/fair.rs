@@ -163,35 +163,30 @@ async fn waiters_of_different_clients_are_served_in_the_order_they_joined_the_li
 async fn the_line_keeps_its_order_with_one_node_killed_and_another_paused() {
     let fleet = own_fleet(5);
     let key = unique_key("fair-faults");
-    let patient = || async {
-        builder(&fleet, Quorum::Majority)
-            .node_timeout(Duration::from_millis(250))
-            .retry_delay(Duration::from_secs(60))
-            .retry_jitter(Duration::ZERO)
-            .queue_lease(Duration::from_secs(300))
-            .wait_timeout(Duration::from_secs(120))
-            .build()
-            .await
-            .expect("client")
-    };
-    let holder = patient().await;
+    let holder = patient_client(&fleet).await;
     let guard = holder.fair_lock(&key).ttl(LONG).acquire().await.unwrap();
     let mut clients = Vec::new();
     for _ in 0..5 {
-        clients.push(patient().await);
+        clients.push(patient_client(&fleet).await);
     }
     let order = Arc::new(Mutex::new(Vec::new()));
     let tasks = waiters_in_line(&fleet, &key, &clients, &order).await;
-    eventually(&fleet, LONG, "every waiter listens for its grant", || async {
-        clients.iter().all(|c| c.stats().waiting == 1)
-    })
+    eventually(
+        &fleet,
+        LONG,
+        "every waiter listens for its grant",
+        || async { clients.iter().all(|c| c.stats().waiting == 1) },
+    )
     .await;
     // Two of five nodes go: one killed, one frozen (its requests time out).
     fleet.kill(3).unwrap();
     fleet.pause(4).unwrap();
     guard.release().await.unwrap();
     for t in tasks {
-        tokio::time::timeout(LONG, t).await.expect("served").unwrap();
+        tokio::time::timeout(LONG, t)
+            .await
+            .expect("served")
+            .unwrap();
     }
     fleet.resume(4).unwrap();
     assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
