@@ -1062,20 +1062,7 @@ const ACL_RULE: [&str; 26] = [
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_acl_user_limited_to_the_library_commands_is_enough() {
-    let mut args = vec!["--user".to_string()];
-    args.extend(ACL_RULE.iter().map(|s| s.to_string()));
-    let fleet = Fleet::builder()
-        .nodes(3)
-        .server_args(args)
-        .start()
-        .expect("fleet");
-    let urls: Vec<String> = (0..3)
-        .map(|i| {
-            fleet
-                .url(i)
-                .replace("redis://", "redis://locker:s3cret-pw@")
-        })
-        .collect();
+    let (fleet, urls) = common::acl_fleet(&ACL_RULE);
     let key = "acl:job";
 
     let client = QuorumLock::builder()

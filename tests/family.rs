@@ -862,20 +862,7 @@ const FAMILY_ACL_RULE: [&str; 42] = [
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readmes_acl_rule_is_enough_for_semaphores_read_write_and_fair_locks() {
-    let mut args = vec!["--user".to_string()];
-    args.extend(FAMILY_ACL_RULE.iter().map(|s| s.to_string()));
-    let fleet = Fleet::builder()
-        .nodes(3)
-        .server_args(args)
-        .start()
-        .expect("fleet");
-    let urls: Vec<String> = (0..3)
-        .map(|i| {
-            fleet
-                .url(i)
-                .replace("redis://", "redis://locker:s3cret-pw@")
-        })
-        .collect();
+    let (fleet, urls) = common::acl_fleet(&FAMILY_ACL_RULE);
     let locks = QuorumLock::builder()
         .nodes(&urls)
         .node_timeout(Duration::from_millis(250))
@@ -899,57 +886,20 @@ async fn the_readmes_acl_rule_is_enough_for_semaphores_read_write_and_fair_locks
         .unwrap();
     permit.extend(ttl).await.unwrap();
     permit.release().await.unwrap();
-    let reader = locks.read_lock("acl:rw").ttl(ttl).acquire().await.unwrap();
-    let writer = {
-        let locks = locks.clone();
-        tokio::spawn(async move {
-            locks
-                .write_lock("acl:rw")
-                .ttl(Duration::from_secs(10))
-                .fencing(true)
-                .wait(Duration::from_secs(30))
-                .acquire()
-                .await
-        })
-    };
-    eventually(
+    held_then_handed_over(
         &fleet,
-        Duration::from_secs(20),
-        "the writer waits",
-        || async { locks.stats().waiting == 1 },
+        &locks,
+        |l| l.read_lock("acl:rw"),
+        |l| l.write_lock("acl:rw"),
     )
     .await;
-    reader.extend(ttl).await.unwrap();
-    reader.release().await.unwrap();
-    let writer = writer.await.unwrap().unwrap();
-    writer.release().await.unwrap();
-    let fair = locks
-        .fair_lock("acl:fair")
-        .ttl(ttl)
-        .acquire()
-        .await
-        .unwrap();
-    let next = {
-        let locks = locks.clone();
-        tokio::spawn(async move {
-            locks
-                .fair_lock("acl:fair")
-                .ttl(Duration::from_secs(10))
-                .wait(Duration::from_secs(30))
-                .acquire()
-                .await
-        })
-    };
-    eventually(
+    held_then_handed_over(
         &fleet,
-        Duration::from_secs(20),
-        "the fair waiter waits",
-        || async { locks.stats().waiting == 1 },
+        &locks,
+        |l| l.fair_lock("acl:fair"),
+        |l| l.fair_lock("acl:fair"),
     )
     .await;
-    fair.extend(ttl).await.unwrap();
-    fair.release().await.unwrap();
-    next.await.unwrap().unwrap().release().await.unwrap();
     // Nothing was denied: the ACL log of every node is empty.
     for i in 0..3 {
         let mut c = fleet
@@ -964,4 +914,37 @@ async fn the_readmes_acl_rule_is_enough_for_semaphores_read_write_and_fair_locks
             .expect("ACL LOG");
         assert!(log.is_empty(), "node {i} denied something: {log:?}");
     }
+}
+
+/// A request of the kind `first` makes holds, is extended and released, while one of the
+/// kind `second` (same client, fenced) waits for it and gets the lock after.
+async fn held_then_handed_over(
+    fleet: &Fleet,
+    locks: &QuorumLock,
+    first: for<'a> fn(&'a QuorumLock) -> quorum_lock::LockRequest<'a>,
+    second: for<'a> fn(&'a QuorumLock) -> quorum_lock::LockRequest<'a>,
+) {
+    let ttl = Duration::from_secs(10);
+    let held = first(locks).ttl(ttl).acquire().await.unwrap();
+    let waiter = {
+        let locks = locks.clone();
+        tokio::spawn(async move {
+            second(&locks)
+                .ttl(ttl)
+                .fencing(true)
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+        })
+    };
+    eventually(
+        fleet,
+        Duration::from_secs(20),
+        "the second waits",
+        || async { locks.stats().waiting == 1 },
+    )
+    .await;
+    held.extend(ttl).await.unwrap();
+    held.release().await.unwrap();
+    waiter.await.unwrap().unwrap().release().await.unwrap();
 }

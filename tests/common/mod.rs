@@ -143,3 +143,23 @@ impl std::io::Write for Captured {
         Ok(())
     }
 }
+
+/// Three nodes with the ACL user `rule` (its first words: `locker on >s3cret-pw`), and the
+/// node URLs that log in as that user.
+pub fn acl_fleet(rule: &[&str]) -> (Fleet, Vec<String>) {
+    let mut args = vec!["--user".to_string()];
+    args.extend(rule.iter().map(|s| s.to_string()));
+    let fleet = Fleet::builder()
+        .nodes(3)
+        .server_args(args)
+        .start()
+        .expect("fleet");
+    let urls = (0..3)
+        .map(|i| {
+            fleet
+                .url(i)
+                .replace("redis://", "redis://locker:s3cret-pw@")
+        })
+        .collect();
+    (fleet, urls)
+}
