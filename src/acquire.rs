@@ -295,10 +295,11 @@ async fn wait_loop(state: &Arc<ClientState>, plan: &mut Plan<'_>) -> Result<Lock
         }
         let turn_first = turn_first && fair.is_none();
         if fair.is_some() {
-            state
+            let released = state
                 .fair
-                .after_local_releases(plan.shape.primary().bytes())
-                .await;
+                .after_local_releases(plan.shape.primary().bytes());
+            // Bounded by the wait: a release's rounds are bounded by the node timeout anyway.
+            let _ = tokio::time::timeout_at(deadline, released).await;
         }
         let grant = fair.as_ref().and_then(|(r, _)| r.take_grant_or_attempt());
         let miss = if let Some(grant) = grant {
@@ -318,6 +319,28 @@ async fn wait_loop(state: &Arc<ClientState>, plan: &mut Plan<'_>) -> Result<Lock
         // The attempt's rollback is written: a release may hand this request the lock.
         if let Some((registration, _)) = &fair {
             registration.waiting();
+        }
+        // A fair request cut off from a quorum (its nodes failed, not refused) leaves the line:
+        // a place it kept with failing attempts would hold up the waiters behind it, on the
+        // nodes it still reaches, for its whole wait. It draws a new ticket once a quorum
+        // answers again (waited for, as its rollback: nothing of it may land later).
+        let cut_off = matches!(
+            (&miss, &plan.shape),
+            (
+                Some(Miss::Failed(Error::NoQuorum { .. })),
+                Shape::Fair(Fair {
+                    ticket: Some(_),
+                    ..
+                })
+            )
+        );
+        if cut_off {
+            if let Some(call) = plan.shape.withdraw() {
+                broadcast(&state.nodes, 0..state.nodes.len(), call, SendBy::Eval).await;
+            }
+            if let Shape::Fair(f) = &mut plan.shape {
+                f.ticket = None;
+            }
         }
         // A fair request refused without a ticket draws one and joins the line at once.
         let miss = match (miss, &mut plan.shape) {
@@ -485,14 +508,30 @@ async fn attempt(
     telemetry::attempt(end);
     telemetry::rollback();
     // RedLock step 5: roll back on every node, also those that failed or timed out: they may
-    // have applied the acquire. The holder value is unique to this attempt, so a late rollback
-    // can never delete a later attempt's entry. Written before a retry can be sent (ordering
-    // invariant 5): otherwise the retry could be refused by this attempt's own entry.
-    write_now_finish_later(
-        &state.background,
-        rollback(state.clone(), key.clone(), holder),
-    );
+    // have applied the acquire.
+    give_back(state, key, holder).await;
     Err(miss)
+}
+
+/// Rolls a failed attempt back on every node (RedLock step 5), before a retry can be sent
+/// (ordering invariant 5): otherwise the retry could be refused by this attempt's own entry.
+///
+/// An attempt's holder value is its own, so a rollback that lands late can never delete a
+/// later attempt's entry, and it is enough to write it onto every live connection now and
+/// let it finish in the background. A fair request's attempts share one holder value (a
+/// release grants the key to the request, not to an attempt), so there a late rollback
+/// would delete the entry of the request's next attempt, or of a grant: a rollback waiting
+/// for a connection being re-made, or re-sent after its connection dropped, can land after
+/// them. So a fair request waits for its rollback (each node's part bounded by the node
+/// timeout; a part stopped before it was written is never sent) before it tries again or
+/// counts as waiting for a hand-off.
+async fn give_back(state: &Arc<ClientState>, shape: &Shape, holder: String) {
+    let work = rollback(state.clone(), shape.clone(), holder);
+    if matches!(shape, Shape::Fair(_)) {
+        state.background.track(work).await;
+    } else {
+        write_now_finish_later(&state.background, work);
+    }
 }
 
 /// Takes the lock a release of this client handed to a waiting fair request (see `fair`):
@@ -531,10 +570,7 @@ async fn claim(
     state.counters.failed.fetch_add(1, Ordering::Relaxed);
     telemetry::attempt(AttemptEnd::Failed);
     telemetry::rollback();
-    write_now_finish_later(
-        &state.background,
-        rollback(state.clone(), plan.shape.clone(), holder),
-    );
+    give_back(state, &plan.shape, holder).await;
     Err(Miss::Failed(error))
 }
 

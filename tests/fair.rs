@@ -591,3 +591,193 @@ async fn del_if(
         .await
         .unwrap();
 }
+
+/// Publishes `message` on `channel` on node `i` (as a node does for a grant).
+async fn publish(fleet: &Fleet, i: usize, channel: &str, message: &str) {
+    let mut c = conn(fleet, i).await;
+    let _: i64 = redis::cmd("PUBLISH")
+        .arg(channel)
+        .arg(message)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+}
+
+/// One round of the late-rollback test: the waiter's attempt fails while its connection to
+/// node 0 is being re-made (slowly), so the attempt's rollback to node 0 waits for the new
+/// connection; the holder releases (granting the key to the waiter on nodes 0 and 1); the
+/// waiter's next attempt takes the lock. Returns the waiter's guard and whether its entry on
+/// node 0 was gone a second later (a rollback landing after the attempt deletes it: all
+/// attempts of a fair request share its holder value).
+async fn late_rollback_round(
+    fleet: &Fleet,
+    holder: &QuorumLock,
+    waiter_client: &QuorumLock,
+    key: &str,
+) -> (LockGuard, bool) {
+    let channel = format!("quorum-lock:released:{key}");
+    let held = holder.fair_lock(key).ttl(LONG).acquire().await.unwrap();
+    let waiting = {
+        let (c, k) = (waiter_client.clone(), key.to_string());
+        tokio::spawn(async move {
+            c.fair_lock(&k)
+                .ttl(LONG)
+                .wait(Duration::from_secs(60))
+                .acquire()
+                .await
+        })
+    };
+    let before = waiter_client.stats().waiting;
+    eventually(
+        fleet,
+        LONG,
+        "the waiter is in line, listens and sleeps",
+        || async {
+            let s = waiter_client.stats();
+            line(fleet, 0, key).await.len() == 1
+                && line(fleet, 1, key).await.len() == 1
+                && s.waiting > before
+                && s.attempts == s.acquired + s.contended + s.failed
+        },
+    )
+    .await;
+    let waiter_id = line(fleet, 1, key).await.remove(0);
+    // The waiter's connection to node 0 drops; the new one is slow to come.
+    fleet.proxy(0).latency(Duration::from_millis(300));
+    fleet.proxy(0).reset();
+    // Wake the waiter (a quorum of notices naming it): its attempt fails (node 1 held, node 2
+    // down), and its rollback to node 0 waits for the new connection.
+    let attempts = waiter_client.stats().attempts;
+    for _ in 0..2 {
+        publish(fleet, 1, &channel, &format!("grant:{waiter_id}:first")).await;
+    }
+    eventually(fleet, LONG, "the attempt decided", || async {
+        let s = waiter_client.stats();
+        s.attempts > attempts && s.attempts == s.acquired + s.contended + s.failed
+    })
+    .await;
+    // The holder (direct connections) releases: nodes 0 and 1 grant the key to the waiter,
+    // whose next attempt takes it.
+    held.release().await.unwrap();
+    for _ in 0..2 {
+        publish(fleet, 1, &channel, &format!("grant:{waiter_id}:second")).await;
+    }
+    let guard = tokio::time::timeout(LONG, waiting)
+        .await
+        .expect("the waiter got the lock")
+        .unwrap()
+        .unwrap();
+    fleet.proxy(0).heal();
+    // Long enough for a rollback held up behind the reconnect to land.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let gone = entry(fleet, 0, key).await.is_none();
+    (guard, gone)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_held_up_by_a_reconnect_never_deletes_the_entry_of_the_next_attempt() {
+    let fleet = Fleet::builder().nodes(3).proxied(true).start().unwrap();
+    let direct: Vec<String> = (0..3).map(|i| fleet.direct_url(i)).collect();
+    let holder = QuorumLock::builder()
+        .nodes(direct)
+        .node_timeout(Duration::from_millis(500))
+        .retry_delay(Duration::from_millis(20))
+        .build()
+        .await
+        .unwrap();
+    let waiter_client = builder(&fleet, Quorum::Majority)
+        .node_timeout(Duration::from_secs(2))
+        .connect_timeout(Duration::from_secs(5))
+        .queue_lease(Duration::from_secs(300))
+        .retry_delay(Duration::from_secs(60))
+        .retry_jitter(Duration::ZERO)
+        .build()
+        .await
+        .unwrap();
+    // One node of three down: tolerated (N - q = 1). The guard then rests on nodes 0 and 1.
+    fleet.kill(2).unwrap();
+    for round in 0..3 {
+        let key = unique_key("fair-late-rollback");
+        let (guard, gone) = late_rollback_round(&fleet, &holder, &waiter_client, &key).await;
+        assert!(
+            !(gone && guard.is_held()),
+            "round {round}: a valid guard whose entry on node 0 a late rollback deleted"
+        );
+        guard.release().await.unwrap();
+    }
+}
+
+/// A waiter first in line that reaches only two of four nodes (fewer than the quorum of
+/// three, but enough that nobody else can have three where it is not first) must not keep
+/// its place with its failing attempts: it leaves the line, and the waiter behind it, which
+/// reaches every node, gets the lock.
+#[tokio::test]
+async fn a_first_waiter_cut_off_from_a_quorum_leaves_the_line_to_the_next() {
+    use quorum_lock::testkit::FaultProxy;
+    let fleet = own_fleet(4);
+    let direct: Vec<String> = (0..4).map(|i| fleet.direct_url(i)).collect();
+    let key = unique_key("fair-cut-off");
+    let quick = |nodes: Vec<String>, wait: Duration| {
+        QuorumLock::builder()
+            .nodes(nodes)
+            .node_timeout(Duration::from_millis(250))
+            .queue_lease(Duration::from_secs(1))
+            .retry_delay(Duration::from_millis(50))
+            .retry_jitter(Duration::from_millis(20))
+            .wait_timeout(wait)
+            .build()
+    };
+    let holder = quick(direct.clone(), LONG).await.unwrap();
+    let held = holder.fair_lock(&key).ttl(LONG).acquire().await.unwrap();
+    // The first waiter reaches nodes 2 and 3 through links of its own.
+    let links = [
+        FaultProxy::start(fleet.node(2).port()).unwrap(),
+        FaultProxy::start(fleet.node(3).port()).unwrap(),
+    ];
+    let mut first_nodes = direct[..2].to_vec();
+    first_nodes.extend(
+        links
+            .iter()
+            .map(|p| format!("redis://127.0.0.1:{}", p.port())),
+    );
+    let first = quick(first_nodes, LONG).await.unwrap();
+    let first_waits = {
+        let (c, k) = (first.clone(), key.clone());
+        tokio::spawn(async move { c.fair_lock(&k).ttl(Duration::from_secs(3)).acquire().await })
+    };
+    eventually(
+        &fleet,
+        LONG,
+        "the first waiter is in line everywhere",
+        || async { line_lengths(&fleet, &key).await.iter().all(|&n| n == 1) },
+    )
+    .await;
+    let second = quick(direct, Duration::from_secs(10)).await.unwrap();
+    let second_waits = {
+        let (c, k) = (second.clone(), key.clone());
+        tokio::spawn(async move { c.fair_lock(&k).ttl(Duration::from_secs(3)).acquire().await })
+    };
+    eventually(
+        &fleet,
+        LONG,
+        "the second waiter is in line everywhere",
+        || async { line_lengths(&fleet, &key).await.iter().all(|&n| n == 2) },
+    )
+    .await;
+    // The first waiter's links to nodes 2 and 3 go down; the holder releases.
+    for l in &links {
+        l.black_hole();
+    }
+    held.release().await.unwrap();
+    let got = second_waits.await.unwrap();
+    let stalled = line(&fleet, 0, &key).await;
+    for l in &links {
+        l.heal();
+    }
+    let _ = first_waits.await;
+    assert!(
+        got.is_ok(),
+        "the second waiter (reaching all four nodes) never got the lock: {got:?}; node 0's \
+         line: {stalled:?}"
+    );
+}
