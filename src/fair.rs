@@ -240,7 +240,8 @@ impl Drop for Registration {
 /// answer of a quorum. The request's next attempt raises the counter to it on the nodes it
 /// reaches and joins the line there; once a quorum answered that attempt, every ticket drawn
 /// afterwards is larger (its quorum meets that attempt's in a node whose counter is at least
-/// this ticket), so a request that started waiting later is served later.
+/// this ticket, and keeps it as long as the line is not empty), so a request that started
+/// waiting later is served later.
 pub(crate) async fn draw_ticket(state: &ClientState, fair: &Fair) -> Result<u64> {
     let call = Call::increment("ticket", &fair.key.ticket_key());
     let mut drawn = fan_out(&state.nodes, state.config.required, call, read_counter);

@@ -726,12 +726,14 @@ return 0
 /// The opening of every fair lock script. KEYS[1] is the key (the holder's entry, as a
 /// mutex's), KEYS[2] the line (waiter ids, scored by ticket), KEYS[3] the waiters' queue
 /// leases (waiter id, scored by expiry in the node's ms), KEYS[4] what a release needs to hand
-/// the key to a waiter (waiter id -> "ttl-ms holder-value"). A waiter is live while its queue
+/// the key to a waiter (waiter id -> "ttl-ms holder-value"), KEYS[5] the ticket counter. A waiter is live while its queue
 /// lease runs and all three entries exist; the prelude purges the rest first, so "the first
 /// live waiter" is the lowest ticket left (ties broken by waiter id, the same way on every
 /// node). Helpers:
 /// - `leave(w)` takes waiter `w` out of the line;
-/// - `keep_line()` keeps the three keys until the latest queue lease ends (nothing lingers);
+/// - `keep_line()` keeps the three keys and the ticket counter (KEYS[5]) until the latest
+///   queue lease ends, and deletes them when nobody waits (nothing lingers; a counter is only
+///   needed while someone is in line, see `fair::draw_ticket`);
 /// - `first_live()` the first waiter, dropping any whose entries are incomplete (a key of the
 ///   three lost alone, e.g. evicted);
 /// - `grant(channel, except, by)` hands the free key to the first waiter (unless that is
@@ -757,11 +759,11 @@ end
 local function keep_line()
   local last = redis.call('zrange', KEYS[3], -1, -1, 'WITHSCORES')
   if last[2] then
-    for i = 2, 4 do
+    for i = 2, 5 do
       redis.call('pexpireat', KEYS[i], last[2])
     end
   else
-    redis.call('del', KEYS[2], KEYS[3], KEYS[4])
+    redis.call('del', KEYS[2], KEYS[3], KEYS[4], KEYS[5])
   end
 end
 local function first_live()
@@ -806,7 +808,7 @@ end
 ///   its ticket (or keeps its place) and renews its queue lease; yes when the key is free and
 ///   this waiter is the first live one.
 ///
-/// KEYS as the prelude, KEYS[5] the ticket counter. ARGV[1] holder value, ARGV[2] TTL in ms,
+/// KEYS as the prelude. ARGV[1] holder value, ARGV[2] TTL in ms,
 /// ARGV[3] the request's waiter id, ARGV[4] its ticket (empty: none yet), ARGV[5] the queue
 /// lease in ms. Returns 1 or 0.
 pub(crate) static FAIR_ACQUIRE: LockScript = LockScript::new(
@@ -846,10 +848,12 @@ return 1
 /// the key, as [`RELEASE`]; then the free key goes straight to the first live waiter
 /// (`grant`), which is the hand-off: the next holder holds from this moment, with no
 /// round trip of its own. A release (mode "1") also takes the request out of the line; a
-/// rollback (mode "2") leaves it there (the request still waits) and grants only to another
-/// waiter. Where nobody is granted, the notice is [`RELEASE`]'s.
+/// rollback (mode "2") leaves it there (the request still waits) and, where it deleted the
+/// key, grants it only to another waiter. Where a release grants nobody, the notice is
+/// [`RELEASE`]'s; a rollback announces nothing but its grants (all attempts of a request
+/// share its holder value, so their rollbacks' notices would add up as one release's).
 ///
-/// KEYS as [`FAIR_ACQUIRE`]'s first four. ARGV[1] holder value, ARGV[2] release channel,
+/// KEYS as [`FAIR_ACQUIRE`]'s. ARGV[1] holder value, ARGV[2] release channel,
 /// ARGV[3] the notice mode, ARGV[4] the request's waiter id. Returns 1 when the key was
 /// deleted, else 0; as `{1 or 0, waiter id}` when the key went to that waiter.
 pub(crate) static FAIR_RELEASE: LockScript = LockScript::new(
@@ -878,7 +882,7 @@ end
 if granted then
   return {answer, granted}
 end
-if held or (ARGV[3] == '1' and redis.call('exists', KEYS[1]) == 0) then
+if ARGV[3] == '1' and (held or redis.call('exists', KEYS[1]) == 0) then
   redis.call('publish', ARGV[2], redis.sha1hex(ARGV[1]))
 end
 return answer

@@ -214,7 +214,7 @@ impl Shape {
             }
             Shape::Fair(fair) => {
                 let ticket = fair.ticket.map(|t| t.to_string()).unwrap_or_default();
-                let keys = fair_keys(&fair.key, true);
+                let keys = fair_keys(&fair.key);
                 let argv: [&[u8]; 5] = [
                     h,
                     ttl,
@@ -253,7 +253,7 @@ impl Shape {
             )),
             Shape::Fair(fair) => Some(Call::with_keys(
                 &FAIR_WITHDRAW,
-                &refs(&fair_keys(&fair.key, false)),
+                &refs(&fair_keys(&fair.key)),
                 &[
                     fair.waiter.as_bytes(),
                     fair.holder.as_bytes(),
@@ -317,7 +317,7 @@ impl Shape {
             }
             Shape::Fair(fair) => Call::with_keys(
                 &FAIR_RELEASE,
-                &refs(&fair_keys(&fair.key, false)),
+                &refs(&fair_keys(&fair.key)),
                 &[
                     h,
                     fair.key.release_channel(),
@@ -408,15 +408,13 @@ fn rw_keys(key: &Key) -> RwKeys {
     ])
 }
 
-/// The keys of a fair lock's scripts: the key, its line (see `scripts::FAIR_ACQUIRE`), and
-/// with `ticket` the ticket counter.
-fn fair_keys(key: &Key, ticket: bool) -> Vec<Vec<u8>> {
+/// The keys of a fair lock's scripts: the key, its line and its ticket counter (see
+/// `scripts::FAIR_ACQUIRE`).
+fn fair_keys(key: &Key) -> Vec<Vec<u8>> {
     let mut keys = Vec::with_capacity(5);
     keys.push(key.bytes().to_vec());
     keys.extend(key.queue_keys());
-    if ticket {
-        keys.push(key.ticket_key());
-    }
+    keys.push(key.ticket_key());
     keys
 }
 
