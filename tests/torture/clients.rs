@@ -83,14 +83,15 @@ impl Keys {
 
     /// The pattern of every key of the run on the nodes: the locks, the sets' keys, the
     /// writer's entry and the readers' sorted set (`quorum-lock:readers:K`), the pending
-    /// writer mark, the semaphores, the fair lock and its line, and the fencing and ticket
-    /// counters (which have no TTL, so a clock jump leaves them be).
+    /// writer mark, the semaphores, the fair lock, its line and ticket counter, and the
+    /// fencing counters (which have no TTL, so a clock jump leaves them be).
     pub fn pattern(&self) -> String {
         format!("*{}:*", self.prefix)
     }
 
     /// Every key a lock stores with a TTL (not the fencing counters, which never expire by
-    /// design).
+    /// design, nor the fair lock's ticket counter, which its `INCR` creates without one until
+    /// the waiter that drew the ticket joins the line).
     pub fn with_ttl(&self) -> Vec<String> {
         let rw = self.rw();
         let mut keys: Vec<String> = (0..KEYS).map(|k| self.key(k)).collect();
