@@ -11,8 +11,8 @@ use tracing::Instrument;
 use crate::backoff::Backoff;
 use crate::config::check_duration;
 use crate::error::{Error, Op, Result};
-use crate::fair::{self, Grant};
-use crate::fanout::{broadcast, fan_out, read_flag};
+use crate::fair::Grant;
+use crate::fanout::{broadcast, fan_out, read_counter, read_flag};
 use crate::guard::LockGuard;
 use crate::key::Key;
 use crate::lease::Lease;
@@ -345,7 +345,7 @@ async fn wait_loop(state: &Arc<ClientState>, plan: &mut Plan<'_>) -> Result<Lock
         // A fair request refused without a ticket draws one and joins the line at once.
         let miss = match (miss, &mut plan.shape) {
             (Some(Miss::Contended(_)), Shape::Fair(f)) if f.ticket.is_none() => {
-                match fair::draw_ticket(state, f).await {
+                match draw_ticket(state, f).await {
                     Ok(ticket) => {
                         f.ticket = Some(ticket);
                         continue;
@@ -497,6 +497,13 @@ async fn attempt(
         _ if fan.outcome.tally.failures_leave_room() => Miss::Contended(fan.outcome.hint),
         _ => Miss::Failed(fan.outcome.no_quorum(Op::Acquire, key)),
     };
+    // A node that answered "refused" took nothing (a re-sent request answers yes where the
+    // first one took the key), so the rollback goes to every other node: those that said yes,
+    // failed, timed out or were not waited for, since they may have applied the acquire.
+    let refused = std::mem::take(&mut fan.outcome.refused);
+    let give_back_to: Vec<usize> = (0..state.nodes.len())
+        .filter(|i| !refused.contains(i))
+        .collect();
     // Stops the requests not yet written; those written stay queued ahead of the rollback on
     // their connections (ordering invariant 5).
     drop(fan);
@@ -507,14 +514,14 @@ async fn attempt(
     counter.fetch_add(1, Ordering::Relaxed);
     telemetry::attempt(end);
     telemetry::rollback();
-    // RedLock step 5: roll back on every node, also those that failed or timed out: they may
-    // have applied the acquire.
-    give_back(state, key, holder).await;
+    // RedLock step 5: roll back, also on the nodes that failed or timed out.
+    give_back(state, key, holder, give_back_to).await;
     Err(miss)
 }
 
-/// Rolls a failed attempt back on every node (RedLock step 5), before a retry can be sent
+/// Rolls a failed attempt back on `nodes` (RedLock step 5), before a retry can be sent
 /// (ordering invariant 5): otherwise the retry could be refused by this attempt's own entry.
+/// An attempt every node refused has nothing to give back.
 ///
 /// An attempt's holder value is its own, so a rollback that lands late can never delete a
 /// later attempt's entry, and it is enough to write it onto every live connection now and
@@ -525,8 +532,11 @@ async fn attempt(
 /// them. So a fair request waits for its rollback (each node's part bounded by the node
 /// timeout; a part stopped before it was written is never sent) before it tries again or
 /// counts as waiting for a hand-off.
-async fn give_back(state: &Arc<ClientState>, shape: &Shape, holder: String) {
-    let work = rollback(state.clone(), shape.clone(), holder);
+async fn give_back(state: &Arc<ClientState>, shape: &Shape, holder: String, nodes: Vec<usize>) {
+    if nodes.is_empty() {
+        return;
+    }
+    let work = rollback(state.clone(), shape.clone(), holder, nodes);
     if matches!(shape, Shape::Fair(_)) {
         state.background.track(work).await;
     } else {
@@ -570,8 +580,30 @@ async fn claim(
     state.counters.failed.fetch_add(1, Ordering::Relaxed);
     telemetry::attempt(AttemptEnd::Failed);
     telemetry::rollback();
-    give_back(state, &plan.shape, holder).await;
+    let every = (0..state.nodes.len()).collect();
+    give_back(state, &plan.shape, holder, every).await;
     Err(Miss::Failed(error))
+}
+
+/// Draws a ticket for `fair`: `INCR` of the key's ticket counter on every node, the largest
+/// answer of a quorum. The request's next attempt raises the counter to it on the nodes it
+/// reaches and joins the line there; once a quorum answered that attempt, every ticket drawn
+/// afterwards is larger (its quorum meets that attempt's in a node whose counter is at least
+/// this ticket, and keeps it as long as the line is not empty), so a request that started
+/// waiting later is served later.
+async fn draw_ticket(state: &ClientState, fair: &Fair) -> Result<u64> {
+    let call = Call::increment("ticket", &fair.key.ticket_key());
+    let mut drawn = fan_out(&state.nodes, state.config.required, call, read_counter);
+    let decision = drawn.decide().await;
+    // The increments still running only raise counters: nothing needs to follow them.
+    drawn.detach(&state.background);
+    match (
+        decision,
+        drawn.outcome.max_yes.and_then(|m| u64::try_from(m).ok()),
+    ) {
+        (Decision::Reached, Some(ticket)) => Ok(ticket),
+        _ => Err(drawn.outcome.no_quorum(Op::Acquire, &fair.key)),
+    }
 }
 
 /// The fencing token of an acquisition that a quorum just confirmed (docs/DESIGN.md, "Fencing
@@ -649,9 +681,9 @@ fn hold(
     LockGuard::new(lease, owner)
 }
 
-/// Releases an attempt's entries on every node, by plain EVAL (ordering invariant 5),
+/// Releases an attempt's entries on `nodes`, by plain EVAL (ordering invariant 5),
 /// announcing only the nodes it gave back (see the release script).
-async fn rollback(state: Arc<ClientState>, key: Shape, holder: String) {
+async fn rollback(state: Arc<ClientState>, key: Shape, holder: String, nodes: Vec<usize>) {
     let call = key.release(&holder, Notice::Rollback);
-    broadcast(&state.nodes, 0..state.nodes.len(), call, SendBy::Eval).await;
+    broadcast(&state.nodes, nodes, call, SendBy::Eval).await;
 }

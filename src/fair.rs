@@ -1,6 +1,6 @@
-//! The fair lock (docs/DESIGN.md, "Fair lock"): tickets drawn from a quorum counter, and the
-//! hand-off of a release to a waiter of the same client, which then holds without a round
-//! trip of its own.
+//! The fair lock's waiters within a client (docs/DESIGN.md, "Fair lock"), and the hand-off of
+//! a release to one of them, which then holds without a round trip of its own. (Tickets are
+//! drawn in `acquire`, with the other rounds of a request.)
 //!
 //! # Hand-off within a client
 //!
@@ -29,13 +29,10 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::error::{Op, Result};
-use crate::fanout::{fan_out, read_counter, Outcome};
+use crate::config::Config;
+use crate::fanout::Outcome;
 use crate::ordering::Stragglers;
-use crate::quorum::{self, Decision};
-use crate::scripts::Call;
-use crate::shape::Fair;
-use crate::state::ClientState;
+use crate::quorum;
 
 /// The fair waiters of one client, by waiter id.
 #[derive(Default)]
@@ -136,13 +133,13 @@ impl FairWaiters {
     /// was sent at `sent`), gives it the lock and returns true. `in_flight` goes with it.
     pub(crate) fn hand_off(
         &self,
-        client: &ClientState,
+        config: &Config,
         stamp: u64,
         sent: Instant,
         outcome: &Outcome,
         in_flight: &mut Option<Stragglers>,
     ) -> bool {
-        let required = client.config.required;
+        let required = config.required;
         let Some(waiter) = quorum_granted(&outcome.granted, required) else {
             return false;
         };
@@ -156,9 +153,9 @@ impl FairWaiters {
         if !matches!(*state, SlotState::Waiting { since } if since < stamp) {
             return false;
         }
-        let drift = quorum::drift(slot.ttl, client.config.drift_factor);
+        let drift = quorum::drift(slot.ttl, config.drift_factor);
         let deadline = sent + quorum::trusted_for(slot.ttl, drift);
-        if deadline <= Instant::now() + client.config.min_validity {
+        if deadline <= Instant::now() + config.min_validity {
             return false;
         }
         *state = SlotState::Granted(Grant {
@@ -233,27 +230,6 @@ impl Registration {
 impl Drop for Registration {
     fn drop(&mut self) {
         self.waiters.slots().remove(&self.waiter);
-    }
-}
-
-/// Draws a ticket for `fair`: `INCR` of the key's ticket counter on every node, the largest
-/// answer of a quorum. The request's next attempt raises the counter to it on the nodes it
-/// reaches and joins the line there; once a quorum answered that attempt, every ticket drawn
-/// afterwards is larger (its quorum meets that attempt's in a node whose counter is at least
-/// this ticket, and keeps it as long as the line is not empty), so a request that started
-/// waiting later is served later.
-pub(crate) async fn draw_ticket(state: &ClientState, fair: &Fair) -> Result<u64> {
-    let call = Call::increment("ticket", &fair.key.ticket_key());
-    let mut drawn = fan_out(&state.nodes, state.config.required, call, read_counter);
-    let decision = drawn.decide().await;
-    // The increments still running only raise counters: nothing needs to follow them.
-    drawn.detach(&state.background);
-    match (
-        decision,
-        drawn.outcome.max_yes.and_then(|m| u64::try_from(m).ok()),
-    ) {
-        (Decision::Reached, Some(ticket)) => Ok(ticket),
-        _ => Err(drawn.outcome.no_quorum(Op::Acquire, &fair.key)),
     }
 }
 

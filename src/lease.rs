@@ -415,7 +415,7 @@ pub(crate) async fn release_round(
         if releasing.is_some() {
             client
                 .fair
-                .hand_off(client, stamp, sent, &fan.outcome, &mut stragglers);
+                .hand_off(&client.config, stamp, sent, &fan.outcome, &mut stragglers);
         }
         drop(releasing);
         (fan.outcome, stragglers)

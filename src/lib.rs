@@ -38,8 +38,8 @@
 //! - `config`: validated settings and the checks of durations and TTLs.
 //! - `scripts`: the commands and Lua scripts run on the nodes, one call shared by all nodes.
 //! - `shape`: what an acquisition holds (one key, a set of keys, a semaphore permit, a read
-//!   or write hold) and
-//!   the calls that acquire, extend, release, repair and fence it.
+//!   or write hold, a fair lock) and the calls that acquire, extend, release, repair and
+//!   fence it.
 //! - `telemetry`: metrics through the `metrics` facade (empty without the feature).
 //! - `address`: node URLs, and keeping their passwords out of everything shown.
 //! - `tls` (feature): the TLS settings, checked at build, and TLS errors in plain words.
@@ -47,6 +47,7 @@
 //!   [`NodeClient`], a node for connections of one's own.
 //! - `ordering`: the rules that keep a lease's later call behind its earlier ones.
 //! - `fanout`: one call to every node, decided at quorum.
+//! - `fair`: the fair lock's waiters within a client, and a release's hand-off to one.
 //! - `wakeup`: pub/sub release notices and the waiters they wake.
 //! - `state`: a client's shared state and counters.
 //! - `lease`: one acquisition: deadline, loss, renew, repair, release, the loss signal.
@@ -54,7 +55,7 @@
 //! - `reentry`: an owner's table of held leases.
 //! - `guard`: the caller's handle on a held lock.
 //! - `token`: extend and release by holder value, without a guard.
-//! - `acquire`: one attempt and the waiting loop.
+//! - `acquire`: one attempt, the waiting loop, fencing tokens and a fair request's ticket.
 //! - `request`: a lock request and its per-request settings.
 //! - `owner`: reentrant owners.
 //! - `client`: the client handle.
