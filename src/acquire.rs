@@ -101,7 +101,8 @@ struct Plan<'a> {
 /// What one attempt ended with, short of a guard.
 enum Miss {
     /// Other holders refused enough nodes; the smallest PTTL they reported.
-    Contended(Option<Duration>),
+    /// With a fair request's ticket, when a quorum of refusals drew it.
+    Contended(Option<Duration>, Option<u64>),
     /// Nodes failed, or the quorum came too late.
     Failed(Error),
 }
@@ -111,8 +112,11 @@ pub(crate) async fn once(state: &Arc<ClientState>, spec: Spec<'_>) -> Result<Opt
     let mut plan = plan(state, spec)?;
     // A single attempt does not wait, so it leaves no pending-writer mark behind to keep
     // readers out.
-    if let Shape::Write { waiter, .. } = &mut plan.shape {
-        *waiter = None;
+    // Nor does it draw a fair lock's ticket: it never joins the line.
+    match &mut plan.shape {
+        Shape::Write { waiter, .. } => *waiter = None,
+        Shape::Fair(fair) => fair.draws = false,
+        _ => {}
     }
     let span = tracing::debug_span!("acquire", key = %plan.shape, ttl = ?plan.ttl);
     let started = Started::now();
@@ -122,7 +126,7 @@ pub(crate) async fn once(state: &Arc<ClientState>, spec: Spec<'_>) -> Result<Opt
         }
         match attempt(state, &plan).await {
             Ok(guard) => Ok(Some(guard)),
-            Err(Miss::Contended(_)) => Ok(None),
+            Err(Miss::Contended(..)) => Ok(None),
             Err(Miss::Failed(e)) => Err(e),
         }
     }
@@ -211,6 +215,7 @@ fn plan<'a>(state: &ClientState, spec: Spec<'a>) -> Result<Plan<'a>> {
             waiter: uuid::Uuid::new_v4().simple().to_string().into(),
             holder: uuid::Uuid::new_v4().simple().to_string().into(),
             ticket: None,
+            draws: true,
             queue_lease_ms: config.queue_lease.as_millis().to_string().into(),
         }),
     };
@@ -344,8 +349,12 @@ async fn wait_loop(state: &Arc<ClientState>, plan: &mut Plan<'_>) -> Result<Lock
         }
         // A fair request refused without a ticket draws one and joins the line at once.
         let miss = match (miss, &mut plan.shape) {
-            (Some(Miss::Contended(_)), Shape::Fair(f)) if f.ticket.is_none() => {
-                match draw_ticket(state, f).await {
+            (Some(Miss::Contended(_, drawn)), Shape::Fair(f)) if f.ticket.is_none() => {
+                let ticket = match drawn {
+                    Some(ticket) => Ok(ticket),
+                    None => draw_ticket(state, f).await,
+                };
+                match ticket {
                     Ok(ticket) => {
                         f.ticket = Some(ticket);
                         continue;
@@ -359,7 +368,7 @@ async fn wait_loop(state: &Arc<ClientState>, plan: &mut Plan<'_>) -> Result<Lock
         let retries_left = config.max_retries.is_none_or(|max| attempts <= max);
         let (error, hint) = match miss {
             Some(Miss::Failed(e)) => (Some(e), None),
-            Some(Miss::Contended(hint)) => (None, hint),
+            Some(Miss::Contended(hint, _)) => (None, hint),
             None => (None, None),
         };
         // Out of time or retries, once at least one attempt was made.
@@ -494,7 +503,15 @@ async fn attempt(
             }
             Miss::Failed(error)
         }
-        _ if fan.outcome.tally.failures_leave_room() => Miss::Contended(fan.outcome.hint),
+        _ if fan.outcome.tally.failures_leave_room() => {
+            // A fair request's first attempt drew its ticket where it was refused: the
+            // largest number of a quorum of refusals is the ticket (see `draw_ticket`).
+            let drawn = (fan.outcome.drawn >= config.required)
+                .then_some(fan.outcome.max_drawn)
+                .flatten()
+                .and_then(|n| u64::try_from(n).ok());
+            Miss::Contended(fan.outcome.hint, drawn)
+        }
         _ => Miss::Failed(fan.outcome.no_quorum(Op::Acquire, key)),
     };
     // A node that answered "refused" took nothing (a re-sent request answers yes where the
@@ -508,7 +525,7 @@ async fn attempt(
     // their connections (ordering invariant 5).
     drop(fan);
     let (counter, end) = match &miss {
-        Miss::Contended(_) => (&state.counters.contended, AttemptEnd::Contended),
+        Miss::Contended(..) => (&state.counters.contended, AttemptEnd::Contended),
         Miss::Failed(_) => (&state.counters.failed, AttemptEnd::Failed),
     };
     counter.fetch_add(1, Ordering::Relaxed);

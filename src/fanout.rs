@@ -22,6 +22,8 @@ pub(crate) enum Answer {
     Yes(i64),
     /// Refused; with the holder's remaining TTL as a wake-up hint, when known.
     Refused(Option<Duration>),
+    /// Refused, with the node's next ticket number (a fair lock's first attempt).
+    Drawn(i64),
 }
 
 /// The answers counted so far of one fan-out.
@@ -37,6 +39,9 @@ pub(crate) struct Outcome {
     pub(crate) max_yes: Option<i64>,
     /// The waiters a fair lock's release handed the key to, one entry per node that did.
     pub(crate) granted: Vec<Vec<u8>>,
+    /// How many refusals came with a ticket number, and the largest.
+    pub(crate) drawn: usize,
+    pub(crate) max_drawn: Option<i64>,
 }
 
 /// One node's answer to a call, with the node's index.
@@ -65,6 +70,8 @@ impl Outcome {
             refused: Vec::new(),
             max_yes: None,
             granted: Vec::new(),
+            drawn: 0,
+            max_drawn: None,
         }
     }
 
@@ -181,6 +188,12 @@ where
                 out.max_yes = out.max_yes.max(Some(value));
                 Vote::Yes
             }
+            Ok((Some(Answer::Drawn(n)), _)) => {
+                out.refused.push(i);
+                out.drawn += 1;
+                out.max_drawn = out.max_drawn.max(Some(n));
+                Vote::Refused
+            }
             Ok((Some(Answer::Refused(h)), _)) => {
                 out.refused.push(i);
                 out.hint = match (out.hint, h) {
@@ -263,6 +276,18 @@ pub(crate) fn read_acquire(v: &Value) -> Option<Answer> {
 /// Reads a counter's new value (`INCR`).
 pub(crate) fn read_counter(v: &Value) -> Option<Answer> {
     int(v).map(Answer::Yes)
+}
+
+/// Reads a fair lock's acquire: a 1 / 0 reply as [`read_flag`], or `{0, n}`, a refusal
+/// with the node's next ticket number.
+pub(crate) fn read_drawn(v: &Value) -> Option<Answer> {
+    match v {
+        Value::Array(items) => match items.as_slice() {
+            [Value::Int(0), Value::Int(n)] => Some(Answer::Drawn(*n)),
+            _ => None,
+        },
+        _ => read_flag(v),
+    }
 }
 
 /// Reads a fair lock's release: a 1 / 0 reply as [`read_flag`], or `{1 or 0, waiter id}`

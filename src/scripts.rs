@@ -802,15 +802,18 @@ end
 ///   attempt of the request left it): `PEXPIRE` to the TTL from now, which the attempt's
 ///   start bounds from below, and yes.
 /// - Without a ticket (a request's first attempt): yes only when the key is free and nobody
-///   waits in line; `SET key holder PX ttl`.
+///   waits in line; `SET key holder PX ttl`. Refused, a request that will wait (ARGV[4] "?")
+///   draws its ticket at once: the node's `INCR` of the ticket counter is the answer,
+///   `{0, n}`, and the largest of a quorum of them is the ticket (as `INCR` alone would draw
+///   it, one round trip sooner).
 /// - With a ticket: the node's ticket counter is raised to it (so that every later ticket,
 ///   drawn from a quorum that meets this attempt's, is larger), the waiter joins the line at
 ///   its ticket (or keeps its place) and renews its queue lease; yes when the key is free and
 ///   this waiter is the first live one.
 ///
 /// KEYS as the prelude. ARGV[1] holder value, ARGV[2] TTL in ms,
-/// ARGV[3] the request's waiter id, ARGV[4] its ticket (empty: none yet), ARGV[5] the queue
-/// lease in ms. Returns 1 or 0.
+/// ARGV[3] the request's waiter id, ARGV[4] its ticket (empty: none, and none drawn; "?":
+/// none yet, drawn if refused), ARGV[5] the queue lease in ms. Returns 1, 0 or `{0, n}`.
 pub(crate) static FAIR_ACQUIRE: LockScript = LockScript::new(
     "acquire",
     concat!(
@@ -821,8 +824,11 @@ if current == ARGV[1] then
   redis.call('pexpire', KEYS[1], ARGV[2])
   return 1
 end
-if ARGV[4] == '' then
+if ARGV[4] == '' or ARGV[4] == '?' then
   if current or first_live() then
+    if ARGV[4] == '?' then
+      return {0, redis.call('incr', KEYS[5])}
+    end
     return 0
   end
   redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])

@@ -12,7 +12,7 @@ use redis::Value;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::fanout::{read_acquire, read_counter, read_flag, read_grant, Answer};
+use crate::fanout::{read_acquire, read_counter, read_drawn, read_flag, read_grant, Answer};
 use crate::key::Key;
 use crate::scripts::{
     Call, EXTEND, FAIR_ACQUIRE, FAIR_RELEASE, FAIR_WITHDRAW, FENCE_MAX, PERMIT_ACQUIRE,
@@ -63,6 +63,9 @@ pub(crate) struct Fair {
     pub(crate) holder: Arc<str>,
     /// Its place in line, once drawn (after a first attempt without one was refused).
     pub(crate) ticket: Option<u64>,
+    /// Whether the request will wait, and so draws a ticket when its first attempt is
+    /// refused (a single attempt does not).
+    pub(crate) draws: bool,
     /// The queue lease, in ms, as the scripts take it.
     pub(crate) queue_lease_ms: Arc<str>,
 }
@@ -213,7 +216,11 @@ impl Shape {
                 )
             }
             Shape::Fair(fair) => {
-                let ticket = fair.ticket.map(|t| t.to_string()).unwrap_or_default();
+                let ticket = match (fair.ticket, fair.draws) {
+                    (Some(t), _) => t.to_string(),
+                    (None, true) => "?".to_string(),
+                    (None, false) => String::new(),
+                };
                 let keys = fair_keys(&fair.key);
                 let argv: [&[u8]; 5] = [
                     h,
@@ -224,7 +231,7 @@ impl Shape {
                 ];
                 (
                     Call::with_keys(&FAIR_ACQUIRE, &refs(&keys), &argv),
-                    read_flag,
+                    read_drawn,
                 )
             }
         }
