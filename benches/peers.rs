@@ -1,8 +1,10 @@
 //! quorum-lock against the network floor and against rslock, on local redis-server fleets,
 //! printing one table of percentiles and ratios (the machine is noisy: compare within a run).
 //!
-//! `cargo bench --bench peers` (about 3 minutes); `QUORUM_LOCK_BENCH_ITERS=N` changes the
-//! iterations per measurement (default 2000).
+//! `cargo bench --bench peers` (about 5 minutes); `QUORUM_LOCK_BENCH_ITERS=N` changes the
+//! iterations per measurement (default 2000); `QUORUM_LOCK_BENCH_SECTIONS=family,handoff`
+//! runs only the sections named (uncontended, scaling, slow, contention, throughput, family,
+//! handoff).
 //!
 //! Workloads:
 //! - uncontended acquire+release, one client, sequential, 5 nodes: quorum-lock, the floor
@@ -57,6 +59,13 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
+/// Whether to run the section `name` (`QUORUM_LOCK_BENCH_SECTIONS`, comma-separated names:
+/// uncontended, scaling, slow, contention, throughput, family, handoff; all when unset).
+fn wanted(name: &str) -> bool {
+    std::env::var("QUORUM_LOCK_BENCH_SECTIONS")
+        .map_or(true, |v| v.split(',').any(|s| s.trim() == name))
+}
+
 fn iterations() -> usize {
     std::env::var("QUORUM_LOCK_BENCH_ITERS")
         .ok()
@@ -99,6 +108,11 @@ where
         samples.push(t.elapsed());
     }
     stats(samples)
+}
+
+/// The ratio of two durations.
+fn r(a: Duration, b: Duration) -> f64 {
+    a.as_secs_f64() / b.as_secs_f64()
 }
 
 fn us(d: Duration) -> String {
@@ -221,217 +235,225 @@ async fn run() {
     );
     println!();
 
-    println!("## Uncontended acquire+release, 5 nodes");
-    let [ours5, floor5, all5, rs5] = uncontended(5, iters).await;
-    println!("| client | p50 | p99 | mean |");
-    println!("|---|---|---|---|");
-    for (name, s) in [
-        ("quorum-lock", ours5),
-        ("floor (return at 3 of 5)", floor5),
-        ("floor (all 5)", all5),
-        ("rslock", rs5),
-    ] {
+    if wanted("uncontended") {
+        println!("## Uncontended acquire+release, 5 nodes");
+        let [ours5, floor5, all5, rs5] = uncontended(5, iters).await;
+        println!("| client | p50 | p99 | mean |");
+        println!("|---|---|---|---|");
+        for (name, s) in [
+            ("quorum-lock", ours5),
+            ("floor (return at 3 of 5)", floor5),
+            ("floor (all 5)", all5),
+            ("rslock", rs5),
+        ] {
+            println!(
+                "| {name} | {} | {} | {} |",
+                us(s.p50),
+                us(s.p99),
+                us(s.mean)
+            );
+        }
         println!(
-            "| {name} | {} | {} | {} |",
-            us(s.p50),
-            us(s.p99),
-            us(s.mean)
-        );
-    }
-    let r = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
-    println!(
         "ratios: ours/floor p50 {:.2} (target <= 1.15), ours/rslock p50 {:.2}, p99 {:.2} (target < 1)",
         r(ours5.p50, floor5.p50),
         r(ours5.p50, rs5.p50),
         r(ours5.p99, rs5.p99)
     );
-    println!(
-        "allocations per acquire+release: {:.1}",
-        allocations(iters).await
-    );
-    println!();
-
-    println!("## Node scaling (p50)");
-    println!("| N | quorum-lock | floor | rslock | ours/floor | ours/rslock |");
-    println!("|---|---|---|---|---|---|");
-    for n in [1usize, 3, 5, 7, 9] {
-        let [o, f, _, p] = uncontended(n, iters / 2).await;
         println!(
-            "| {n} | {} | {} | {} | {:.2} | {:.2} |",
-            us(o.p50),
-            us(f.p50),
-            us(p.p50),
-            r(o.p50, f.p50),
-            r(o.p50, p.p50)
+            "allocations per acquire+release: {:.1}",
+            allocations(iters).await
         );
+        println!();
     }
-    println!();
-
-    println!("## One slow node (200 ms added latency on 1 of 5), acquire only");
-    let (healthy, slow) = slow_node(iters / 2).await;
-    println!("| fleet | p50 | p99 |");
-    println!("|---|---|---|");
-    println!("| healthy | {} | {} |", us(healthy.p50), us(healthy.p99));
-    println!("| one slow node | {} | {} |", us(slow.p50), us(slow.p99));
-    println!(
-        "ratio slow/healthy p99 {:.2} (target <= 2)",
-        r(slow.p99, healthy.p99)
-    );
-    println!();
-
-    println!("## Contention: 8 tasks x 100 lock/unlock on one key, 5 nodes");
+    if wanted("scaling") {
+        println!("## Node scaling (p50)");
+        println!("| N | quorum-lock | floor | rslock | ours/floor | ours/rslock |");
+        println!("|---|---|---|---|---|---|");
+        for n in [1usize, 3, 5, 7, 9] {
+            let [o, f, _, p] = uncontended(n, iters / 2).await;
+            println!(
+                "| {n} | {} | {} | {} | {:.2} | {:.2} |",
+                us(o.p50),
+                us(f.p50),
+                us(p.p50),
+                r(o.p50, f.p50),
+                r(o.p50, p.p50)
+            );
+        }
+        println!();
+    }
+    if wanted("slow") {
+        println!("## One slow node (200 ms added latency on 1 of 5), acquire only");
+        let (healthy, slow) = slow_node(iters / 2).await;
+        println!("| fleet | p50 | p99 |");
+        println!("|---|---|---|");
+        println!("| healthy | {} | {} |", us(healthy.p50), us(healthy.p99));
+        println!("| one slow node | {} | {} |", us(slow.p50), us(slow.p99));
+        println!(
+            "ratio slow/healthy p99 {:.2} (target <= 2)",
+            r(slow.p99, healthy.p99)
+        );
+        println!();
+    }
+    // The fleet of the contention, throughput and hand-off sections.
     let fleet = Fleet::start(5).unwrap();
     let pubsub = ours(&fleet).await;
-    let retry_only = QuorumLock::builder()
-        .nodes(fleet.urls())
-        .pubsub(false)
-        .build()
-        .await
-        .unwrap();
-    let mut rs_default = rslock(&fleet);
-    rs_default.set_retry(u32::MAX, Duration::from_millis(200));
-    let mut rs_tuned = rslock(&fleet);
-    rs_tuned.set_retry(u32::MAX, Duration::from_millis(10));
-    let ours_run = |locks: QuorumLock, key: &'static str| {
-        move || {
-            let locks = locks.clone();
-            move || async move {
-                let mut waits = Vec::with_capacity(100);
-                for _ in 0..100 {
-                    let t = Instant::now();
-                    let g = locks
-                        .lock(key)
-                        .ttl(TTL)
-                        .wait(Duration::from_secs(120))
-                        .acquire()
-                        .await
-                        .unwrap();
-                    waits.push(t.elapsed());
-                    g.release().await.unwrap();
+    if wanted("contention") {
+        println!("## Contention: 8 tasks x 100 lock/unlock on one key, 5 nodes");
+        let retry_only = QuorumLock::builder()
+            .nodes(fleet.urls())
+            .pubsub(false)
+            .build()
+            .await
+            .unwrap();
+        let mut rs_default = rslock(&fleet);
+        rs_default.set_retry(u32::MAX, Duration::from_millis(200));
+        let mut rs_tuned = rslock(&fleet);
+        rs_tuned.set_retry(u32::MAX, Duration::from_millis(10));
+        let ours_run = |locks: QuorumLock, key: &'static str| {
+            move || {
+                let locks = locks.clone();
+                move || async move {
+                    let mut waits = Vec::with_capacity(100);
+                    for _ in 0..100 {
+                        let t = Instant::now();
+                        let g = locks
+                            .lock(key)
+                            .ttl(TTL)
+                            .wait(Duration::from_secs(120))
+                            .acquire()
+                            .await
+                            .unwrap();
+                        waits.push(t.elapsed());
+                        g.release().await.unwrap();
+                    }
+                    waits
                 }
-                waits
             }
-        }
-    };
-    let rs_run = |peer: rslock::LockManager, key: &'static str| {
-        move || {
-            let peer = peer.clone();
-            move || async move {
-                let mut waits = Vec::with_capacity(100);
-                for _ in 0..100 {
-                    let t = Instant::now();
-                    let g = peer.acquire(key, TTL).await.unwrap();
-                    waits.push(t.elapsed());
-                    g.release().await;
+        };
+        let rs_run = |peer: rslock::LockManager, key: &'static str| {
+            move || {
+                let peer = peer.clone();
+                move || async move {
+                    let mut waits = Vec::with_capacity(100);
+                    for _ in 0..100 {
+                        let t = Instant::now();
+                        let g = peer.acquire(key, TTL).await.unwrap();
+                        waits.push(t.elapsed());
+                        g.release().await;
+                    }
+                    waits
                 }
-                waits
             }
+        };
+        let results = [
+            (
+                "quorum-lock (pub/sub)",
+                contention(ours_run(pubsub.clone(), "bench:c:ours")).await,
+            ),
+            (
+                "quorum-lock (retry only)",
+                contention(ours_run(retry_only, "bench:c:retry")).await,
+            ),
+            (
+                "rslock (200 ms retry delay)",
+                contention(rs_run(rs_default, "bench:c:rs")).await,
+            ),
+            (
+                "rslock (10 ms retry delay)",
+                contention(rs_run(rs_tuned, "bench:c:rs10")).await,
+            ),
+        ];
+        println!("| client | ops/s | mean wait | p99 wait |");
+        println!("|---|---|---|---|");
+        for (name, (ops, s)) in &results {
+            println!("| {name} | {ops:.0} | {} | {} |", us(s.mean), us(s.p99));
         }
-    };
-    let results = [
-        (
-            "quorum-lock (pub/sub)",
-            contention(ours_run(pubsub.clone(), "bench:c:ours")).await,
-        ),
-        (
-            "quorum-lock (retry only)",
-            contention(ours_run(retry_only, "bench:c:retry")).await,
-        ),
-        (
-            "rslock (200 ms retry delay)",
-            contention(rs_run(rs_default, "bench:c:rs")).await,
-        ),
-        (
-            "rslock (10 ms retry delay)",
-            contention(rs_run(rs_tuned, "bench:c:rs10")).await,
-        ),
-    ];
-    println!("| client | ops/s | mean wait | p99 wait |");
-    println!("|---|---|---|---|");
-    for (name, (ops, s)) in &results {
-        println!("| {name} | {ops:.0} | {} | {} |", us(s.mean), us(s.p99));
-    }
-    let (ours_ops, ours_s) = results[0].1;
-    let (rs_ops, rs_s) = results[3].1;
-    println!(
+        let (ours_ops, ours_s) = results[0].1;
+        let (rs_ops, rs_s) = results[3].1;
+        println!(
         "ratios vs rslock tuned: p99 wait {:.3} (target <= 0.1), throughput {:.1}x (target >= 2)",
         r(ours_s.p99, rs_s.p99),
         ours_ops / rs_ops
     );
-    println!();
-
-    println!("## Throughput: 64 distinct keys in flight, 5 nodes, 5 s");
-    let floor = Arc::new(Floor::connect(&fleet).await);
-    let ours_ops = in_flight(64, {
-        let locks = pubsub.clone();
-        move |i| {
-            let locks = locks.clone();
-            async move {
-                let key = format!("bench:t:{i}");
-                let g = locks.try_acquire(&key, TTL).await.unwrap().unwrap();
-                g.release().await.unwrap();
-            }
-        }
-    })
-    .await;
-    let floor_ops = in_flight(64, {
-        let floor = floor.clone();
-        move |i| {
-            let floor = floor.clone();
-            async move { floor.lock_unlock(&format!("bench:tf:{i}"), 3).await }
-        }
-    })
-    .await;
-    println!("| client | acquire+release per second |");
-    println!("|---|---|");
-    println!("| quorum-lock | {ours_ops:.0} |");
-    println!("| floor | {floor_ops:.0} |");
-    println!("ratio ours/floor {:.2}", ours_ops / floor_ops);
-    println!();
-
-    println!("## Lock family: uncontended acquire+release, 5 nodes");
-    let rows = family(iters / 2).await;
-    let mutex = rows[0].1;
-    println!("| primitive | p50 | p99 | p50 / mutex |");
-    println!("|---|---|---|---|");
-    for (name, s) in &rows {
-        println!(
-            "| {name} | {} | {} | {:.2} |",
-            us(s.p50),
-            us(s.p99),
-            r(s.p50, mutex.p50)
-        );
+        println!();
     }
-    println!();
-
-    println!("## Hand-off: 8 tasks x 100 lock/unlock on one key, 5 nodes");
-    let rows = [
-        (
-            "mutex, 1 client",
-            hand_off(&fleet, 1, "bench:h:m1", |l, k| l.lock(k)).await,
-        ),
-        (
-            "fair lock, 1 client",
-            hand_off(&fleet, 1, "bench:h:f1", |l, k| l.fair_lock(k)).await,
-        ),
-        (
-            "mutex, 8 clients",
-            hand_off(&fleet, 8, "bench:h:m8", |l, k| l.lock(k)).await,
-        ),
-        (
-            "fair lock, 8 clients",
-            hand_off(&fleet, 8, "bench:h:f8", |l, k| l.fair_lock(k)).await,
-        ),
-    ];
-    println!("| lock | ops/s | time per hand-off | mean wait | p99 wait |");
-    println!("|---|---|---|---|---|");
-    for (name, (ops, s)) in &rows {
-        println!(
-            "| {name} | {ops:.0} | {} | {} | {} |",
-            us(Duration::from_secs_f64(1.0 / ops)),
-            us(s.mean),
-            us(s.p99)
-        );
+    if wanted("throughput") {
+        println!("## Throughput: 64 distinct keys in flight, 5 nodes, 5 s");
+        let floor = Arc::new(Floor::connect(&fleet).await);
+        let ours_ops = in_flight(64, {
+            let locks = pubsub.clone();
+            move |i| {
+                let locks = locks.clone();
+                async move {
+                    let key = format!("bench:t:{i}");
+                    let g = locks.try_acquire(&key, TTL).await.unwrap().unwrap();
+                    g.release().await.unwrap();
+                }
+            }
+        })
+        .await;
+        let floor_ops = in_flight(64, {
+            let floor = floor.clone();
+            move |i| {
+                let floor = floor.clone();
+                async move { floor.lock_unlock(&format!("bench:tf:{i}"), 3).await }
+            }
+        })
+        .await;
+        println!("| client | acquire+release per second |");
+        println!("|---|---|");
+        println!("| quorum-lock | {ours_ops:.0} |");
+        println!("| floor | {floor_ops:.0} |");
+        println!("ratio ours/floor {:.2}", ours_ops / floor_ops);
+        println!();
+    }
+    if wanted("family") {
+        println!("## Lock family: uncontended acquire+release, 5 nodes");
+        let rows = family(iters / 2).await;
+        let mutex = rows[0].1;
+        println!("| primitive | p50 | p99 | p50 / mutex |");
+        println!("|---|---|---|---|");
+        for (name, s) in &rows {
+            println!(
+                "| {name} | {} | {} | {:.2} |",
+                us(s.p50),
+                us(s.p99),
+                r(s.p50, mutex.p50)
+            );
+        }
+        println!();
+    }
+    if wanted("handoff") {
+        println!("## Hand-off: 8 tasks x 100 lock/unlock on one key, 5 nodes");
+        let rows = [
+            (
+                "mutex, 1 client",
+                hand_off(&fleet, 1, "bench:h:m1", |l, k| l.lock(k)).await,
+            ),
+            (
+                "fair lock, 1 client",
+                hand_off(&fleet, 1, "bench:h:f1", |l, k| l.fair_lock(k)).await,
+            ),
+            (
+                "mutex, 8 clients",
+                hand_off(&fleet, 8, "bench:h:m8", |l, k| l.lock(k)).await,
+            ),
+            (
+                "fair lock, 8 clients",
+                hand_off(&fleet, 8, "bench:h:f8", |l, k| l.fair_lock(k)).await,
+            ),
+        ];
+        println!("| lock | ops/s | time per hand-off | mean wait | p99 wait |");
+        println!("|---|---|---|---|---|");
+        for (name, (ops, s)) in &rows {
+            println!(
+                "| {name} | {ops:.0} | {} | {} | {} |",
+                us(Duration::from_secs_f64(1.0 / ops)),
+                us(s.mean),
+                us(s.p99)
+            );
+        }
     }
 }
 
