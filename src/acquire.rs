@@ -98,11 +98,20 @@ struct Plan<'a> {
     owner: Option<&'a Arc<HoldTable>>,
 }
 
+/// What a contended attempt learned.
+struct Contention {
+    /// The smallest PTTL another holder reported.
+    hint: Option<Duration>,
+    /// A fair request's ticket, when a quorum of refusals drew it.
+    drawn: Option<u64>,
+    /// Some nodes said yes: the attempt raced a change of holder (a release, a grant).
+    partly: bool,
+}
+
 /// What one attempt ended with, short of a guard.
 enum Miss {
-    /// Other holders refused enough nodes; the smallest PTTL they reported.
-    /// With a fair request's ticket, when a quorum of refusals drew it.
-    Contended(Option<Duration>, Option<u64>),
+    /// Other holders refused enough nodes.
+    Contended(Contention),
     /// Nodes failed, or the quorum came too late.
     Failed(Error),
 }
@@ -349,8 +358,8 @@ async fn wait_loop(state: &Arc<ClientState>, plan: &mut Plan<'_>) -> Result<Lock
         }
         // A fair request refused without a ticket draws one and joins the line at once.
         let miss = match (miss, &mut plan.shape) {
-            (Some(Miss::Contended(_, drawn)), Shape::Fair(f)) if f.ticket.is_none() => {
-                let ticket = match drawn {
+            (Some(Miss::Contended(c)), Shape::Fair(f)) if f.ticket.is_none() => {
+                let ticket = match c.drawn {
                     Some(ticket) => Ok(ticket),
                     None => draw_ticket(state, f).await,
                 };
@@ -368,7 +377,15 @@ async fn wait_loop(state: &Arc<ClientState>, plan: &mut Plan<'_>) -> Result<Lock
         let retries_left = config.max_retries.is_none_or(|max| attempts <= max);
         let (error, hint) = match miss {
             Some(Miss::Failed(e)) => (Some(e), None),
-            Some(Miss::Contended(hint, _)) => (None, hint),
+            Some(Miss::Contended(c)) => {
+                // A fair request whose attempt raced a change of holder retries quickly: its
+                // own rollback may have just given back a grant to it, and then nobody else
+                // hands the free key to it, first in line, but its next attempt.
+                if c.partly && fair.is_some() {
+                    backoff.woken();
+                }
+                (None, c.hint)
+            }
             None => (None, None),
         };
         // Out of time or retries, once at least one attempt was made.
@@ -510,7 +527,11 @@ async fn attempt(
                 .then_some(fan.outcome.max_drawn)
                 .flatten()
                 .and_then(|n| u64::try_from(n).ok());
-            Miss::Contended(fan.outcome.hint, drawn)
+            Miss::Contended(Contention {
+                hint: fan.outcome.hint,
+                drawn,
+                partly: fan.outcome.tally.yes() > 0,
+            })
         }
         _ => Miss::Failed(fan.outcome.no_quorum(Op::Acquire, key)),
     };

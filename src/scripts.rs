@@ -736,8 +736,8 @@ return 0
 ///   needed while someone is in line, see `fair::draw_ticket`);
 /// - `first_live()` the first waiter, dropping any whose entries are incomplete (a key of the
 ///   three lost alone, e.g. evicted);
-/// - `grant(channel, except, by)` hands the free key to the first waiter (unless that is
-///   `except`): `SET key its-holder PX its-ttl`, so the waiter holds it from this moment, and
+/// - `grant(channel, by)` hands the free key to the first waiter: `SET key its-holder PX
+///   its-ttl`, so the waiter holds it from this moment, and
 ///   announces `grant:<waiter id>:<by>` on the release channel, `by` being the digest of the
 ///   holder value whose release (or withdrawal) freed the key, so that the notices of two
 ///   grants to one waiter are told apart. The waiter stays in line until its release or
@@ -779,12 +779,12 @@ local function first_live()
     leave(first)
   end
 end
-local function grant(channel, except, by)
+local function grant(channel, by)
   if redis.call('exists', KEYS[1]) == 1 then
     return nil
   end
   local first, entry = first_live()
-  if not first or first == except then
+  if not first then
     return nil
   end
   local ttl, holder = string.match(entry, '^(%d+) (.+)$')
@@ -855,7 +855,9 @@ return 1
 /// (`grant`), which is the hand-off: the next holder holds from this moment, with no
 /// round trip of its own. A release (mode "1") also takes the request out of the line; a
 /// rollback (mode "2") leaves it there (the request still waits) and, where it deleted the
-/// key, grants it only to another waiter. Where a release grants nobody, the notice is
+/// key, grants it to the first waiter, which may be the request itself: then the key goes
+/// straight back to it (and its grant notice wakes it), rather than lie free with nobody
+/// allowed to take it but a request that sleeps. Where a release grants nobody, the notice is
 /// [`RELEASE`]'s; a rollback announces nothing but its grants (all attempts of a request
 /// share its holder value, so their rollbacks' notices would add up as one release's).
 ///
@@ -871,14 +873,12 @@ local held = redis.call('get', KEYS[1]) == ARGV[1]
 if held then
   redis.call('del', KEYS[1])
 end
-local except = ARGV[4]
 if ARGV[3] == '1' then
   leave(ARGV[4])
-  except = nil
 end
 local granted = nil
 if held or ARGV[3] == '1' then
-  granted = grant(ARGV[2], except, redis.sha1hex(ARGV[1]))
+  granted = grant(ARGV[2], redis.sha1hex(ARGV[1]))
 end
 keep_line()
 local answer = 0
@@ -912,7 +912,7 @@ local held = redis.call('get', KEYS[1]) == ARGV[2]
 if held then
   redis.call('del', KEYS[1])
 end
-local granted = grant(ARGV[3], nil, redis.sha1hex(ARGV[2]))
+local granted = grant(ARGV[3], redis.sha1hex(ARGV[2]))
 keep_line()
 if held and not granted then
   redis.call('publish', ARGV[3], redis.sha1hex(ARGV[2]))
