@@ -781,3 +781,42 @@ async fn a_first_waiter_cut_off_from_a_quorum_leaves_the_line_to_the_next() {
          line: {stalled:?}"
     );
 }
+
+/// Eight tasks of four clients take turns on one key; their timers are a minute long, so
+/// every turn must come from a hand-off (within a client) or a grant's notice (across
+/// clients): a line that stalls (a free key whose first waiter sleeps) fails the test by its
+/// wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_of_several_clients_take_turns_without_falling_back_to_their_timers() {
+    let fleet = shared_fleet();
+    let key = unique_key("fair-turns");
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(patient_client(fleet).await);
+    }
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let (locks, key) = (clients[t % 4].clone(), key.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..25 {
+                let guard = locks
+                    .fair_lock(&key)
+                    .ttl(LONG)
+                    .wait(Duration::from_secs(20))
+                    .acquire()
+                    .await
+                    .expect("a turn within the wait");
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let acquired: u64 = clients.iter().map(|c| c.stats().acquired).sum();
+    assert_eq!(acquired, 200);
+    assert!(
+        !any_line_keys(fleet, &key).await,
+        "the line was left behind"
+    );
+}
