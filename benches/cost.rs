@@ -1,10 +1,12 @@
 //! What one uncontended acquire+release costs the client's CPU, counted rather than timed:
 //! instructions (valgrind's callgrind) and heap allocations per operation, for quorum-lock,
-//! the floor and rslock on five local nodes. Counts do not depend on how busy the machine is,
-//! so, unlike the latency benchmarks, they can be compared across runs and commits.
+//! the floor and rslock on five local nodes. Unlike latencies, counts hardly follow the
+//! machine's load (they move by about 2 % between runs, with how many answers one wake-up
+//! collects), so they can be compared across runs and commits.
 //!
 //! `cargo bench --bench cost` (under a minute). `QUORUM_LOCK_COST_OUT=DIR` keeps the
-//! callgrind files there (for `callgrind_annotate`) instead of in a temporary directory.
+//! callgrind files there instead of in a temporary directory: `callgrind_annotate
+//! --inclusive=yes DIR/callgrind.quorum-lock.1500.out` is where quorum-lock's instructions go.
 //!
 //! The benchmark starts the fleet once, then runs itself again as a child process for each
 //! client and iteration count, under `valgrind --tool=callgrind` (the servers are other
