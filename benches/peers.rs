@@ -20,7 +20,6 @@
 //!   release hands the fair lock over on the nodes, and the waiter holds from the release's
 //!   answers) and across 8 clients (the waiter claims its grant with one attempt).
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -31,30 +30,7 @@ use quorum_lock::QuorumLock;
 use tokio::time::Instant;
 
 mod common;
-use common::{Floor, TTL};
-
-/// Counts heap allocations, to report allocations per acquire+release.
-struct Counting;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: forwards to the system allocator; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use common::{Counting, Floor, ALLOCATIONS, TTL};
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;

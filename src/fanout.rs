@@ -109,7 +109,9 @@ pub(crate) struct FanOut<F> {
     nodes: Nodes,
     call: Arc<Call>,
     read: fn(&Value) -> Option<Answer>,
-    pending: FuturesUnordered<F>,
+    /// `None` once detached: taking the set out, rather than leaving an empty one behind,
+    /// spares allocating a new one for every call that returns at quorum.
+    pending: Option<FuturesUnordered<F>>,
     pub(crate) outcome: Outcome,
 }
 
@@ -128,7 +130,7 @@ pub(crate) fn fan_out(
         nodes: nodes.clone(),
         call,
         read,
-        pending,
+        pending: Some(pending),
         outcome: Outcome::empty(nodes.len(), required),
     }
 }
@@ -142,7 +144,7 @@ where
     /// Cancel safe: answers not yet counted stay pending.
     pub(crate) async fn decide(&mut self) -> Decision {
         while self.outcome.decision == Decision::Pending {
-            let Some((i, result)) = self.pending.next().await else {
+            let Some((i, result)) = self.next().await else {
                 break;
             };
             self.count(i, result);
@@ -157,22 +159,24 @@ where
     ///
     /// Cancel safe: answers not yet counted stay pending.
     pub(crate) async fn collect(&mut self) {
-        while let Some((i, result)) = self.pending.next().await {
+        while let Some((i, result)) = self.next().await {
             self.count(i, result);
         }
     }
 
     /// Lets the requests still running finish in a background task; `None` when none is.
     pub(crate) fn detach(&mut self, background: &Arc<BackgroundWork>) -> Option<Stragglers> {
-        if self.pending.is_empty() {
-            return None;
-        }
-        let mut pending = std::mem::take(&mut self.pending);
+        let mut pending = self.pending.take().filter(|p| !p.is_empty())?;
         Some(Stragglers::spawn(
             background,
             self.call.clone(),
             async move { while pending.next().await.is_some() {} },
         ))
+    }
+
+    /// The next answer; `None` when every request ended or the rest were detached.
+    async fn next(&mut self) -> Option<NodeAnswer> {
+        self.pending.as_mut()?.next().await
     }
 
     fn count(&mut self, i: usize, result: Result<Value, NodeFailure>) {

@@ -52,7 +52,9 @@ impl Key {
         }
         Ok(Key {
             bytes: bytes.into(),
-            channel: prefixed(RELEASED_PREFIX, bytes).into(),
+            // Collected straight into its `Arc` (one allocation; a `Vec` first would be two):
+            // a key is made for every request.
+            channel: RELEASED_PREFIX.iter().chain(bytes).copied().collect(),
         })
     }
 

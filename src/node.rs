@@ -265,11 +265,19 @@ impl Node {
     }
 
     /// Runs `fut` within `limit`.
-    async fn bounded<F>(&self, limit: Duration, fut: F) -> Result<Value, NodeFailure>
+    ///
+    /// A plain function, not an `async fn`: an `async fn` keeps its argument `fut` in its own
+    /// state beside the timeout it is moved into, doubling the size of every node request's
+    /// future (and of each copy made of it when a fan-out starts it).
+    fn bounded<'a, F>(
+        &'a self,
+        limit: Duration,
+        fut: F,
+    ) -> impl Future<Output = Result<Value, NodeFailure>> + 'a
     where
-        F: std::future::Future<Output = Result<Value, (u64, NodeFailure)>>,
+        F: Future<Output = Result<Value, (u64, NodeFailure)>> + 'a,
     {
-        match tokio::time::timeout(limit, fut).await {
+        futures::FutureExt::map(tokio::time::timeout(limit, fut), move |r| match r {
             Ok(Ok(v)) => Ok(v),
             Ok(Err((_, failure))) => Err(failure),
             Err(_) => Err(NodeFailure::new(
@@ -277,7 +285,7 @@ impl Node {
                 FailureKind::Timeout,
                 format!("no answer within {limit:?}"),
             )),
-        }
+        })
     }
 }
 

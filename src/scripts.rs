@@ -63,8 +63,15 @@ impl Call {
 
     /// `EVALSHA sha numkeys KEYS... ARGV...`.
     pub(crate) fn with_keys(script: &'static LockScript, keys: &[&[u8]], argv: &[&[u8]]) -> Call {
-        let mut evalsha = redis::cmd("EVALSHA");
-        evalsha.arg(script.hash()).arg(keys.len());
+        let hash = script.hash();
+        let sizes = keys.iter().chain(argv).map(|a| a.len()).sum::<usize>();
+        // The hash, numkeys (at most 20 decimal digits), the keys and the arguments.
+        let mut evalsha = command(
+            "EVALSHA",
+            2 + keys.len() + argv.len(),
+            hash.len() + 20 + sizes,
+        );
+        evalsha.arg(hash).arg(keys.len());
         for k in keys {
             evalsha.arg(*k);
         }
@@ -83,7 +90,7 @@ impl Call {
     /// `SET key holder NX PX ms`: takes a free key (RedLock's acquire, and the watchdog's
     /// repair). Answers OK, or nil when the key exists.
     pub(crate) fn set_if_absent(name: &'static str, key: &[u8], holder: &[u8], ms: &[u8]) -> Call {
-        let mut set = redis::cmd("SET");
+        let mut set = command("SET", 5, key.len() + holder.len() + "NXPX".len() + ms.len());
         set.arg(key).arg(holder).arg("NX").arg("PX").arg(ms);
         Call {
             name,
@@ -168,6 +175,15 @@ impl Call {
             _ => self.command.clone(),
         }
     }
+}
+
+/// A command `name` with room for `args` more arguments of `bytes` bytes in all: built once
+/// per call (and packed again for each node), it then allocates each of its two buffers once
+/// instead of growing them argument by argument.
+fn command(name: &'static str, args: usize, bytes: usize) -> Cmd {
+    let mut cmd = Cmd::with_capacity(1 + args, name.len() + bytes);
+    cmd.arg(name);
+    cmd
 }
 
 /// `EVAL source` followed by the given arguments (numkeys, keys, argv).

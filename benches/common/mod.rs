@@ -1,12 +1,40 @@
 //! What the benchmarks share: the network floor that a lock client is measured against.
 #![allow(dead_code)]
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use quorum_lock::testkit::Fleet;
 use redis::aio::MultiplexedConnection;
+
+/// Counts heap allocations (and reallocations), to report allocations per operation: a
+/// benchmark that reports them installs it with `#[global_allocator]` and reads
+/// [`ALLOCATIONS`].
+pub struct Counting;
+
+/// Allocations so far, when [`Counting`] is the global allocator.
+pub static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards to the system allocator; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as ours.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as ours.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
 
 /// The lock TTL of every benchmark.
 pub const TTL: Duration = Duration::from_secs(10);
