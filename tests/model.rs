@@ -1,4 +1,4 @@
-//! Exhaustive model check of the quorum-lock protocol (issue 9, part 1), with `stateright`.
+//! Exhaustive model check of the quorum-lock protocol, with `stateright`.
 //!
 //! The model is a small state machine of what the library does, explored by breadth-first
 //! search over every interleaving within the bounds of each configuration. It mirrors:
@@ -133,8 +133,8 @@ enum Fencing {
 /// A defect of an earlier (or imagined) version of the library, for the negative controls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Bug {
-    /// The shorter-extend bug of issue 8: the deadline is not cut before a shortening request
-    /// is sent, and the old deadline is kept when the quorum is not confirmed.
+    /// A shorter extend that does not cut the deadline before its request is sent, and keeps
+    /// the old deadline when the quorum is not confirmed (an earlier version's).
     NoCutBeforeShorterExtend,
     /// Repair with the whole lease as TTL, and without checking that the validity lasts.
     RepairBeyondValidity,
@@ -1884,7 +1884,7 @@ fn negative_bare_majority_with_a_forgetful_node() {
     assert_finds("bare majority, one forgetful node", cfg, "exclusion");
 }
 
-/// The shorter-extend bug of issue 8.
+/// The shorter-extend bug of an earlier version.
 #[test]
 fn negative_shorter_extend_without_cut() {
     let extender = Plan {
