@@ -710,24 +710,18 @@ impl<const N: usize> Enc<N> {
     }
 
     fn node(&mut self, node: &NodeState) {
-        let readers = node.has_readers();
-        match node.entry {
-            None => self.put(&[u8::from(readers) << 1, node.counter]),
-            Some(e) => self.put(&[
-                1 | u8::from(readers) << 1,
-                e.holder.client,
-                e.holder.attempt,
-                e.expiry,
-                node.counter,
-            ]),
-        }
-        if readers {
-            self.put(&node.readers);
-        }
-        if let Some(m) = node.mark {
-            self.put(&[1 + m.waiter, m.expiry]);
-        } else {
-            self.put(&[0]);
+        match (node.entry, node.mark, node.has_readers()) {
+            // The mutex's nodes, in one write.
+            (None, None, false) => self.put(&[0, node.counter]),
+            (Some(e), None, false) => {
+                self.put(&[1, e.holder.client, e.holder.attempt, e.expiry, node.counter])
+            }
+            (entry, mark, _) => {
+                let e = entry.map_or([0; 3], |e| [e.holder.client, e.holder.attempt, e.expiry]);
+                let m = mark.map_or([0; 2], |m| [1 + m.waiter, m.expiry]);
+                self.put(&[2, e[0], e[1], e[2], m[0], m[1], node.counter]);
+                self.put(&node.readers);
+            }
         }
     }
 
@@ -763,7 +757,13 @@ impl std::hash::Hash for State {
         for node in &self.nodes {
             e.node(node);
         }
-        for cl in &self.clients {
+        for (c, cl) in self.clients.iter().enumerate() {
+            // A client that has not started is all defaults, its connections empty, as is
+            // every client a configuration does not use.
+            if cl.attempts == 0 {
+                e.put(&[8]);
+                continue;
+            }
             match cl.phase {
                 Phase::Renewing {
                     next,
@@ -799,9 +799,9 @@ impl std::hash::Hash for State {
             for cleanup in &cl.cleanup {
                 e.put(&[u8::from(cleanup.ended), cleanup.sent, cleanup.done]);
             }
-        }
-        for fifo in &self.conns {
-            e.fifo(fifo);
+            for fifo in &self.conns[c * MAX_N..(c + 1) * MAX_N] {
+                e.fifo(fifo);
+            }
         }
         hasher.write(e.bytes());
     }
