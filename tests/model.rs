@@ -2396,6 +2396,19 @@ fn a_renewed_reader_is_repaired_only_where_no_writer_holds() {
     assert_safe("a watched reader and a writer, Majority of 3", cfg);
 }
 
+/// The writer's watchdog renews twice and repairs, while a reader tries to take the key.
+#[test]
+fn a_renewed_writer_is_repaired_only_where_no_reader_is_live() {
+    let watched = Plan {
+        ttl: 2,
+        release: false,
+        ..WATCHED
+    };
+    let cfg = without_timeouts(Config::new(3, 2, &[watched, keeps(reader(1, 3))], 2))
+        .cover(SEEN_REPAIRED | SEEN_RENEWED);
+    assert_safe("a watched writer and a reader, Majority of 3", cfg);
+}
+
 /// Readers and writers share the key's counter.
 #[test]
 fn fencing_orders_a_reader_and_a_writer() {
