@@ -1,4 +1,5 @@
-//! Exhaustive model check of the quorum-lock protocol (issue 9, part 1), with `stateright`.
+//! Exhaustive model check of the quorum-lock protocol (the mutex and the read-write lock),
+//! with `stateright`.
 //!
 //! The model is a small state machine of what the library does, explored by breadth-first
 //! search over every interleaving within the bounds of each configuration. It mirrors:
@@ -11,9 +12,11 @@
 //!   `min_validity` 0); its deadline is `t0 + ttl`. Otherwise the attempt is rolled back on
 //!   *every* node (compare-and-delete), behind the attempt's own requests on each connection
 //!   (`src/ordering.rs`, invariant 5). The holder value is unique per attempt.
-//! - **Fencing** (`acquire.rs`, `fence_token`): the token is the largest counter among the
-//!   confirming nodes, written back (`counter = max(counter, token)`) to a quorum before the
-//!   guard exists.
+//! - **Fencing** (`acquire.rs`, `fence_token`): once the acquire reached its quorum, a second
+//!   fan-out increments the counters, and the token is the largest answer from a quorum (in
+//!   the `Fencing::InAcquire` negative control, the largest counter among the confirming
+//!   nodes); it is written back (`counter = max(counter, token)`) to a quorum before the guard
+//!   exists.
 //! - **Extend and renewal** (`src/lease.rs`, `renew` and `confirm`): compare-and-PEXPIRE on
 //!   every node. If `start + ttl` is earlier than the current deadline, the deadline is cut to
 //!   it *before* the request is sent; it becomes `start + ttl` when a quorum confirms before
@@ -29,9 +32,23 @@
 //! - **Release** (`lease.rs`, `release_on_nodes`): compare-and-delete on every node, after the
 //!   lease's earlier requests on each connection; the client stops believing it holds when
 //!   the release starts.
+//! - **The read-write lock** (`src/shape.rs`, `Shape::Read` and `Shape::Write`; the scripts in
+//!   `src/scripts.rs`): the same client machinery, with each call replaced by the script the
+//!   shape sends (see [`Role`]). On a node, a reader acquire (READ_ACQUIRE) is refused by a
+//!   writer's entry or a pending-writer mark and adds the reader's member with its own expiry;
+//!   a writer acquire (WRITE_ACQUIRE) is refused by a writer's entry or a live reader, and a
+//!   waiting writer refused by readers marks the key (unless another request's mark is live);
+//!   a reader's extend (PERMIT_EXTEND) moves only a live member's expiry (`ZADD XX`), the
+//!   writer's is EXTEND; a reader's repair (READ_REPAIR) adds the member back only where no
+//!   writer's entry is, a writer's (WRITE_REPAIR) only where no reader is live and no entry
+//!   exists; a reader's release and rollback (READ_RELEASE) remove its member, a writer's
+//!   (WRITE_RELEASE) its entry, and a waiting writer's release also its own mark; a waiting
+//!   writer whose last attempt failed withdraws its mark (WRITE_WITHDRAW) behind the rollback.
+//!   Readers and writers share the key's fencing counter.
 //!
-//! The environment: `N` nodes, each with one entry (holder value and expiry on the node's
-//! clock) and a fencing counter; global time in ticks (node clocks run at the true rate: the
+//! The environment: `N` nodes, each with the key's entry (holder value and expiry on the
+//! node's clock), the readers' set (each reader's expiry), the pending-writer mark (waiting
+//! request and expiry) and a fencing counter; global time in ticks (node clocks run at the true rate: the
 //! drift allowance covers rate differences, and the model uses drift 0, which is then exact;
 //! an entry has expired when `now >= expiry`); one FIFO request queue per (client, node)
 //! connection, whose head a node may run at any moment (requests are delayed arbitrarily, and
@@ -39,17 +56,20 @@
 //! (unavailability); a client's node timeout at any moment, which fails every node of the
 //! current fan-out that has not answered (they all started together, with the same timeout);
 //! replies that arrive as the node answers, or (one configuration) travel separately and late;
-//! and forgetful faults, bounded per run: a restart empty (entry and counter lost; requests
-//! still queued run on the restarted node, as if re-sent) and a clock jump (the entry expires
-//! early).
+//! and forgetful faults, bounded per run: a restart empty (everything lost; requests still
+//! queued run on the restarted node, as if re-sent) and a clock jump past a time (everything
+//! that would expire by then expires early).
 //!
-//! Properties: (a) `exclusion`: never two clients inside their validity at once; (a')
-//! `support`: while a client is inside its validity, at least `q - f` nodes hold its entry
-//! (`f` = forgetful faults so far), which implies (a) by quorum counting whenever
-//! `f <= 2q - N - 1`, and needs no second client, so single-client configurations can go
-//! deeper; (b) `tokens increase` for successive holders; (c) liveness sanity; (d)
-//! `full rollback`: once an attempt's rollback (or release) ran on every node it was sent to,
-//! no node keeps the attempt's entry; (e) `repair within validity`.
+//! Properties: (a) `exclusion`: a writer (or mutex client) inside its validity is the only
+//! client inside its validity (readers may overlap each other); (a') `support`: while a client
+//! is inside its validity, at least `q - f` nodes hold its entry or member (`f` = forgetful
+//! faults so far), which implies (a) by quorum counting whenever `f <= 2q - N - 1`, and needs
+//! no second client, so single-client configurations can go deeper; (a'') `node exclusion`:
+//! no node has a writer's entry and a live reader at once, the per-node fact (a) rests on;
+//! (b) `tokens increase`: a writer's token exceeds every earlier holder's, a reader's every
+//! earlier writer's; (c) liveness sanity; (d) `full rollback`: once an attempt's rollback (or
+//! release) ran on every node it was sent to, no node keeps the attempt's entry or member; (e)
+//! `repair within validity`.
 //!
 //! Property (b) failed for the library's first fencing scheme (increments with the acquire):
 //! `negative_fencing_incremented_during_the_acquire_can_repeat_tokens` keeps the
@@ -60,9 +80,12 @@
 //! differ, the wait loop's timing and wake-ups (a client may start its next attempt at any
 //! moment), connecting, NOSCRIPT fallbacks and re-sends after a reset (every request is on its
 //! connection from the moment the fan-out starts; a lost one is gone), reentrant owners, the
-//! answers of releases, rollbacks and repairs (nothing depends on them), and anything beyond
-//! the bounds of each configuration (nodes, clients, attempts, extends, renewals, ticks,
-//! losses, faults).
+//! answers of releases, rollbacks and repairs (nothing depends on them), the release notices,
+//! a waiting writer that gives up before its last attempt (its mark then stays until it
+//! expires), the readers' set's own expiry (every script that changes the set keeps it at the
+//! latest member's, so it removes nothing a member's expiry does not), a mutex and a
+//! read-write lock on one key, and anything beyond the bounds of each configuration (nodes,
+//! clients, attempts, extends, renewals, ticks, losses, faults).
 //!
 //! Run: `cargo test --all-features --test model -- --nocapture` prints the state counts and
 //! the counterexample traces of the negative controls; the larger configurations are
@@ -75,7 +98,7 @@ use stateright::{Checker, Expectation, HasDiscoveries, Model, Path, Property};
 
 /// Fixed capacities, so that a state is a plain `Copy` value.
 const MAX_N: usize = 5;
-const MAX_C: usize = 2;
+const MAX_C: usize = 3;
 const MAX_ATTEMPTS: usize = 2;
 /// Requests one connection can hold at once (every request a client makes in a run fits).
 const QUEUE: usize = 8;
@@ -88,9 +111,29 @@ fn bit(n: usize) -> u8 {
 // Configuration
 // ---------------------------------------------------------------------------------------------
 
+/// What a client takes on the nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    /// The key's entry: the mutex, or the writer of a read-write lock taking it in a single
+    /// attempt (which sets no pending mark). Where no reader is live, the writer's scripts
+    /// act as the mutex's: WRITE_ACQUIRE as `SET NX PX`, WRITE_RELEASE as RELEASE, WRITE_REPAIR
+    /// as `SET NX PX`; EXTEND is the mutex's own. So a configuration without readers is the
+    /// mutex's, and its writers are two mutex clients.
+    Writer,
+    /// A writer that waits (`write_lock` with a wait): the one request's id, shared by its
+    /// attempts, is its pending-writer mark, which an attempt refused because of live readers
+    /// sets (WRITE_ACQUIRE), its release deletes (WRITE_RELEASE), and the failure of its last
+    /// attempt withdraws (WRITE_WITHDRAW).
+    WaitingWriter,
+    /// A reader of the read-write lock: a member of the readers' set with its own expiry
+    /// (READ_ACQUIRE, PERMIT_EXTEND, READ_REPAIR, READ_RELEASE).
+    Reader,
+}
+
 /// What one client does, bounded so that the search terminates.
 #[derive(Clone, Copy, Debug)]
 struct Plan {
+    role: Role,
     /// Acquire attempts, each with a fresh holder value.
     attempts: u8,
     /// The TTL of the acquire, and the watchdog's lease.
@@ -105,15 +148,32 @@ struct Plan {
     release: bool,
 }
 
-/// Acquire attempts only, each released when held.
+/// Acquire attempts only, each released when held: a mutex client, or a writer.
 const fn acquirer(attempts: u8, ttl: u8) -> Plan {
     Plan {
+        role: Role::Writer,
         attempts,
         ttl,
         extend_to: &[],
         extends: 0,
         renewals: 0,
         release: true,
+    }
+}
+
+/// A reader's acquire attempts only, each released when held.
+const fn reader(attempts: u8, ttl: u8) -> Plan {
+    Plan {
+        role: Role::Reader,
+        ..acquirer(attempts, ttl)
+    }
+}
+
+/// A waiting writer's acquire attempts only, each released when held.
+const fn waiting_writer(attempts: u8, ttl: u8) -> Plan {
+    Plan {
+        role: Role::WaitingWriter,
+        ..acquirer(attempts, ttl)
     }
 }
 
@@ -133,13 +193,22 @@ enum Fencing {
 /// A defect of an earlier (or imagined) version of the library, for the negative controls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Bug {
-    /// The shorter-extend bug of issue 8: the deadline is not cut before a shortening request
-    /// is sent, and the old deadline is kept when the quorum is not confirmed.
+    /// A shorter extend that does not cut the deadline before its request is sent, and keeps
+    /// the old deadline when the quorum is not confirmed (an earlier version's).
     NoCutBeforeShorterExtend,
     /// Repair with the whole lease as TTL, and without checking that the validity lasts.
     RepairBeyondValidity,
     /// The rollback of a failed attempt goes only to the nodes that said yes.
     RollbackOnlyWhereYes,
+    /// A reader's extend is a plain `ZADD` instead of PERMIT_EXTEND's check and `ZADD XX`: it
+    /// adds the member back where it expired or was never added, whatever else the node has.
+    ReaderExtendReAdds,
+    /// A reader's repair puts the member back also where a writer holds the key (READ_REPAIR
+    /// without its check of the writer's entry).
+    ReadRepairIgnoresWriter,
+    /// A reader's release deletes the readers' set where it is a member (a compare-and-delete
+    /// as the mutex's), instead of removing only its own member.
+    ReadReleaseDeletesTheSet,
 }
 
 #[derive(Clone, Debug)]
@@ -153,8 +222,9 @@ struct Config {
     forgetful: u8,
     /// Requests that may be lost in one run (`None`: any number).
     losses: Option<u8>,
-    /// Clients may time out (a node that does not answer: down, paused, slow, partitioned).
-    timeouts: bool,
+    /// The clients that may time out (a bit per client): a node that does not answer (down,
+    /// paused, slow, partitioned).
+    timeouts: u8,
     /// Replies travel separately (and may arrive late, or not at all) instead of arriving as
     /// the node answers.
     reply_delay: bool,
@@ -166,7 +236,7 @@ struct Config {
     /// Adds the `eventually` property "c0 eventually holds".
     liveness: bool,
     /// `SEEN_*` paths the search must reach (`sometimes` properties, as coverage).
-    cover: u8,
+    cover: u16,
     /// Initial fencing counters range over `0..=counters` on every node (an earlier history).
     counters: u8,
     /// Or exactly these initial counters.
@@ -191,7 +261,7 @@ impl Config {
             max_time,
             forgetful: 0,
             losses: Some(0),
-            timeouts: true,
+            timeouts: ((1 << MAX_C) - 1) as u8,
             reply_delay: false,
             timely: false,
             fencing: None,
@@ -220,7 +290,7 @@ impl Config {
         self
     }
 
-    fn cover(mut self, seen: u8) -> Config {
+    fn cover(mut self, seen: u16) -> Config {
         self.cover = seen;
         self
     }
@@ -233,6 +303,10 @@ impl Config {
 
     fn has(&self, bug: Bug) -> bool {
         self.bug == Some(bug)
+    }
+
+    fn reads(&self, c: usize) -> bool {
+        self.plans[c].role == Role::Reader
     }
 }
 
@@ -260,27 +334,95 @@ struct Entry {
     expiry: u8,
 }
 
+/// A waiting writer's pending mark (`quorum-lock:writer-waiting:K`): the request's id, which
+/// the model names by its client (one waiting request per client).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Mark {
+    waiter: u8,
+    expiry: u8,
+}
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct NodeState {
+    /// The key `K`: the mutex's entry, or a read-write lock's writer.
     entry: Option<Entry>,
+    /// The readers' sorted set (`quorum-lock:readers:K`): member the holder value, score its
+    /// expiry; here each holder's expiry, 0 for "not a member" (see [`slot`]).
+    readers: [u8; MAX_C * MAX_ATTEMPTS],
+    mark: Option<Mark>,
     /// The fencing counter (`quorum-lock:fence:K`): no TTL, lost only on a restart.
     counter: u8,
 }
 
+/// A holder's place in a node's readers.
+fn slot(holder: Holder) -> usize {
+    usize::from(holder.client) * MAX_ATTEMPTS + usize::from(holder.attempt)
+}
+
+impl NodeState {
+    /// A live reader: every script purges the expired members first, and the model's ticks
+    /// remove them as they expire.
+    fn has_readers(&self) -> bool {
+        self.readers != [0; MAX_C * MAX_ATTEMPTS]
+    }
+
+    fn member(&self, holder: Holder) -> bool {
+        self.readers[slot(holder)] != 0
+    }
+
+    /// Whether the node has this holder's entry or member.
+    fn keeps(&self, holder: Holder) -> bool {
+        self.entry.is_some_and(|e| e.holder == holder) || self.member(holder)
+    }
+
+    /// The expiries of everything on the node with a TTL (entry, members, mark).
+    fn expiries(&self) -> impl Iterator<Item = u8> + '_ {
+        let entry = self.entry.map(|e| e.expiry);
+        let mark = self.mark.map(|m| m.expiry);
+        let members = self.readers.iter().copied().filter(|&e| e != 0);
+        entry.into_iter().chain(mark).chain(members)
+    }
+
+    /// Removes everything that expires at or before `time`; says whether anything did.
+    fn expire(&mut self, time: u8) -> bool {
+        let mut any = false;
+        if self.entry.is_some_and(|e| e.expiry <= time) {
+            self.entry = None;
+            any = true;
+        }
+        if self.mark.is_some_and(|m| m.expiry <= time) {
+            self.mark = None;
+            any = true;
+        }
+        for e in &mut self.readers {
+            if *e != 0 && *e <= time {
+                *e = 0;
+                any = true;
+            }
+        }
+        any
+    }
+}
+
+/// A request's kind; what it does on a node depends on the client's [`Role`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
-    /// `SET K h NX PX ttl` (with `Fencing::InAcquire`, also the counter's increment).
+    /// `SET K h NX PX ttl` (with `Fencing::InAcquire`, also the counter's increment);
+    /// WRITE_ACQUIRE for a writer, READ_ACQUIRE for a reader.
     Acquire = 0,
     /// The fencing write-back: `counter = max(counter, token)`.
     FenceMax = 1,
-    /// Compare-and-PEXPIRE (the EXTEND script).
+    /// Compare-and-PEXPIRE (the EXTEND script); a reader's PERMIT_EXTEND (`ZADD XX`).
     Extend = 2,
-    /// `SET K h NX PX remaining` (the watchdog's repair).
+    /// `SET K h NX PX remaining` (the watchdog's repair); WRITE_REPAIR, READ_REPAIR.
     Repair = 3,
-    /// Compare-and-delete (the RELEASE script): release and rollback.
+    /// Compare-and-delete (the RELEASE script): release and rollback; WRITE_RELEASE (`arg` 1
+    /// for a waiting writer's release, which also deletes its mark), READ_RELEASE.
     Release = 4,
     /// `INCR` of the counter, answering its new value (`Fencing::AfterQuorum` only).
     Incr = 5,
+    /// WRITE_WITHDRAW: a waiting writer that gave up deletes its pending mark.
+    Withdraw = 6,
 }
 
 /// A request on its connection, packed into 16 bits to keep states small: hashing and copying
@@ -303,7 +445,8 @@ impl Req {
             2 => Kind::Extend,
             3 => Kind::Repair,
             4 => Kind::Release,
-            _ => Kind::Incr,
+            5 => Kind::Incr,
+            _ => Kind::Withdraw,
         }
     }
 
@@ -330,15 +473,18 @@ impl Req {
         }
     }
 
-    fn describe(self, c: usize) -> String {
+    /// A reader's calls are named `read-...`, the others as the mutex's.
+    fn describe(self, c: usize, reads: bool) -> String {
         let (holder, arg) = (self.holder(c), self.arg());
+        let read = if reads { "read-" } else { "" };
         match self.kind() {
-            Kind::Acquire => format!("acquire {holder} ttl {arg}"),
+            Kind::Acquire => format!("{read}acquire {holder} ttl {arg}"),
             Kind::FenceMax => format!("fence-max {holder} token {arg}"),
-            Kind::Extend => format!("extend {holder} ttl {arg}"),
-            Kind::Repair => format!("repair {holder} ttl {arg}"),
-            Kind::Release => format!("release {holder}"),
+            Kind::Extend => format!("{read}extend {holder} ttl {arg}"),
+            Kind::Repair => format!("{read}repair {holder} ttl {arg}"),
+            Kind::Release => format!("{read}release {holder}"),
             Kind::Incr => format!("incr {holder}"),
+            Kind::Withdraw => format!("withdraw c{c}'s mark"),
         }
     }
 }
@@ -485,13 +631,22 @@ impl Client {
     }
 }
 
-/// Paths worth confirming that the search reaches (the coverage properties).
-const SEEN_ROLLBACK: u8 = 1;
-const SEEN_RENEWED: u8 = 2;
-const SEEN_SHORTENED: u8 = 4;
-const SEEN_REPAIRED: u8 = 8;
-const SEEN_LOST: u8 = 16;
-const SEEN_FORGOTTEN: u8 = 32;
+/// Paths worth confirming that the search reaches (the coverage properties). The first eight
+/// are marks in the state's `seen`; the others are read off the state itself.
+const SEEN_ROLLBACK: u16 = 1;
+const SEEN_RENEWED: u16 = 2;
+const SEEN_SHORTENED: u16 = 4;
+const SEEN_REPAIRED: u16 = 8;
+const SEEN_LOST: u16 = 16;
+const SEEN_FORGOTTEN: u16 = 32;
+/// A reader refused because of a pending-writer mark.
+const SEEN_MARK_REFUSED: u16 = 64;
+/// A waiting writer's mark withdrawn (or deleted by its release).
+const SEEN_UNMARKED: u16 = 128;
+/// Two readers inside their validity at once.
+const SEEN_SHARED: u16 = 256;
+/// A writer inside its validity while another writer's mark is on a node.
+const SEEN_UNDER_MARK: u16 = 512;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct State {
@@ -502,6 +657,8 @@ struct State {
     forgotten: u8,
     /// The largest fencing token any holder had so far.
     max_token: u8,
+    /// The largest fencing token any writer had so far.
+    max_writer_token: u8,
     /// Property (b) broke: a holder's token was not larger than every earlier holder's.
     token_regressed: bool,
     /// Property (e) broke: a repair was sent outside the validity, or for longer than it.
@@ -516,6 +673,14 @@ struct State {
 impl State {
     fn conn(&mut self, c: usize, n: usize) -> &mut Fifo {
         &mut self.conns[c * MAX_N + n]
+    }
+
+    fn see(&mut self, path: u16) {
+        self.seen |= path as u8;
+    }
+
+    fn saw(&self, path: u16) -> bool {
+        self.seen & path as u8 != 0
     }
 }
 
@@ -545,14 +710,18 @@ impl<const N: usize> Enc<N> {
     }
 
     fn node(&mut self, node: &NodeState) {
-        match node.entry {
-            None => self.put(&[0, node.counter]),
-            Some(e) => self.put(&[
-                1 + e.holder.client,
-                e.holder.attempt,
-                e.expiry,
-                node.counter,
-            ]),
+        match (node.entry, node.mark, node.has_readers()) {
+            // The mutex's nodes, in one write.
+            (None, None, false) => self.put(&[0, node.counter]),
+            (Some(e), None, false) => {
+                self.put(&[1, e.holder.client, e.holder.attempt, e.expiry, node.counter])
+            }
+            (entry, mark, _) => {
+                let e = entry.map_or([0; 3], |e| [e.holder.client, e.holder.attempt, e.expiry]);
+                let m = mark.map_or([0; 2], |m| [1 + m.waiter, m.expiry]);
+                self.put(&[2, e[0], e[1], e[2], m[0], m[1], node.counter]);
+                self.put(&node.readers);
+            }
         }
     }
 
@@ -581,13 +750,20 @@ impl std::hash::Hash for State {
             self.lost,
             self.forgotten,
             self.max_token,
+            self.max_writer_token,
             u8::from(self.token_regressed) | u8::from(self.repair_overrun) << 1,
             self.seen,
         ]);
         for node in &self.nodes {
             e.node(node);
         }
-        for cl in &self.clients {
+        for (c, cl) in self.clients.iter().enumerate() {
+            // A client that has not started is all defaults, its connections empty, as is
+            // every client a configuration does not use.
+            if cl.attempts == 0 {
+                e.put(&[8]);
+                continue;
+            }
             match cl.phase {
                 Phase::Renewing {
                     next,
@@ -623,9 +799,9 @@ impl std::hash::Hash for State {
             for cleanup in &cl.cleanup {
                 e.put(&[u8::from(cleanup.ended), cleanup.sent, cleanup.done]);
             }
-        }
-        for fifo in &self.conns {
-            e.fifo(fifo);
+            for fifo in &self.conns[c * MAX_N..(c + 1) * MAX_N] {
+                e.fifo(fifo);
+            }
         }
         hasher.write(e.bytes());
     }
@@ -658,10 +834,11 @@ enum Action {
     Renew(u8),
     /// Client `c` releases (or drops) its guard.
     Release(u8),
-    /// Node `n` restarts empty (amnesia: entry and counter lost).
+    /// Node `n` restarts empty (amnesia: entry, readers, mark and counter lost).
     Restart(u8),
-    /// Node `n`'s clock jumps forward: its entry expires early.
-    ClockJump(u8),
+    /// Node `n`'s clock jumps forward past time `t`: everything on it that would have expired
+    /// by `t` expires now (entry, readers, mark).
+    ClockJump(u8, u8),
 }
 
 /// Collects the narration of a step, only when asked (never during the search).
@@ -692,6 +869,41 @@ impl Log {
     }
 }
 
+/// What a node has with a TTL (entry, readers, mark): names and expiries.
+fn leases(node: &NodeState) -> Vec<(String, u8)> {
+    let mut leases = Vec::new();
+    if let Some(e) = node.entry {
+        leases.push((e.holder.to_string(), e.expiry));
+    }
+    for (i, &expiry) in node.readers.iter().enumerate() {
+        if expiry != 0 {
+            let holder = Holder {
+                client: (i / MAX_ATTEMPTS) as u8,
+                attempt: (i % MAX_ATTEMPTS) as u8,
+            };
+            leases.push((format!("reader {holder}"), expiry));
+        }
+    }
+    if let Some(m) = node.mark {
+        leases.push((format!("mark c{}", m.waiter), m.expiry));
+    }
+    leases
+}
+
+/// What `before` had and `after` has not, as "x expires" or "x, y expire".
+fn gone(before: &NodeState, after: &NodeState) -> String {
+    let after = leases(after);
+    let gone: Vec<String> = leases(before)
+        .into_iter()
+        .filter(|l| !after.contains(l))
+        .map(|(name, _)| name)
+        .collect();
+    match gone.len() {
+        1 => format!("{} expires", gone[0]),
+        _ => format!("{} expire", gone.join(", ")),
+    }
+}
+
 fn nodes_of(mask: u8) -> String {
     let names: Vec<String> = (0..MAX_N)
         .filter(|n| mask & bit(*n) != 0)
@@ -704,15 +916,28 @@ fn nodes_of(mask: u8) -> String {
 enum Effect {
     /// The entry was taken until the expiry (with the counter for a fenced acquire).
     Taken(u8, Option<u8>),
-    /// A repair put the entry back until the expiry.
+    /// A reader became a member until the expiry (with the counter for a fenced acquire).
+    Joined(u8, Option<u8>),
+    /// A repair put the entry (or member) back until the expiry.
     Recreated(u8),
     /// Set if absent: refused, the key held by this entry.
     Refused(Option<Entry>),
+    /// A writer refused because readers are live; the node's mark afterwards.
+    RefusedByReaders(Option<Mark>),
+    /// A reader refused because of a waiting writer's mark.
+    RefusedByMark(Mark),
     /// Compare-and-something: this holder does not hold the key (it is absent or this entry).
     NotHeld(Option<Entry>),
-    /// The entry now expires at this time.
+    /// A reader's extend or release: the reader is not a member.
+    NotMember,
+    /// The entry (or member) now expires at this time.
     Expires(u8),
-    Deleted,
+    /// Deleted (and the writer's mark with it).
+    Deleted(bool),
+    /// A reader's member removed (and, with `ReadReleaseDeletesTheSet`, every other member).
+    Removed(bool),
+    /// A withdrawal deleted the writer's mark, or found none of its own.
+    Withdrawn(bool),
     /// The fencing counter is now this.
     Counter(u8),
 }
@@ -728,11 +953,30 @@ impl std::fmt::Display for Effect {
             Effect::Taken(expiry, Some(counter)) => {
                 write!(f, "taken until {expiry}, counter {counter}")
             }
+            Effect::Joined(expiry, None) => write!(f, "reader until {expiry}"),
+            Effect::Joined(expiry, Some(counter)) => {
+                write!(f, "reader until {expiry}, counter {counter}")
+            }
             Effect::Recreated(expiry) => write!(f, "re-created until {expiry}"),
             Effect::Refused(entry) => write!(f, "refused ({})", held(entry)),
+            Effect::RefusedByReaders(None) => write!(f, "refused (readers live)"),
+            Effect::RefusedByReaders(Some(m)) => write!(
+                f,
+                "refused (readers live), mark c{} until {}",
+                m.waiter, m.expiry
+            ),
+            Effect::RefusedByMark(m) => {
+                write!(f, "refused (mark c{} until {})", m.waiter, m.expiry)
+            }
             Effect::NotHeld(entry) => write!(f, "not held ({})", held(entry)),
+            Effect::NotMember => write!(f, "not a reader"),
             Effect::Expires(expiry) => write!(f, "expires at {expiry} now"),
-            Effect::Deleted => write!(f, "deleted"),
+            Effect::Deleted(false) => write!(f, "deleted"),
+            Effect::Deleted(true) => write!(f, "deleted, and its mark"),
+            Effect::Removed(false) => write!(f, "removed"),
+            Effect::Removed(true) => write!(f, "the readers' set deleted"),
+            Effect::Withdrawn(true) => write!(f, "mark deleted"),
+            Effect::Withdrawn(false) => write!(f, "no mark of its own"),
             Effect::Counter(counter) => write!(f, "counter now {counter}"),
         }
     }
@@ -842,22 +1086,65 @@ impl Protocol {
     /// Node `n` runs the oldest request on client `c`'s connection.
     fn process(&self, s: &mut State, c: usize, n: usize, log: &mut Log) {
         let req = s.conn(c, n).pop();
-        let holder = req.holder(c);
         let now = s.now;
-        let increments = self.cfg.fencing == Some(Fencing::InAcquire);
-        let node = &mut s.nodes[n];
+        let reads = self.cfg.reads(c);
+        let (vote, effect) = if reads {
+            self.run_reader(&mut s.nodes[n], c, req, now)
+        } else {
+            self.run_writer(&mut s.nodes[n], c, req, now)
+        };
+        match effect {
+            Effect::Recreated(_) => s.see(SEEN_REPAIRED),
+            Effect::RefusedByMark(_) => s.see(SEEN_MARK_REFUSED),
+            Effect::Deleted(true) | Effect::Withdrawn(true) => s.see(SEEN_UNMARKED),
+            _ => {}
+        }
+        if req.kind() == Kind::Release {
+            s.clients[c].cleanup[usize::from(req.attempt())].done |= bit(n);
+        }
+        log.note(|| {
+            let req = req.describe(c, reads);
+            format!("t={now} n{n} runs c{c}'s {req}: {effect}")
+        });
+        if req.wait() {
+            if self.cfg.reply_delay {
+                s.clients[c].fan.slots[n] = Slot::Replied(vote);
+            } else {
+                s.clients[c].fan.slots[n] = Slot::Idle;
+                self.count(s, c, n, Some(vote));
+                self.react(s, c, log);
+            }
+        }
+    }
+
+    /// A mutex client's or a writer's request on a node: the mutex's calls, and the writer's
+    /// scripts (which also look at the readers and the pending mark).
+    fn run_writer(&self, node: &mut NodeState, c: usize, req: Req, now: u8) -> (Vote, Effect) {
+        let holder = req.holder(c);
         let before = node.entry;
-        let (vote, effect) = match req.kind() {
+        let expiry = now + req.arg();
+        let waits = self.cfg.plans[c].role == Role::WaitingWriter;
+        match req.kind() {
             Kind::Acquire | Kind::Repair if node.entry.is_some() => {
                 (Vote::Refused, Effect::Refused(before))
             }
+            // WRITE_ACQUIRE: refused because of live readers, a waiting writer marks the key
+            // for its TTL, unless another request's mark is live. WRITE_REPAIR: refused.
+            Kind::Acquire | Kind::Repair if node.has_readers() => {
+                let ours = node.mark.is_none_or(|m| m.waiter == c as u8);
+                if req.kind() == Kind::Acquire && waits && ours {
+                    node.mark = Some(Mark {
+                        waiter: c as u8,
+                        expiry,
+                    });
+                }
+                (Vote::Refused, Effect::RefusedByReaders(node.mark))
+            }
             Kind::Acquire | Kind::Repair => {
-                let expiry = now + req.arg();
                 node.entry = Some(Entry { holder, expiry });
                 if req.kind() == Kind::Repair {
-                    s.seen |= SEEN_REPAIRED;
                     (Vote::Yes(0), Effect::Recreated(expiry))
-                } else if increments {
+                } else if self.cfg.fencing == Some(Fencing::InAcquire) {
                     node.counter += 1;
                     (
                         Vote::Yes(node.counter),
@@ -877,31 +1164,101 @@ impl Protocol {
             }
             Kind::Extend => match &mut node.entry {
                 Some(e) if e.holder == holder => {
-                    e.expiry = now + req.arg();
+                    e.expiry = expiry;
                     (Vote::Yes(0), Effect::Expires(e.expiry))
                 }
                 _ => (Vote::Refused, Effect::NotHeld(before)),
             },
             Kind::Release => {
-                s.clients[c].cleanup[usize::from(holder.attempt)].done |= bit(n);
+                // WRITE_RELEASE: a release (not a rollback) also deletes the request's mark.
+                let unmark = req.arg() == 1 && node.mark.is_some_and(|m| m.waiter == c as u8);
+                if unmark {
+                    node.mark = None;
+                }
                 match node.entry {
                     Some(e) if e.holder == holder => {
                         node.entry = None;
-                        (Vote::Yes(0), Effect::Deleted)
+                        (Vote::Yes(0), Effect::Deleted(unmark))
                     }
                     _ => (Vote::Refused, Effect::NotHeld(before)),
                 }
             }
-        };
-        log.note(|| format!("t={now} n{n} runs c{c}'s {}: {effect}", req.describe(c)));
-        if req.wait() {
-            if self.cfg.reply_delay {
-                s.clients[c].fan.slots[n] = Slot::Replied(vote);
-            } else {
-                s.clients[c].fan.slots[n] = Slot::Idle;
-                self.count(s, c, n, Some(vote));
-                self.react(s, c, log);
+            Kind::Withdraw => {
+                let ours = node.mark.is_some_and(|m| m.waiter == c as u8);
+                if ours {
+                    node.mark = None;
+                }
+                (Vote::Yes(0), Effect::Withdrawn(ours))
             }
+        }
+    }
+
+    /// A reader's request on a node: READ_ACQUIRE, PERMIT_EXTEND, READ_REPAIR, READ_RELEASE.
+    fn run_reader(&self, node: &mut NodeState, c: usize, req: Req, now: u8) -> (Vote, Effect) {
+        let holder = req.holder(c);
+        let expiry = now + req.arg();
+        let member = &mut node.readers[slot(holder)];
+        match req.kind() {
+            // The scripts' first check, for a re-sent acquire (yes, the expiry kept) and a
+            // repair that finds the member (no). Neither happens here: each request runs
+            // once, and a repair follows the renewal that found the member missing.
+            Kind::Acquire if *member != 0 => (Vote::Yes(0), Effect::Expires(*member)),
+            Kind::Repair if *member != 0 => (Vote::Refused, Effect::Expires(*member)),
+            Kind::Acquire | Kind::Repair if node.entry.is_some() => {
+                if req.kind() == Kind::Repair && self.cfg.has(Bug::ReadRepairIgnoresWriter) {
+                    *member = expiry;
+                    return (Vote::Yes(0), Effect::Recreated(expiry));
+                }
+                (Vote::Refused, Effect::Refused(node.entry))
+            }
+            // The mark keeps new readers out; a repair is for a reader that holds already.
+            Kind::Acquire if node.mark.is_some() => {
+                (Vote::Refused, Effect::RefusedByMark(node.mark.unwrap()))
+            }
+            Kind::Acquire => {
+                *member = expiry;
+                if self.cfg.fencing == Some(Fencing::InAcquire) {
+                    node.counter += 1;
+                    (
+                        Vote::Yes(node.counter),
+                        Effect::Joined(expiry, Some(node.counter)),
+                    )
+                } else {
+                    (Vote::Yes(0), Effect::Joined(expiry, None))
+                }
+            }
+            Kind::Repair => {
+                *member = expiry;
+                (Vote::Yes(0), Effect::Recreated(expiry))
+            }
+            Kind::Incr => {
+                node.counter += 1;
+                (Vote::Yes(node.counter), Effect::Counter(node.counter))
+            }
+            Kind::FenceMax => {
+                node.counter = node.counter.max(req.arg());
+                (Vote::Yes(0), Effect::Counter(node.counter))
+            }
+            // PERMIT_EXTEND: `ZADD XX`, only for a live member (the bug: a plain `ZADD`).
+            Kind::Extend if *member != 0 => {
+                *member = expiry;
+                (Vote::Yes(0), Effect::Expires(expiry))
+            }
+            Kind::Extend if self.cfg.has(Bug::ReaderExtendReAdds) => {
+                *member = expiry;
+                (Vote::Yes(0), Effect::Recreated(expiry))
+            }
+            Kind::Extend => (Vote::Refused, Effect::NotMember),
+            Kind::Release if *member != 0 => {
+                *member = 0;
+                let whole = self.cfg.has(Bug::ReadReleaseDeletesTheSet);
+                if whole {
+                    node.readers = [0; MAX_C * MAX_ATTEMPTS];
+                }
+                (Vote::Yes(0), Effect::Removed(whole))
+            }
+            Kind::Release => (Vote::Refused, Effect::NotMember),
+            Kind::Withdraw => unreachable!("a reader has no mark"),
         }
     }
 
@@ -1000,9 +1357,9 @@ impl Protocol {
                 // So `quorum::validity(ttl, now - start, 0)` holds: `now < deadline <= next`
                 // when the deadline was cut, and `now < deadline < next` when it was not.
                 if shortens {
-                    s.seen |= SEEN_SHORTENED;
+                    s.see(SEEN_SHORTENED);
                 }
-                s.seen |= SEEN_RENEWED;
+                s.see(SEEN_RENEWED);
                 let cl = &mut s.clients[c];
                 cl.deadline = next;
                 log.note(|| format!("t={now} c{c} extend confirmed: deadline {next}"));
@@ -1022,7 +1379,7 @@ impl Protocol {
                 let cl = &mut s.clients[c];
                 if n - fan.refused < self.cfg.quorum {
                     cl.phase = Phase::Lost;
-                    s.seen |= SEEN_LOST;
+                    s.see(SEEN_LOST);
                     log.note(|| format!("t={now} c{c} extend refused ({}): lock lost", tally()));
                 } else {
                     cl.phase = Phase::Holding;
@@ -1060,10 +1417,21 @@ impl Protocol {
         let holder = cl.holder(c);
         let token = cl.token;
         if self.cfg.fencing.is_some() {
-            if token <= s.max_token {
+            // A writer's token exceeds every earlier holder's, a reader's every earlier
+            // writer's: readers that overlap may share a token.
+            let writes = !self.cfg.reads(c);
+            let above = if writes {
+                s.max_token
+            } else {
+                s.max_writer_token
+            };
+            if token <= above {
                 s.token_regressed = true;
             }
             s.max_token = s.max_token.max(token);
+            if writes {
+                s.max_writer_token = s.max_writer_token.max(token);
+            }
             log.note(|| format!("t={now} c{c} HOLDS {holder} until {deadline}, token {token}"));
         } else {
             log.note(|| format!("t={now} c{c} HOLDS {holder} until {deadline}"));
@@ -1071,6 +1439,8 @@ impl Protocol {
     }
 
     /// `acquire.rs`, `rollback`: compare-and-delete on every node (the bug: only where yes).
+    /// A waiting writer whose last attempt failed then withdraws its mark from every node
+    /// (`acquire.rs`, `Withdraw`), behind the rollback on each connection.
     fn rollback(&self, s: &mut State, c: usize, log: &mut Log) {
         let now = s.now;
         let cl = &mut s.clients[c];
@@ -1086,10 +1456,16 @@ impl Protocol {
             done: 0,
         };
         cl.phase = Phase::Idle;
-        s.seen |= SEEN_ROLLBACK;
+        s.see(SEEN_ROLLBACK);
         log.note(|| format!("t={now} c{c} rolls back {holder} on {}", nodes_of(mask)));
         let req = Req::new(Kind::Release, holder.attempt, 0, false);
         self.send(s, c, mask, req);
+        let plan = &self.cfg.plans[c];
+        if plan.role == Role::WaitingWriter && s.clients[c].attempts == plan.attempts {
+            log.note(|| format!("t={now} c{c} gives up: withdraws its mark on all nodes"));
+            let req = Req::new(Kind::Withdraw, holder.attempt, 0, false);
+            self.send(s, c, self.all(), req);
+        }
     }
 
     /// `lease.rs`, `renew`: the deadline is cut before a shortening request is sent.
@@ -1169,7 +1545,11 @@ impl Protocol {
         };
         cl.phase = Phase::Idle;
         log.note(|| format!("t={now} c{c} releases {holder} on all nodes"));
-        let req = Req::new(Kind::Release, holder.attempt, 0, false);
+        // A release differs from a rollback on a node only for a waiting writer's mark; the
+        // others' releases keep `arg` 0, so that the model does not tell apart states that are
+        // the same.
+        let mode = u8::from(self.cfg.plans[c].role == Role::WaitingWriter);
+        let req = Req::new(Kind::Release, holder.attempt, mode, false);
         self.send(s, c, self.all(), req);
     }
 
@@ -1178,11 +1558,10 @@ impl Protocol {
         let now = s.now;
         log.note(|| format!("t={now} tick"));
         for n in 0..self.n() {
-            if let Some(e) = s.nodes[n].entry {
-                if e.expiry <= now {
-                    s.nodes[n].entry = None;
-                    log.note(|| format!("t={now} n{n}: {} expires", e.holder));
-                }
+            let before = s.nodes[n];
+            if s.nodes[n].expire(now) {
+                let after = s.nodes[n];
+                log.note(|| format!("t={now} n{n}: {}", gone(&before, &after)));
             }
         }
         for c in 0..self.clients() {
@@ -1191,7 +1570,7 @@ impl Protocol {
             if matches!(cl.phase, Phase::Renewing { .. }) && now >= cl.deadline {
                 self.stop_waiting(s, c);
                 s.clients[c].phase = Phase::Lost;
-                s.seen |= SEEN_LOST;
+                s.see(SEEN_LOST);
                 log.note(|| {
                     format!("t={now} c{c} extend not confirmed by the deadline: lock lost")
                 });
@@ -1233,7 +1612,10 @@ impl Protocol {
                 if self.cfg.losses.is_some() {
                     s.lost += 1;
                 }
-                log.note(|| format!("t={now} c{c}'s {} to n{n} is lost", req.describe(c)));
+                log.note(|| {
+                    let req = req.describe(c, self.cfg.reads(c));
+                    format!("t={now} c{c}'s {req} to n{n} is lost")
+                });
             }
             Action::Answer(c, n) => {
                 let (c, n) = (usize::from(c), usize::from(n));
@@ -1255,12 +1637,16 @@ impl Protocol {
             Action::Restart(n) => {
                 let n = usize::from(n);
                 s.forgotten += 1;
-                s.seen |= SEEN_FORGOTTEN;
+                s.see(SEEN_FORGOTTEN);
                 let node = s.nodes[n];
                 log.note(|| {
-                    let had = node
-                        .entry
-                        .map_or("nothing".into(), |e| e.holder.to_string());
+                    let had: Vec<String> =
+                        leases(&node).into_iter().map(|(name, _)| name).collect();
+                    let had = if had.is_empty() {
+                        "nothing".to_string()
+                    } else {
+                        had.join(", ")
+                    };
                     format!(
                         "t={now} n{n} RESTARTS EMPTY (had {had}, counter {})",
                         node.counter
@@ -1268,14 +1654,16 @@ impl Protocol {
                 });
                 s.nodes[n] = NodeState::default();
             }
-            Action::ClockJump(n) => {
+            Action::ClockJump(n, to) => {
                 let n = usize::from(n);
                 s.forgotten += 1;
-                s.seen |= SEEN_FORGOTTEN;
-                let entry = s.nodes[n].entry.take();
+                s.see(SEEN_FORGOTTEN);
+                let before = s.nodes[n];
+                s.nodes[n].expire(to);
+                let after = s.nodes[n];
                 log.note(|| {
-                    let holder = entry.map_or("nothing".into(), |e| e.holder.to_string());
-                    format!("t={now} n{n} CLOCK JUMPS: {holder} expires early")
+                    let what = gone(&before, &after);
+                    format!("t={now} n{n} CLOCK JUMPS past {to}: {what} early")
                 });
             }
         }
@@ -1287,7 +1675,7 @@ impl Protocol {
     fn canonicalize(&self, s: &mut State) -> [usize; MAX_N] {
         let (n, clients) = (self.n(), self.clients());
         let key = |s: &State, i: usize| {
-            let mut e = Enc::<64>::new();
+            let mut e = Enc::<96>::new();
             e.node(&s.nodes[i]);
             for c in 0..clients {
                 let cl = &s.clients[c];
@@ -1304,7 +1692,7 @@ impl Protocol {
             }
             e
         };
-        let keys: [Enc<64>; MAX_N] = [
+        let keys: [Enc<96>; MAX_N] = [
             key(s, 0),
             key(s, 1),
             key(s, 2),
@@ -1337,28 +1725,56 @@ impl Protocol {
         order
     }
 
-    fn holders(&self, s: &State) -> usize {
+    /// Exclusion: a writer (a mutex client) inside its validity is the only client inside
+    /// its validity; readers may overlap each other.
+    fn excluded(&self, s: &State) -> bool {
+        let holding = || (0..self.clients()).filter(|&c| s.clients[c].holds(s.now));
+        holding().count() <= 1 || holding().all(|c| self.cfg.reads(c))
+    }
+
+    /// Readers inside their validity.
+    fn readers_holding(&self, s: &State) -> usize {
         (0..self.clients())
-            .filter(|&c| s.clients[c].holds(s.now))
+            .filter(|&c| self.cfg.reads(c) && s.clients[c].holds(s.now))
             .count()
     }
 
+    /// A writer inside its validity while a node has another writer's mark.
+    fn under_mark(&self, s: &State) -> bool {
+        (0..self.clients()).any(|c| {
+            !self.cfg.reads(c)
+                && s.clients[c].holds(s.now)
+                && s.nodes[..self.n()]
+                    .iter()
+                    .any(|node| node.mark.is_some_and(|m| usize::from(m.waiter) != c))
+        })
+    }
+
     /// Invariant 2 per client: while a client is inside its validity, at least `q - f` nodes
-    /// hold its entry (`f`: forgetful faults so far). Two clients inside their validity at
-    /// once would need `2q - f` entries on `N` nodes, impossible when `f <= 2q - N - 1`.
+    /// hold its entry or member (`f`: forgetful faults so far). A writer and another client
+    /// inside their validity at once would need `2q - f` of them on `N` nodes with no node
+    /// holding both (see `node_excluded`), impossible when `f <= 2q - N - 1`.
     fn supported(&self, s: &State) -> bool {
         (0..self.clients()).all(|c| {
             let cl = &s.clients[c];
             if !cl.holds(s.now) {
                 return true;
             }
-            let holder = Some(cl.holder(c));
+            let holder = cl.holder(c);
             let entries = s.nodes[..self.n()]
                 .iter()
-                .filter(|node| node.entry.map(|e| e.holder) == holder)
+                .filter(|node| node.keeps(holder))
                 .count() as u8;
             entries + s.forgotten >= self.cfg.quorum
         })
+    }
+
+    /// What each node's scripts keep, atomically: never a writer's entry and a live reader
+    /// on one node at once.
+    fn node_excluded(&self, s: &State) -> bool {
+        s.nodes[..self.n()]
+            .iter()
+            .all(|node| node.entry.is_none() || !node.has_readers())
     }
 
     /// Invariant 4: once an attempt's rollback (or release) ran on every node it was sent to,
@@ -1370,14 +1786,12 @@ impl Protocol {
                 .iter()
                 .enumerate()
                 .all(|(attempt, cleanup)| {
-                    let holder = Some(Holder {
+                    let holder = Holder {
                         client: c as u8,
                         attempt: attempt as u8,
-                    });
+                    };
                     !(cleanup.ended && cleanup.done == cleanup.sent)
-                        || s.nodes[..self.n()]
-                            .iter()
-                            .all(|node| node.entry.map(|e| e.holder) != holder)
+                        || s.nodes[..self.n()].iter().all(|node| !node.keeps(holder))
                 })
         })
     }
@@ -1390,30 +1804,47 @@ type Condition = fn(&Protocol, &State) -> bool;
 const HOLDS: [(&str, Condition); MAX_C] = [
     ("c0 holds", |_, s| s.clients[0].holds(s.now)),
     ("c1 holds", |_, s| s.clients[1].holds(s.now)),
+    ("c2 holds", |_, s| s.clients[2].holds(s.now)),
 ];
 
 /// The coverage properties: paths a configuration must reach.
-const COVERAGE: [(u8, &str, Condition); 6] = [
+const COVERAGE: [(u16, &str, Condition); 10] = [
     (SEEN_ROLLBACK, "reaches a rollback", |_, s| {
-        s.seen & SEEN_ROLLBACK != 0
+        s.saw(SEEN_ROLLBACK)
     }),
     (SEEN_RENEWED, "reaches a confirmed extend", |_, s| {
-        s.seen & SEEN_RENEWED != 0
+        s.saw(SEEN_RENEWED)
     }),
     (
         SEEN_SHORTENED,
         "reaches a confirmed shorter extend",
-        |_, s| s.seen & SEEN_SHORTENED != 0,
+        |_, s| s.saw(SEEN_SHORTENED),
     ),
     (SEEN_REPAIRED, "reaches a repaired entry", |_, s| {
-        s.seen & SEEN_REPAIRED != 0
+        s.saw(SEEN_REPAIRED)
     }),
-    (SEEN_LOST, "reaches a lost lock", |_, s| {
-        s.seen & SEEN_LOST != 0
-    }),
+    (SEEN_LOST, "reaches a lost lock", |_, s| s.saw(SEEN_LOST)),
     (SEEN_FORGOTTEN, "reaches a forgotten entry", |_, s| {
-        s.seen & SEEN_FORGOTTEN != 0
+        s.saw(SEEN_FORGOTTEN)
     }),
+    (
+        SEEN_MARK_REFUSED,
+        "reaches a reader refused by a pending mark",
+        |_, s| s.saw(SEEN_MARK_REFUSED),
+    ),
+    (SEEN_UNMARKED, "reaches a mark taken back", |_, s| {
+        s.saw(SEEN_UNMARKED)
+    }),
+    (
+        SEEN_SHARED,
+        "reaches two readers holding at once",
+        |m, s| m.readers_holding(s) >= 2,
+    ),
+    (
+        SEEN_UNDER_MARK,
+        "reaches a writer holding under another's mark",
+        |m, s| m.under_mark(s),
+    ),
 ];
 
 impl Model for Protocol {
@@ -1426,6 +1857,7 @@ impl Model for Protocol {
             lost: 0,
             forgotten: 0,
             max_token: 0,
+            max_writer_token: 0,
             token_regressed: false,
             repair_overrun: false,
             seen: 0,
@@ -1450,7 +1882,9 @@ impl Model for Protocol {
             }
             let mut counters: Vec<u8> = s.nodes[..self.n()].iter().map(|n| n.counter).collect();
             counters.sort_unstable_by(|a, b| b.cmp(a));
+            // Taken as a writer's, which every later holder's token must exceed.
             s.max_token = counters[usize::from(self.cfg.quorum) - 1];
+            s.max_writer_token = s.max_token;
             if self.cfg.symmetry {
                 self.canonicalize(&mut s);
             }
@@ -1490,7 +1924,7 @@ impl Model for Protocol {
                 Phase::Lost if plan.release => actions.push(Action::Release(c8)),
                 _ => {}
             }
-            if cfg.timeouts && cl.busy() {
+            if cfg.timeouts & bit(c) != 0 && cl.busy() {
                 actions.push(Action::GiveUp(c8));
             }
             for n in 0..self.n() {
@@ -1509,12 +1943,18 @@ impl Model for Protocol {
         if s.forgotten < cfg.forgetful {
             for n in 0..self.n() {
                 let node = &s.nodes[n];
-                // Only faults that change something.
-                if node.entry.is_some() || node.counter > 0 {
+                // Only faults that change something: a restart of a node that has something,
+                // a jump past each expiry on the node (a jump past none changes nothing, and
+                // jumps between two expiries do the same as a jump past the earlier one).
+                if node.expiries().next().is_some() || node.counter > 0 {
                     actions.push(Action::Restart(n as u8));
                 }
-                if node.entry.is_some() {
-                    actions.push(Action::ClockJump(n as u8));
+                let mut past = 0u32;
+                for expiry in node.expiries() {
+                    if past & 1 << expiry == 0 {
+                        past |= 1 << expiry;
+                        actions.push(Action::ClockJump(n as u8, expiry));
+                    }
                 }
             }
         }
@@ -1531,8 +1971,9 @@ impl Model for Protocol {
 
     fn properties(&self) -> Vec<Property<Self>> {
         let mut p = vec![
-            Property::<Self>::always("exclusion", |m, s| m.holders(s) <= 1),
+            Property::<Self>::always("exclusion", |m, s| m.excluded(s)),
             Property::<Self>::always("support", |m, s| m.supported(s)),
+            Property::<Self>::always("node exclusion", |m, s| m.node_excluded(s)),
             Property::<Self>::always("tokens increase", |_, s| !s.token_regressed),
             Property::<Self>::always("full rollback", |m, s| m.rolled_back(s)),
             Property::<Self>::always("repair within validity", |_, s| !s.repair_overrun),
@@ -1645,7 +2086,7 @@ fn narrate(model: &Protocol, path: Path<State, Action>, holds: Option<Condition>
             Action::Lose(c, n) => Action::Lose(c, r(n)),
             Action::Answer(c, n) => Action::Answer(c, r(n)),
             Action::Restart(n) => Action::Restart(r(n)),
-            Action::ClockJump(n) => Action::ClockJump(r(n)),
+            Action::ClockJump(n, to) => Action::ClockJump(r(n), to),
             other => other,
         };
         let mut log = Log::on();
@@ -1668,14 +2109,22 @@ fn summary(model: &Protocol, s: &State) -> String {
     for c in 0..model.clients() {
         let cl = &s.clients[c];
         if cl.holds(s.now) {
-            facts.push(format!("c{c} holds {} until {}", cl.holder(c), cl.deadline));
+            let (holder, deadline) = (cl.holder(c), cl.deadline);
+            let reads = if model.cfg.reads(c) { " (read)" } else { "" };
+            facts.push(format!("c{c} holds {holder}{reads} until {deadline}"));
         }
     }
     for n in 0..model.n() {
         let node = &s.nodes[n];
-        let entry = node.entry.map_or("-".to_string(), |e| {
-            format!("{} until {}", e.holder, e.expiry)
-        });
+        let leases: Vec<String> = leases(node)
+            .into_iter()
+            .map(|(name, expiry)| format!("{name} until {expiry}"))
+            .collect();
+        let entry = if leases.is_empty() {
+            "-".to_string()
+        } else {
+            leases.join(", ")
+        };
         if model.cfg.fencing.is_some() {
             facts.push(format!("n{n}: {entry}, counter {}", node.counter));
         } else {
@@ -1691,6 +2140,7 @@ fn summary(model: &Protocol, s: &State) -> String {
 
 /// A holder that extends twice, to a shorter or a longer TTL than its acquire's.
 const EXTENDER: Plan = Plan {
+    role: Role::Writer,
     attempts: 1,
     ttl: 3,
     extend_to: &[1, 4],
@@ -1701,6 +2151,7 @@ const EXTENDER: Plan = Plan {
 
 /// A holder kept by the watchdog: renewals with repair.
 const WATCHED: Plan = Plan {
+    role: Role::Writer,
     attempts: 1,
     ttl: 3,
     extend_to: &[],
@@ -1711,6 +2162,7 @@ const WATCHED: Plan = Plan {
 
 /// One of everything: an extend (shorter or longer), a renewal with repair, the release.
 const EVERYTHING: Plan = Plan {
+    role: Role::Writer,
     attempts: 1,
     ttl: 3,
     extend_to: &[1, 4],
@@ -1836,7 +2288,7 @@ fn one_client_replies_delayed() {
 fn liveness_one_client() {
     let mut cfg = Config::new(3, 2, &[acquirer(2, 2)], 2);
     cfg.timely = true;
-    cfg.timeouts = false;
+    cfg.timeouts = 0;
     cfg.liveness = true;
     assert_safe("liveness: one client, no faults, timely network", cfg);
 }
@@ -1852,7 +2304,7 @@ fn fencing_config(fencing: Fencing) -> Config {
         .fencing(fencing, 0)
         .losses(Some(1));
     cfg.start_counters = Some([0, 1, 1, 0, 0]);
-    cfg.timeouts = false;
+    cfg.timeouts = 0;
     cfg
 }
 
@@ -1861,6 +2313,119 @@ fn fencing_config(fencing: Fencing) -> Config {
 fn fencing_incremented_after_quorum() {
     let cfg = fencing_config(Fencing::AfterQuorum);
     assert_safe("fencing incremented after the quorum (the library's)", cfg);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The read-write lock. One reader and one writer exclude each other as two mutex clients do,
+// so the configurations that matter most have two readers; they do without timeouts (with
+// three clients, timeouts multiply the states by thirty: the `#[ignore]`d set has them).
+// ---------------------------------------------------------------------------------------------
+
+/// A client that takes the lock once and keeps it until it expires.
+const fn keeps(plan: Plan) -> Plan {
+    Plan {
+        release: false,
+        ..plan
+    }
+}
+
+/// No client times out: a fan-out is decided by the nodes' answers only.
+fn without_timeouts(mut cfg: Config) -> Config {
+    cfg.timeouts = 0;
+    cfg
+}
+
+#[test]
+fn two_readers_share_the_lock_and_a_writer_excludes_them() {
+    let plans = [reader(1, 2), reader(1, 2), acquirer(1, 2)];
+    let cfg = without_timeouts(Config::new(3, 2, &plans, 0)).cover(SEEN_SHARED | SEEN_ROLLBACK);
+    assert_safe("two readers and a writer, Majority of 3", cfg);
+}
+
+#[test]
+fn a_waiting_writers_mark_keeps_new_readers_out_until_taken_back() {
+    let plans = [
+        keeps(reader(1, 2)),
+        keeps(reader(1, 2)),
+        waiting_writer(1, 2),
+    ];
+    let cfg = without_timeouts(Config::new(3, 2, &plans, 0))
+        .cover(SEEN_SHARED | SEEN_MARK_REFUSED | SEEN_UNMARKED);
+    assert_safe("two readers and a waiting writer, Majority of 3", cfg);
+}
+
+/// Another writer's mark does not stop a writer.
+#[test]
+fn two_writers_exclude_each_other_and_a_reader_under_a_mark() {
+    let plans = [
+        keeps(reader(1, 2)),
+        keeps(waiting_writer(1, 2)),
+        keeps(acquirer(1, 2)),
+    ];
+    let cfg = without_timeouts(Config::new(3, 2, &plans, 0)).cover(SEEN_UNDER_MARK);
+    assert_safe("a reader and two writers, Majority of 3", cfg);
+}
+
+/// The reader extends (shorter or longer) while a writer tries to take the key.
+#[test]
+fn a_reader_extend_never_brings_its_member_back() {
+    let extender = Plan {
+        role: Role::Reader,
+        ttl: 2,
+        extend_to: &[1, 3],
+        extends: 1,
+        release: false,
+        ..EXTENDER
+    };
+    let cfg = without_timeouts(Config::new(3, 2, &[extender, keeps(acquirer(1, 3))], 2))
+        .cover(SEEN_RENEWED | SEEN_SHORTENED);
+    assert_safe("a reader that extends and a writer, Majority of 3", cfg);
+}
+
+/// The reader's watchdog renews twice and repairs, while a writer tries to take the key.
+#[test]
+fn a_renewed_reader_is_repaired_only_where_no_writer_holds() {
+    let watched = Plan {
+        role: Role::Reader,
+        ttl: 2,
+        release: false,
+        ..WATCHED
+    };
+    let cfg = without_timeouts(Config::new(3, 2, &[watched, keeps(acquirer(1, 3))], 2))
+        .cover(SEEN_REPAIRED | SEEN_RENEWED);
+    assert_safe("a watched reader and a writer, Majority of 3", cfg);
+}
+
+/// The writer's watchdog renews twice and repairs, while a reader tries to take the key.
+#[test]
+fn a_renewed_writer_is_repaired_only_where_no_reader_is_live() {
+    let watched = Plan {
+        ttl: 2,
+        release: false,
+        ..WATCHED
+    };
+    let cfg = without_timeouts(Config::new(3, 2, &[watched, keeps(reader(1, 3))], 2))
+        .cover(SEEN_REPAIRED | SEEN_RENEWED);
+    assert_safe("a watched writer and a reader, Majority of 3", cfg);
+}
+
+/// Readers and writers share the key's counter.
+#[test]
+fn fencing_orders_a_reader_and_a_writer() {
+    let cfg = without_timeouts(Config::new(3, 2, &[reader(1, 2), acquirer(1, 2)], 0))
+        .fencing(Fencing::AfterQuorum, 0)
+        .losses(Some(1));
+    assert_safe("fencing, a reader and a writer, 1 lost request", cfg);
+}
+
+/// Clock jumps that expire some of a node's leases and not others.
+#[test]
+fn a_reader_and_a_writer_under_all_of_3_survive_two_forgetful_nodes() {
+    let plans = [keeps(reader(1, 2)), keeps(acquirer(1, 2))];
+    let cfg = without_timeouts(Config::new(3, 3, &plans, 1))
+        .forgetful(2)
+        .cover(SEEN_FORGOTTEN);
+    assert_safe("a reader and a writer, All of 3, 2 forgetful", cfg);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1884,7 +2449,7 @@ fn negative_bare_majority_with_a_forgetful_node() {
     assert_finds("bare majority, one forgetful node", cfg, "exclusion");
 }
 
-/// The shorter-extend bug of issue 8.
+/// The shorter-extend bug of an earlier version.
 #[test]
 fn negative_shorter_extend_without_cut() {
     let extender = Plan {
@@ -1931,6 +2496,51 @@ fn negative_fencing_incremented_during_the_acquire_can_repeat_tokens() {
     );
 }
 
+/// A reader's extend that is a plain `ZADD` puts its member back beside a writer's entry; the
+/// renewal that node confirms keeps the reader inside its validity after a quorum of its
+/// members is gone.
+#[test]
+fn negative_a_reader_extend_that_re_adds_its_member_lets_a_writer_in() {
+    let extender = Plan {
+        role: Role::Reader,
+        ttl: 2,
+        extend_to: &[2],
+        extends: 1,
+        release: false,
+        ..EXTENDER
+    };
+    let cfg = without_timeouts(Config::new(3, 2, &[extender, keeps(acquirer(1, 3))], 2))
+        .bug(Bug::ReaderExtendReAdds);
+    assert_finds(
+        "a reader's extend that re-adds its member",
+        cfg,
+        "exclusion",
+    );
+}
+
+/// A reader's release that deletes the readers' set takes the other readers' members with it.
+#[test]
+fn negative_a_reader_release_that_deletes_the_set_lets_a_writer_in() {
+    let plans = [reader(1, 2), reader(1, 2), acquirer(1, 2)];
+    let cfg = without_timeouts(Config::new(3, 2, &plans, 0)).bug(Bug::ReadReleaseDeletesTheSet);
+    assert_finds("a reader's release that deletes the set", cfg, "exclusion");
+}
+
+/// A reader's repair beside a writer's entry: the next renewal, confirmed there, outlives the
+/// reader's members on a quorum.
+#[test]
+fn negative_a_read_repair_that_ignores_the_writer_lets_a_writer_in() {
+    let watched = Plan {
+        role: Role::Reader,
+        ttl: 2,
+        release: false,
+        ..WATCHED
+    };
+    let cfg = without_timeouts(Config::new(3, 2, &[watched, keeps(acquirer(1, 3))], 2))
+        .bug(Bug::ReadRepairIgnoresWriter);
+    assert_finds("a read repair that ignores the writer", cfg, "exclusion");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Larger configurations, too slow for CI in the debug profile. Run them with:
 // cargo test --release --all-features --test model -- --ignored --nocapture
@@ -1964,4 +2574,78 @@ fn large_fencing_incremented_after_quorum() {
         .fencing(Fencing::AfterQuorum, 1)
         .losses(Some(1));
     assert_safe("fencing incremented after the quorum, with timeouts", cfg);
+}
+
+/// Two readers and a writer with timeouts.
+#[test]
+#[ignore]
+fn large_two_readers_and_a_writer_with_timeouts() {
+    let plans = [reader(1, 2), reader(1, 2), acquirer(1, 2)];
+    let cfg = Config::new(3, 2, &plans, 0).cover(SEEN_SHARED | SEEN_ROLLBACK);
+    assert_safe("two readers and a writer, with timeouts", cfg);
+}
+
+/// Two readers and a writer over a tick: readers expire and a writer comes in.
+#[test]
+#[ignore]
+fn large_two_readers_and_a_writer_over_a_tick() {
+    let plans = [reader(1, 2), reader(1, 2), acquirer(1, 2)];
+    let cfg = without_timeouts(Config::new(3, 2, &plans, 1)).cover(SEEN_SHARED);
+    assert_safe("two readers and a writer, 1 tick", cfg);
+}
+
+/// A waiting writer's two attempts: its mark outlives the first one's rollback.
+#[test]
+#[ignore]
+fn large_two_readers_and_a_waiting_writer_that_retries() {
+    let plans = [reader(1, 2), reader(1, 2), waiting_writer(2, 2)];
+    let cfg = without_timeouts(Config::new(3, 2, &plans, 0))
+        .cover(SEEN_SHARED | SEEN_MARK_REFUSED | SEEN_UNMARKED);
+    assert_safe("two readers and a waiting writer with 2 attempts", cfg);
+}
+
+/// A reader and two writers, every one releasing.
+#[test]
+#[ignore]
+fn large_a_reader_and_two_writers() {
+    let plans = [reader(1, 2), waiting_writer(1, 2), acquirer(1, 2)];
+    let cfg = without_timeouts(Config::new(3, 2, &plans, 0)).cover(SEEN_UNDER_MARK);
+    assert_safe("a reader and two writers, releasing", cfg);
+}
+
+/// Two readers and a writer, one forgetful node under `All`.
+#[test]
+#[ignore]
+fn large_two_readers_and_a_writer_all_of_3_one_forgetful() {
+    let plans = [reader(1, 2), reader(1, 2), acquirer(1, 2)];
+    let cfg = without_timeouts(Config::new(3, 3, &plans, 0))
+        .forgetful(1)
+        .cover(SEEN_FORGOTTEN | SEEN_SHARED);
+    assert_safe("two readers and a writer, All of 3, 1 forgetful", cfg);
+}
+
+/// Fencing with two readers and a writer: the writer's token exceeds both readers'.
+#[test]
+#[ignore]
+fn large_fencing_two_readers_and_a_writer() {
+    let plans = [reader(1, 2), reader(1, 2), acquirer(1, 2)];
+    let cfg = without_timeouts(Config::new(3, 2, &plans, 0)).fencing(Fencing::AfterQuorum, 0);
+    assert_safe("fencing, two readers and a writer", cfg);
+}
+
+/// The reader's extends against a writer, with timeouts.
+#[test]
+#[ignore]
+fn large_a_reader_that_extends_and_a_writer_with_timeouts() {
+    let extender = Plan {
+        role: Role::Reader,
+        ttl: 2,
+        extend_to: &[1, 3],
+        extends: 1,
+        release: false,
+        ..EXTENDER
+    };
+    let cfg = Config::new(3, 2, &[extender, keeps(acquirer(1, 3))], 2)
+        .cover(SEEN_RENEWED | SEEN_SHORTENED);
+    assert_safe("a reader that extends and a writer, with timeouts", cfg);
 }
