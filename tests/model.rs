@@ -11,7 +11,10 @@
 //!   came while `now < t0 + ttl` (validity `ttl - elapsed - drift`, with drift 0 and
 //!   `min_validity` 0); its deadline is `t0 + ttl`. Otherwise the attempt is rolled back on
 //!   *every* node (compare-and-delete), behind the attempt's own requests on each connection
-//!   (`src/ordering.rs`, invariant 5). The holder value is unique per attempt.
+//!   (`src/ordering.rs`, invariant 5). The holder value is unique per attempt. (The library
+//!   skips the nodes that answered that they refused: a refusing node never took this
+//!   attempt's holder value, so its compare-and-delete would find nothing; the model sends it
+//!   anyway, which reaches the same node states.)
 //! - **Fencing** (`acquire.rs`, `fence_token`): once the acquire reached its quorum, a second
 //!   fan-out increments the counters, and the token is the largest answer from a quorum (in
 //!   the `Fencing::InAcquire` negative control, the largest counter among the confirming
@@ -1438,7 +1441,8 @@ impl Protocol {
         }
     }
 
-    /// `acquire.rs`, `rollback`: compare-and-delete on every node (the bug: only where yes).
+    /// `acquire.rs`, `rollback`: compare-and-delete on every node (the bug: only where yes;
+    /// the library leaves out only the nodes that answered "refused", where it is a no-op).
     /// A waiting writer whose last attempt failed then withdraws its mark from every node
     /// (`acquire.rs`, `Withdraw`), behind the rollback on each connection.
     fn rollback(&self, s: &mut State, c: usize, log: &mut Log) {
