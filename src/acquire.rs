@@ -104,7 +104,8 @@ struct Contention {
     hint: Option<Duration>,
     /// A fair request's ticket, when a quorum of refusals drew it.
     drawn: Option<u64>,
-    /// Some nodes said yes: the attempt raced a change of holder (a release, a grant).
+    /// Some nodes said yes (the attempt raced a change of holder: a release, a grant), or a
+    /// fair request's rollback gave the key back to it.
     partly: bool,
 }
 
@@ -378,9 +379,10 @@ async fn wait_loop(state: &Arc<ClientState>, plan: &mut Plan<'_>) -> Result<Lock
         let (error, hint) = match miss {
             Some(Miss::Failed(e)) => (Some(e), None),
             Some(Miss::Contended(c)) => {
-                // A fair request whose attempt raced a change of holder retries quickly: its
-                // own rollback may have just given back a grant to it, and then nobody else
-                // hands the free key to it, first in line, but its next attempt.
+                // A fair request whose attempt raced a change of holder, or whose rollback
+                // gave the key straight back to it, retries quickly: nobody but its next
+                // attempt claims a key granted to it, and the grant's notices may have come
+                // (and been counted) while it was attempting.
                 if c.partly && fair.is_some() {
                     backoff.woken();
                 }
@@ -553,7 +555,11 @@ async fn attempt(
     telemetry::attempt(end);
     telemetry::rollback();
     // RedLock step 5: roll back, also on the nodes that failed or timed out.
-    give_back(state, key, holder, give_back_to).await;
+    let regranted = give_back(state, key, holder, give_back_to).await;
+    let mut miss = miss;
+    if let Miss::Contended(c) = &mut miss {
+        c.partly |= regranted;
+    }
     Err(miss)
 }
 
@@ -570,16 +576,37 @@ async fn attempt(
 /// them. So a fair request waits for its rollback (each node's part bounded by the node
 /// timeout; a part stopped before it was written is never sent) before it tries again or
 /// counts as waiting for a hand-off.
-async fn give_back(state: &Arc<ClientState>, shape: &Shape, holder: String, nodes: Vec<usize>) {
+///
+/// Returns whether a fair request's rollback gave the key straight back to the request, first
+/// in line (see `scripts::FAIR_RELEASE`): its next attempt should come at once, since no other
+/// notice of that grant is sure to reach it.
+async fn give_back(
+    state: &Arc<ClientState>,
+    shape: &Shape,
+    holder: String,
+    nodes: Vec<usize>,
+) -> bool {
     if nodes.is_empty() {
-        return;
+        return false;
     }
-    let work = rollback(state.clone(), shape.clone(), holder, nodes);
-    if matches!(shape, Shape::Fair(_)) {
-        state.background.track(work).await;
-    } else {
-        write_now_finish_later(&state.background, work);
-    }
+    let Shape::Fair(fair) = shape else {
+        let work = rollback(state.clone(), shape.clone(), holder, nodes);
+        write_now_finish_later(&state.background, async move {
+            work.await;
+        });
+        return false;
+    };
+    let answers = state
+        .background
+        .track(rollback(state.clone(), shape.clone(), holder, nodes))
+        .await;
+    answers.iter().any(|a| match a {
+        Ok(redis::Value::Array(items)) => matches!(
+            items.as_slice(),
+            [_, redis::Value::BulkString(w)] if w.as_slice() == fair.waiter.as_bytes()
+        ),
+        _ => false,
+    })
 }
 
 /// Takes the lock a release of this client handed to a waiting fair request (see `fair`):
@@ -721,7 +748,12 @@ fn hold(
 
 /// Releases an attempt's entries on `nodes`, by plain EVAL (ordering invariant 5),
 /// announcing only the nodes it gave back (see the release script).
-async fn rollback(state: Arc<ClientState>, key: Shape, holder: String, nodes: Vec<usize>) {
+async fn rollback(
+    state: Arc<ClientState>,
+    key: Shape,
+    holder: String,
+    nodes: Vec<usize>,
+) -> Vec<std::result::Result<redis::Value, crate::error::NodeFailure>> {
     let call = key.release(&holder, Notice::Rollback);
-    broadcast(&state.nodes, nodes, call, SendBy::Eval).await;
+    broadcast(&state.nodes, nodes, call, SendBy::Eval).await
 }
