@@ -12,7 +12,7 @@ use crate::backoff::Backoff;
 use crate::config::check_duration;
 use crate::error::{Error, Op, Result};
 use crate::fair::Grant;
-use crate::fanout::{broadcast, fan_out, read_counter, read_flag};
+use crate::fanout::{broadcast, fan_out, granted_to, read_counter, read_flag};
 use crate::guard::LockGuard;
 use crate::key::Key;
 use crate::lease::Lease;
@@ -600,12 +600,11 @@ async fn give_back(
         .background
         .track(rollback(state.clone(), shape.clone(), holder, nodes))
         .await;
-    answers.iter().any(|a| match a {
-        Ok(redis::Value::Array(items)) => matches!(
-            items.as_slice(),
-            [_, redis::Value::BulkString(w)] if w.as_slice() == fair.waiter.as_bytes()
-        ),
-        _ => false,
+    answers.iter().any(|a| {
+        a.as_ref()
+            .ok()
+            .and_then(granted_to)
+            .is_some_and(|w| w == fair.waiter.as_bytes())
     })
 }
 

@@ -182,10 +182,8 @@ where
     fn count(&mut self, i: usize, result: Result<Value, NodeFailure>) {
         let node = &self.nodes[i];
         let out = &mut self.outcome;
-        if let Ok(Value::Array(items)) = &result {
-            if let [_, Value::BulkString(waiter)] = items.as_slice() {
-                out.granted.push(waiter.clone());
-            }
+        if let Some(waiter) = result.as_ref().ok().and_then(granted_to) {
+            out.granted.push(waiter.to_vec());
         }
         let vote = match result.map(|v| ((self.read)(&v), v)) {
             Ok((Some(Answer::Yes(value)), _)) => {
@@ -294,8 +292,9 @@ pub(crate) fn read_drawn(v: &Value) -> Option<Answer> {
     }
 }
 
-/// Reads a fair lock's release: a 1 / 0 reply as [`read_flag`], or `{1 or 0, waiter id}`
-/// when the node handed the key to that waiter (recorded in [`Outcome::granted`]).
+/// Reads a fair lock's release (and rollback): a 1 / 0 reply as [`read_flag`], or `{1 or 0,
+/// waiter id}` when the node handed the key to that waiter (see [`granted_to`]; recorded in
+/// [`Outcome::granted`]).
 pub(crate) fn read_grant(v: &Value) -> Option<Answer> {
     match v {
         Value::Array(items) => match items.as_slice() {
@@ -303,6 +302,18 @@ pub(crate) fn read_grant(v: &Value) -> Option<Answer> {
             _ => None,
         },
         _ => read_flag(v),
+    }
+}
+
+/// The waiter a fair lock's release or rollback handed the key to on one node, if its answer
+/// says so (`{1 or 0, waiter id}`).
+pub(crate) fn granted_to(v: &Value) -> Option<&[u8]> {
+    match v {
+        Value::Array(items) => match items.as_slice() {
+            [_, Value::BulkString(waiter)] => Some(waiter),
+            _ => None,
+        },
+        _ => None,
     }
 }
 
