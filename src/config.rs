@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use crate::error::{Error, Result};
 use crate::quorum::{self, Quorum};
 
@@ -43,6 +45,13 @@ pub(crate) struct Config {
 }
 
 impl Config {
+    /// The deadline of entries set for `ttl` by a request first sent at `start` (an acquire,
+    /// an extend, a release that hands the key on): `start + ttl - drift` (invariant 2: the
+    /// nodes that apply it expire the entry no earlier).
+    pub(crate) fn trusted_until(&self, start: Instant, ttl: Duration) -> Instant {
+        start + quorum::trusted_for(ttl, quorum::drift(ttl, self.drift_factor))
+    }
+
     /// Checks a TTL against this configuration: it must leave room for at least one node
     /// round trip and the drift allowance, or no acquire could ever succeed.
     pub(crate) fn check_ttl(&self, ttl: Duration) -> Result<Duration> {

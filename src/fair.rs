@@ -32,7 +32,6 @@ use tokio::time::Instant;
 use crate::config::Config;
 use crate::fanout::Outcome;
 use crate::ordering::Stragglers;
-use crate::quorum;
 
 /// The fair waiters of one client, by waiter id.
 #[derive(Default)]
@@ -130,7 +129,7 @@ impl FairWaiters {
 
     /// After a release that a quorum confirmed: if a quorum of nodes handed the key to one
     /// waiter of this client that was waiting since before `stamp` (taken before the release
-    /// was sent at `sent`), gives it the lock and returns true. `in_flight` goes with it.
+    /// was sent at `sent`), gives it the lock; `in_flight` goes with it.
     pub(crate) fn hand_off(
         &self,
         config: &Config,
@@ -138,25 +137,24 @@ impl FairWaiters {
         sent: Instant,
         outcome: &Outcome,
         in_flight: &mut Option<Stragglers>,
-    ) -> bool {
+    ) {
         let required = config.required;
         let Some(waiter) = quorum_granted(&outcome.granted, required) else {
-            return false;
+            return;
         };
         let Ok(waiter) = std::str::from_utf8(waiter) else {
-            return false;
+            return;
         };
         let Some(slot) = self.slots().get(waiter).cloned() else {
-            return false;
+            return;
         };
         let mut state = slot.state.lock().unwrap_or_else(|p| p.into_inner());
         if !matches!(*state, SlotState::Waiting { since } if since < stamp) {
-            return false;
+            return;
         }
-        let drift = quorum::drift(slot.ttl, config.drift_factor);
-        let deadline = sent + quorum::trusted_for(slot.ttl, drift);
+        let deadline = config.trusted_until(sent, slot.ttl);
         if deadline <= Instant::now() + config.min_validity {
-            return false;
+            return;
         }
         *state = SlotState::Granted(Grant {
             deadline,
@@ -164,7 +162,6 @@ impl FairWaiters {
         });
         drop(state);
         slot.notify.notify_one();
-        true
     }
 }
 

@@ -19,7 +19,7 @@ use crate::error::{Error, Op, Result};
 use crate::fanout::{broadcast, fan_out, read_flag, FanOut, NodeAnswer, Outcome};
 use crate::key::Key;
 use crate::ordering::{BackgroundWork, InFlight, Stragglers};
-use crate::quorum::{self, Decision};
+use crate::quorum::Decision;
 use crate::scripts::SendBy;
 use crate::shape::{Notice, Shape};
 use crate::state::ClientState;
@@ -238,7 +238,7 @@ impl Lease {
             if self.live_deadline().is_none() {
                 return lost();
             }
-            let next = extended_deadline(&self.client.config, start, ttl);
+            let next = self.client.config.trusted_until(start, ttl);
             // Invariant 2: a request that may shorten the entries cuts the deadline before it
             // is sent, never after.
             self.set_deadline(|s| s.deadline = s.deadline.min(next));
@@ -351,12 +351,6 @@ pub(crate) enum Extended {
     Failed(Error),
 }
 
-/// The deadline of an extend to `ttl` whose first request is sent at `start`: `start + ttl -
-/// drift` (invariant 2: the nodes that apply it expire the entry no earlier).
-pub(crate) fn extended_deadline(config: &Config, start: Instant, ttl: Duration) -> Instant {
-    start + quorum::trusted_for(ttl, quorum::drift(ttl, config.drift_factor))
-}
-
 /// An extend of `key` for `holder` to `ttl` on every node: the extend script, which acts only
 /// where the stored holder value matches and never creates an entry, so an expired or released
 /// lock stays gone (invariant 5). Nothing is sent until the fan-out is first polled.
@@ -399,11 +393,12 @@ pub(crate) async fn release_round(
     holder: &str,
 ) -> (Outcome, Option<Stragglers>) {
     let call = shape.release(holder, Notice::Release);
-    // A fair release may hand the key to a waiter of this client (see `fair`): the stamp and
-    // the instant are taken before anything is sent.
-    let releasing =
-        matches!(shape, Shape::Fair(_)).then(|| client.fair.releasing(shape.primary().bytes()));
-    let (stamp, sent) = (client.fair.stamp(), Instant::now());
+    // A fair release may hand the key to a waiter of this client (see `fair`): its mark, the
+    // stamp and the instant are taken before anything is sent (and only for a fair lock).
+    let fair = matches!(shape, Shape::Fair(_)).then(|| {
+        let releasing = client.fair.releasing(shape.primary().bytes());
+        (releasing, client.fair.stamp(), Instant::now())
+    });
     let mut fan = fan_out(
         &client.nodes,
         client.config.required,
@@ -412,12 +407,12 @@ pub(crate) async fn release_round(
     );
     if fan.decide().await == Decision::Reached {
         let mut stragglers = fan.detach(&client.background);
-        if releasing.is_some() {
+        if let Some((releasing, stamp, sent)) = fair {
             client
                 .fair
                 .hand_off(&client.config, stamp, sent, &fan.outcome, &mut stragglers);
+            drop(releasing);
         }
-        drop(releasing);
         (fan.outcome, stragglers)
     } else {
         fan.collect().await;

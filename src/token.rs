@@ -12,9 +12,7 @@ use tracing::Instrument;
 
 use crate::error::{Error, Result};
 use crate::key::Key;
-use crate::lease::{
-    decide_extend, extend_call, extended_deadline, release_result, release_round, Extended,
-};
+use crate::lease::{decide_extend, extend_call, release_result, release_round, Extended};
 use crate::shape::Shape;
 use crate::state::ClientState;
 use crate::telemetry::{self, RenewalEnd, RenewedBy};
@@ -68,7 +66,7 @@ pub(crate) async fn extend(
         };
         // The validity runs from before the first request is sent, as a guard's extend's does;
         // the quorum must come before it ends.
-        let deadline = extended_deadline(&client.config, Instant::now(), ttl);
+        let deadline = client.config.trusted_until(Instant::now(), ttl);
         let mut fan = extend_call(client, &key, token, ttl);
         let ended = decide_extend(&mut fan, &key, deadline).await;
         // No lease to leave the requests still in flight with: those not yet written to their
