@@ -102,11 +102,13 @@ async fn bad_configuration_names_the_setting() {
         config_field(b().drift_factor(0.7).build().await),
         "drift_factor"
     );
-    assert_eq!(
-        config_field(b().queue_lease(Duration::from_millis(100)).build().await),
-        "queue_lease",
-        "a queue lease of two node timeouts"
-    );
+    for lease in [Duration::ZERO, Duration::from_millis(100), Duration::MAX] {
+        assert_eq!(
+            config_field(b().queue_lease(lease).build().await),
+            "queue_lease",
+            "a queue lease of {lease:?} (at most two node timeouts, or unrepresentable)"
+        );
+    }
     assert_eq!(
         config_field(b().node_timeout(Duration::from_secs(60)).build().await),
         "watchdog_lease",

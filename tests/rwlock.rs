@@ -651,7 +651,7 @@ async fn a_cancelled_waiting_writer_takes_its_mark_back() {
 /// durations as a mutex request does: a zero or unrepresentable TTL, wait or maximum hold is
 /// a typed error naming it, before any node is asked, never a panic.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn out_of_range_durations_on_sets_permits_and_rw_locks_are_typed_errors() {
+async fn out_of_range_durations_on_sets_permits_rw_and_fair_locks_are_typed_errors() {
     let fleet = shared_fleet();
     let locks = client(fleet, Quorum::All).await;
     let key = unique_key("rw-durations");
@@ -662,6 +662,7 @@ async fn out_of_range_durations_on_sets_permits_and_rw_locks_are_typed_errors() 
             ("permit", locks.semaphore(&key, 2)),
             ("read", locks.read_lock(&key)),
             ("write", locks.write_lock(&key)),
+            ("fair", locks.fair_lock(&other)),
         ]
     };
     let mut wrong = Vec::new();
@@ -695,5 +696,6 @@ async fn out_of_range_durations_on_sets_permits_and_rw_locks_are_typed_errors() 
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     for i in 0..fleet.len() {
         assert!(!exists(fleet, i, &key).await, "node {i} got an entry");
+        assert!(!exists(fleet, i, &other).await, "node {i} got an entry");
     }
 }
