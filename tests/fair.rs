@@ -222,6 +222,58 @@ async fn a_release_hands_the_lock_to_a_waiter_of_its_own_client_without_a_round_
     assert_eq!(after.released - before.released, 5);
 }
 
+/// The remaining TTL in ms of `key` on node `i` (negative when absent).
+async fn pttl(fleet: &Fleet, i: usize, key: &str) -> i64 {
+    let mut c = conn(fleet, i).await;
+    redis::cmd("PTTL")
+        .arg(key)
+        .query_async(&mut c)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_handed_over_guards_deadline_is_no_later_than_its_entries_on_a_quorum() {
+    let fleet = shared_fleet();
+    let key = unique_key("fair-hand-off-deadline");
+    let locks = patient_client(fleet).await;
+    let held = locks.fair_lock(&key).ttl(LONG).acquire().await.unwrap();
+    let waiter = {
+        let (locks, key) = (locks.clone(), key.clone());
+        tokio::spawn(async move { locks.fair_lock(&key).ttl(LONG).acquire().await })
+    };
+    eventually(fleet, LONG, "the waiter sleeps in line", || async {
+        let s = locks.stats();
+        queued_everywhere(fleet, &key).await == 1
+            && s.waiting == 1
+            && s.attempts == s.acquired + s.contended + s.failed
+    })
+    .await;
+    let attempts = locks.stats().attempts;
+    held.release().await.unwrap();
+    let handed = waiter.await.unwrap().unwrap();
+    assert_eq!(
+        locks.stats().attempts,
+        attempts,
+        "handed over, not taken by an attempt"
+    );
+    // The guard's validity first, the nodes' TTLs after: a deadline later than an entry's
+    // expiry by more than the time between the two reads (and the ms rounding) shows.
+    let validity = handed.validity().as_millis() as i64;
+    let mut covering = 0;
+    for i in 0..fleet.len() {
+        if pttl(fleet, i, &key).await + 1 >= validity {
+            covering += 1;
+        }
+    }
+    assert!(
+        covering >= locks.quorum_size(),
+        "validity {validity} ms outlives the entries: only {covering} nodes cover it"
+    );
+    assert!(validity <= LONG.as_millis() as i64);
+    handed.release().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_fair_guard_extends_fences_and_reports_its_release_as_the_mutex() {
     let fleet = shared_fleet();
