@@ -505,7 +505,7 @@ async fn attempt(
                         .into_iter()
                         .chain(fencing)
                         .collect();
-                    let deadline = t0 + quorum::trusted_for(ttl, drift);
+                    let deadline = config.trusted_until(t0, ttl);
                     return Ok(hold(state, plan, holder, deadline, token, in_flight));
                 }
                 (Err(e), _) => e,

@@ -2,15 +2,18 @@
 //! outcome is known (RedLock steps 2 and 3 for acquire; the same shape serves extend, release
 //! and the fencing write-back).
 
-use std::future::Future;
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use redis::Value;
+use tokio::time::{Instant, Sleep};
 
 use crate::error::{Error, FailureKind, NodeFailure, Op};
-use crate::node::Nodes;
+use crate::node::{Node, Nodes};
 use crate::ordering::{BackgroundWork, Stragglers};
 use crate::quorum::{Decision, Tally, Vote};
 use crate::scripts::{Call, SendBy};
@@ -47,15 +50,20 @@ pub(crate) struct Outcome {
 /// One node's answer to a call, with the node's index.
 pub(crate) type NodeAnswer = (usize, Result<Value, NodeFailure>);
 
-/// One node's part of a call, owning what it needs so that it can outlive the caller.
+/// One node's part of a fan-out, owning what it needs so that it can outlive the caller;
+/// unbounded: the fan-out bounds all its requests by one deadline.
 fn node_call(
     nodes: &Nodes,
     i: usize,
     call: &Arc<Call>,
-    form: SendBy,
 ) -> impl Future<Output = NodeAnswer> + Send + 'static {
     let (nodes, call) = (nodes.clone(), call.clone());
-    async move { (i, nodes[i].run(&call, form, i).await) }
+    async move { (i, nodes[i].run(&call, SendBy::Sha, i, call.expired()).await) }
+}
+
+/// The longest of the nodes' timeouts (they are all the client's node timeout).
+fn call_timeout(nodes: &Nodes) -> Duration {
+    nodes.iter().map(Node::timeout).max().unwrap_or_default()
 }
 
 impl Outcome {
@@ -99,8 +107,9 @@ impl Outcome {
     }
 }
 
-/// `call` running on all nodes concurrently, each request bounded by its node's timeout
-/// (RedLock steps 2 and 3). [`decide`](Self::decide) returns as soon as `required` nodes said
+/// `call` running on all nodes concurrently, every request bounded by the node timeout from
+/// the fan-out's first poll (RedLock steps 2 and 3): one deadline for the call, rather than a
+/// timer per request. [`decide`](Self::decide) returns as soon as `required` nodes said
 /// yes or that became impossible; the requests still running are then the caller's to
 /// [`collect`](Self::collect), [`detach`](Self::detach) or drop. Dropping stops every request
 /// not yet sent (a request already written stays queued on its node's connection, ahead of
@@ -112,6 +121,12 @@ pub(crate) struct FanOut<F> {
     /// `None` once detached: taking the set out, rather than leaving an empty one behind,
     /// spares allocating a new one for every call that returns at quorum.
     pending: Option<FuturesUnordered<F>>,
+    /// When the requests still running time out: the node timeout after the first poll.
+    deadline: Option<Instant>,
+    /// Bit `i`: node `i`'s answer was counted.
+    counted: u64,
+    /// Bit `i`: node `i`'s request was dropped at the deadline, its timeout not yet counted.
+    timed_out: u64,
     pub(crate) outcome: Outcome,
 }
 
@@ -124,13 +139,16 @@ pub(crate) fn fan_out(
 ) -> FanOut<impl Future<Output = NodeAnswer> + Send + 'static> {
     let call = Arc::new(call);
     let pending = (0..nodes.len())
-        .map(|i| node_call(nodes, i, &call, SendBy::Sha))
+        .map(|i| node_call(nodes, i, &call))
         .collect();
     FanOut {
         nodes: nodes.clone(),
         call,
         read,
         pending: Some(pending),
+        deadline: None,
+        counted: 0,
+        timed_out: 0,
         outcome: Outcome::empty(nodes.len(), required),
     }
 }
@@ -143,8 +161,10 @@ where
     ///
     /// Cancel safe: answers not yet counted stay pending.
     pub(crate) async fn decide(&mut self) -> Decision {
+        let expiry = tokio::time::sleep_until(self.deadline());
+        let mut expiry = std::pin::pin!(expiry);
         while self.outcome.decision == Decision::Pending {
-            let Some((i, result)) = self.next().await else {
+            let Some((i, result)) = self.next(expiry.as_mut()).await else {
                 break;
             };
             self.count(i, result);
@@ -153,33 +173,87 @@ where
         self.outcome.decision
     }
 
-    /// Counts every remaining answer (each bounded by its node's timeout): for the exact
-    /// figures of a failed release, and for the renewal's repair, which needs to know which
-    /// nodes lack the entry.
+    /// Counts every remaining answer (until the call's deadline): for the exact figures of a
+    /// failed release, and for the renewal's repair, which needs to know which nodes lack the
+    /// entry.
     ///
     /// Cancel safe: answers not yet counted stay pending.
     pub(crate) async fn collect(&mut self) {
-        while let Some((i, result)) = self.next().await {
+        let expiry = tokio::time::sleep_until(self.deadline());
+        let mut expiry = std::pin::pin!(expiry);
+        while let Some((i, result)) = self.next(expiry.as_mut()).await {
             self.count(i, result);
         }
     }
 
-    /// Lets the requests still running finish in a background task; `None` when none is.
+    /// Lets the requests still running finish in a background task, until the call's
+    /// deadline; `None` when none is running, or when the deadline already passed (the
+    /// requests are then dropped, and one not yet written is never sent).
     pub(crate) fn detach(&mut self, background: &Arc<BackgroundWork>) -> Option<Stragglers> {
         let mut pending = self.pending.take().filter(|p| !p.is_empty())?;
+        let deadline = self.deadline();
+        if deadline <= Instant::now() {
+            self.call.expire();
+            return None;
+        }
+        let call = self.call.clone();
         Some(Stragglers::spawn(
             background,
             self.call.clone(),
-            async move { while pending.next().await.is_some() {} },
+            async move {
+                let rest = async { while pending.next().await.is_some() {} };
+                if tokio::time::timeout_at(deadline, rest).await.is_err() {
+                    // Marked before the requests are dropped (with this future).
+                    call.expire();
+                }
+            },
         ))
     }
 
-    /// The next answer; `None` when every request ended or the rest were detached.
-    async fn next(&mut self) -> Option<NodeAnswer> {
-        self.pending.as_mut()?.next().await
+    /// The instant the requests still running time out, fixed on the first call.
+    fn deadline(&mut self) -> Instant {
+        *self
+            .deadline
+            .get_or_insert_with(|| Instant::now() + call_timeout(&self.nodes))
+    }
+
+    /// The next answer; `None` when every request ended or the rest were detached. When the
+    /// deadline passes, the requests still running are dropped, and their nodes' timeouts
+    /// are the next answers, one at a time (so that [`decide`](Self::decide) stops counting
+    /// at the decision, as it does for answers).
+    async fn next(&mut self, mut expiry: Pin<&mut Sleep>) -> Option<NodeAnswer> {
+        if let Some(pending) = self.pending.as_mut() {
+            let expired = poll_fn(|cx| match pending.poll_next_unpin(cx) {
+                Poll::Ready(answer) => Poll::Ready(Some(answer)),
+                Poll::Pending => expiry.as_mut().poll(cx).map(|()| None),
+            })
+            .await;
+            match expired {
+                Some(answer) => return answer,
+                None => self.time_out(),
+            }
+        }
+        let i = self.timed_out.trailing_zeros() as usize;
+        if i >= self.nodes.len() {
+            return None;
+        }
+        self.timed_out &= !(1 << i);
+        Some((i, Err(self.nodes[i].timed_out())))
+    }
+
+    /// The deadline passed: drops the requests still running (the call marked expired
+    /// first) and keeps their nodes as timed out, to be counted.
+    fn time_out(&mut self) {
+        self.call.expire();
+        self.pending = None;
+        let all = u64::MAX
+            .checked_shr(64 - self.nodes.len() as u32)
+            .unwrap_or(0);
+        self.timed_out = all & !self.counted;
     }
 
     fn count(&mut self, i: usize, result: Result<Value, NodeFailure>) {
+        self.counted |= 1 << i;
         let node = &self.nodes[i];
         let out = &mut self.outcome;
         if let Some(waiter) = result.as_ref().ok().and_then(granted_to) {
@@ -251,11 +325,11 @@ pub(crate) async fn broadcast(
     form: SendBy,
 ) -> Vec<Result<Value, NodeFailure>> {
     let call = Arc::new(call);
-    futures::future::join_all(which.into_iter().map(|i| node_call(nodes, i, &call, form)))
-        .await
-        .into_iter()
-        .map(|(_, r)| r)
-        .collect()
+    futures::future::join_all(which.into_iter().map(|i| {
+        let (nodes, call) = (nodes.clone(), call.clone());
+        async move { nodes[i].run_within_timeout(&call, form, i).await }
+    }))
+    .await
 }
 
 /// Reads an integer reply.

@@ -2,7 +2,7 @@
 //! timeout, script calls with NOSCRIPT fallback, and error classification.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use std::time::Duration;
@@ -158,8 +158,51 @@ impl Node {
         .await
     }
 
-    /// Runs a lock call, bounded by the per-node timeout. In [`SendBy::Sha`] a script is sent
-    /// by EVALSHA, falling back to EVAL when the node answers NOSCRIPT (scripts flushed). The
+    /// Runs a lock call, bounded by the per-node timeout: for calls that wait for every
+    /// node's answer ([`broadcast`](crate::fanout::broadcast)). A fan-out bounds its requests
+    /// by one deadline of its own instead (see [`run`](Self::run)).
+    pub(crate) async fn run_within_timeout(
+        &self,
+        call: &Call,
+        form: SendBy,
+        slot: usize,
+    ) -> Result<Value, NodeFailure> {
+        // This request's own flag (the call is shared by the other nodes' requests, which may
+        // end otherwise), declared first so that it outlives the request, and set before the
+        // request is dropped.
+        let expired = AtomicBool::new(false);
+        let mut request = std::pin::pin!(self.run(call, form, slot, &expired));
+        match tokio::time::timeout(self.timeout, request.as_mut()).await {
+            Ok(result) => result,
+            Err(_) => {
+                expired.store(true, Ordering::Relaxed);
+                Err(self.timed_out())
+            }
+        }
+    }
+
+    /// The failure of a request that got no answer within the node timeout.
+    pub(crate) fn timed_out(&self) -> NodeFailure {
+        self.no_answer_within(self.timeout)
+    }
+
+    fn no_answer_within(&self, limit: Duration) -> NodeFailure {
+        NodeFailure::new(
+            self.name(),
+            FailureKind::Timeout,
+            format!("no answer within {limit:?}"),
+        )
+    }
+
+    /// The per-node timeout.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Runs a lock call, unbounded: the caller bounds it by the node timeout, and sets
+    /// `expired` before dropping a request that ran out of time (it is then recorded as timed
+    /// out, not stopped). In [`SendBy::Sha`] a script is sent by
+    /// EVALSHA, falling back to EVAL when the node answers NOSCRIPT (scripts flushed). The
     /// fallback is sent from the same future: a caller that drops the future (decided, or
     /// timed out) can be sure no EVAL follows its rollback.
     pub(crate) async fn run(
@@ -167,6 +210,7 @@ impl Node {
         call: &Call,
         form: SendBy,
         slot: usize,
+        expired: &AtomicBool,
     ) -> Result<Value, NodeFailure> {
         let Some(_in_flight) = InFlightRequest::enter(&self.in_flight) else {
             return Err(NodeFailure::new(
@@ -175,7 +219,10 @@ impl Node {
                 format!("more than {MAX_IN_FLIGHT} requests in flight to this node"),
             ));
         };
-        let request = NodeRequest::start(slot, call.name);
+        let mut request = Recorded {
+            request: Some(NodeRequest::start(slot, call.name)),
+            expired,
+        };
         // Named as the OpenTelemetry conventions for Redis clients name a command's span; the
         // node is given by its index, never its address.
         let span = tracing::trace_span!(
@@ -185,27 +232,29 @@ impl Node {
             "quorum_lock.node" = slot,
             "quorum_lock.operation" = call.name,
         );
-        let result = self.bounded(self.timeout, self.on_connection(|mut conn, resent| async move {
-            let first = match (form, resent) {
-                (_, true) => send(&mut conn, &call.resend(form), call, slot).await,
-                (SendBy::Sha, false) => send(&mut conn, call.command(), call, slot).await,
-                (SendBy::Eval, false) => send(&mut conn, &call.eval(), call, slot).await,
-            };
-            match first.and_then(top_level_error) {
-                Err(e)
-                    if call.is_script()
-                        && e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
-                {
-                    tracing::debug!(node = %self.name(), script = call.name, "NOSCRIPT, falling back to EVAL");
-                    send(&mut conn, &call.eval(), call, slot)
-                        .await
-                        .and_then(top_level_error)
+        let result = self
+            .on_connection(|mut conn, resent| async move {
+                let first = match (form, resent) {
+                    (_, true) => send(&mut conn, &call.resend(form), call, slot).await,
+                    (SendBy::Sha, false) => send(&mut conn, call.command(), call, slot).await,
+                    (SendBy::Eval, false) => send(&mut conn, &call.eval(), call, slot).await,
+                };
+                match first.and_then(top_level_error) {
+                    Err(e)
+                        if call.is_script()
+                            && e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
+                    {
+                        tracing::debug!(node = %self.name(), script = call.name, "NOSCRIPT, falling back to EVAL");
+                        send(&mut conn, &call.eval(), call, slot)
+                            .await
+                            .and_then(top_level_error)
+                    }
+                    other => other,
                 }
-                other => other,
-            }
-        }))
-        .instrument(span)
-        .await;
+            })
+            .instrument(span)
+            .await
+            .map_err(|(_, failure)| failure);
         request.end(match &result {
             Ok(_) => NodeResult::Answered,
             Err(f) if f.kind() == FailureKind::Timeout => NodeResult::Timeout,
@@ -280,11 +329,7 @@ impl Node {
         futures::FutureExt::map(tokio::time::timeout(limit, fut), move |r| match r {
             Ok(Ok(v)) => Ok(v),
             Ok(Err((_, failure))) => Err(failure),
-            Err(_) => Err(NodeFailure::new(
-                self.name(),
-                FailureKind::Timeout,
-                format!("no answer within {limit:?}"),
-            )),
+            Err(_) => Err(self.no_answer_within(limit)),
         })
     }
 }
@@ -438,6 +483,33 @@ impl<'a> InFlightRequest<'a> {
 impl Drop for InFlightRequest<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A node request's record: ended with its result, or, when the request is dropped first,
+/// as timed out if its time ran out (its caller's flag), else as stopped.
+struct Recorded<'a> {
+    request: Option<NodeRequest>,
+    expired: &'a AtomicBool,
+}
+
+impl Recorded<'_> {
+    /// Records the request's result, once.
+    fn end(&mut self, result: NodeResult) {
+        if let Some(request) = self.request.take() {
+            request.end(result);
+        }
+    }
+}
+
+impl Drop for Recorded<'_> {
+    fn drop(&mut self) {
+        let result = if self.expired.load(Ordering::Relaxed) {
+            NodeResult::Timeout
+        } else {
+            NodeResult::Stopped
+        };
+        self.end(result);
     }
 }
 

@@ -4,6 +4,7 @@
 //! client (see `owner`), so the nodes need no per-holder count (Redisson's hash layout): a
 //! plain acquire is the native `SET key holder NX PX ttl`, no script at all.
 
+use std::sync::atomic::AtomicBool;
 use std::sync::OnceLock;
 
 use redis::Cmd;
@@ -49,6 +50,8 @@ pub(crate) struct Call {
     /// Which nodes' requests hold their place on their connection, and whether the caller
     /// told the rest to stop (see [`Progress`]).
     pub(crate) progress: Progress,
+    /// The call's time ran out: the requests dropped from now on timed out (for metrics).
+    expired: AtomicBool,
 }
 
 /// The most nodes a client may have: [`Progress`](crate::progress::Progress) keeps one bit per
@@ -84,6 +87,7 @@ impl Call {
             script: Some(script),
             command: evalsha,
             progress: Progress::default(),
+            expired: AtomicBool::new(false),
         }
     }
 
@@ -98,6 +102,7 @@ impl Call {
             script: None,
             command: set,
             progress: Progress::default(),
+            expired: AtomicBool::new(false),
         }
     }
 
@@ -112,7 +117,19 @@ impl Call {
             script: None,
             command: incr,
             progress: Progress::default(),
+            expired: AtomicBool::new(false),
         }
+    }
+
+    /// Marks the call's time as run out: its requests dropped from now on timed out.
+    pub(crate) fn expire(&self) {
+        self.expired
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Set once the call's time ran out (see [`expire`](Self::expire)).
+    pub(crate) fn expired(&self) -> &AtomicBool {
+        &self.expired
     }
 
     /// The Redis command sent first, for spans (`db.operation.name`).

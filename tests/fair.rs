@@ -379,6 +379,32 @@ async fn line_lengths(fleet: &Fleet, key: &str) -> Vec<usize> {
     lengths
 }
 
+/// Starts a fair acquire of `key` by `locks` (a 3 s TTL), and returns its task once it is the
+/// `n`-th waiter in line on every node.
+async fn wait_in_line(
+    fleet: &Fleet,
+    locks: &QuorumLock,
+    key: &str,
+    n: usize,
+) -> tokio::task::JoinHandle<quorum_lock::Result<LockGuard>> {
+    let (locks, owned) = (locks.clone(), key.to_string());
+    let task = tokio::spawn(async move {
+        locks
+            .fair_lock(&owned)
+            .ttl(Duration::from_secs(3))
+            .acquire()
+            .await
+    });
+    eventually(
+        fleet,
+        LONG,
+        &format!("waiter {n} is in line everywhere"),
+        || async { line_lengths(fleet, key).await.iter().all(|&len| len == n) },
+    )
+    .await;
+    task
+}
+
 /// A waiter in a process of its own that stops once it is in line everywhere: its runtime's
 /// only thread blocks for good, so its request is never polled again, nor dropped (it
 /// neither renews its place nor withdraws), and its connections go quiet, as a process that
@@ -793,29 +819,9 @@ async fn a_first_waiter_cut_off_from_a_quorum_leaves_the_line_to_the_next() {
             .map(|p| format!("redis://127.0.0.1:{}", p.port())),
     );
     let first = quick(first_nodes, LONG).await.unwrap();
-    let first_waits = {
-        let (c, k) = (first.clone(), key.clone());
-        tokio::spawn(async move { c.fair_lock(&k).ttl(Duration::from_secs(3)).acquire().await })
-    };
-    eventually(
-        &fleet,
-        LONG,
-        "the first waiter is in line everywhere",
-        || async { line_lengths(&fleet, &key).await.iter().all(|&n| n == 1) },
-    )
-    .await;
+    let first_waits = wait_in_line(&fleet, &first, &key, 1).await;
     let second = quick(direct, Duration::from_secs(10)).await.unwrap();
-    let second_waits = {
-        let (c, k) = (second.clone(), key.clone());
-        tokio::spawn(async move { c.fair_lock(&k).ttl(Duration::from_secs(3)).acquire().await })
-    };
-    eventually(
-        &fleet,
-        LONG,
-        "the second waiter is in line everywhere",
-        || async { line_lengths(&fleet, &key).await.iter().all(|&n| n == 2) },
-    )
-    .await;
+    let second_waits = wait_in_line(&fleet, &second, &key, 2).await;
     // The first waiter's links to nodes 2 and 3 go down; the holder releases.
     for l in &links {
         l.black_hole();

@@ -503,3 +503,84 @@ async fn an_extend_refused_by_a_majority_is_recorded_as_a_loss_by_refusal() {
     assert_eq!(end.gauge("quorum_lock_held"), held_before);
     end.assert_no_secrets(5, &[&key, "test:", "127.0.0.1", "redis://"]);
 }
+
+/// A node that does not answer: its requests are recorded as timed out (not stopped), whether
+/// the call returned at quorum without it (the request then runs out of time in the
+/// background) or waited for it, and the error of a call that no quorum answered names each
+/// silent node with a timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_to_a_silent_node_are_recorded_as_timed_out() {
+    let _turn = turn().await;
+    let fleet = quorum_lock::testkit::Fleet::start(5).unwrap();
+    let key = unique_key("metrics-silent");
+    let locks = connected_slow_client(&fleet, &key).await;
+    fleet.pause(4).unwrap();
+    let before = record();
+
+    let guard = locks.acquire(&key, TTL).await.unwrap();
+    guard.release().await.unwrap();
+    locks.finish_background().await;
+    let after = record();
+    for op in ["acquire", "release"] {
+        let silent = [("node", "4"), ("operation", op)];
+        assert_eq!(
+            after.counter_since(
+                &before,
+                REQUESTS,
+                &[silent[0], silent[1], ("result", "timeout")]
+            ),
+            1,
+            "{op} on the silent node"
+        );
+        assert_eq!(after.counter_since(&before, REQUESTS, &silent), 1, "{op}");
+        assert!(
+            after.counter_since(
+                &before,
+                REQUESTS,
+                &[("operation", op), ("result", "answered")]
+            ) >= 4,
+            "{op} on the others"
+        );
+    }
+
+    // Three silent nodes of five: no quorum, and the error names each with a timeout.
+    fleet.pause(2).unwrap();
+    fleet.pause(3).unwrap();
+    let before = record();
+    let failed = locks.try_acquire(&key, TTL).await;
+    // The attempt's rollback (to every node that did not refuse) waits for each node.
+    locks.finish_background().await;
+    let after = record();
+    let Err(Error::NoQuorum { failures, .. }) = &failed else {
+        panic!("expected no quorum: {failed:?}");
+    };
+    let mut silent: Vec<&str> = failures
+        .iter()
+        .filter(|f| f.kind() == quorum_lock::FailureKind::Timeout)
+        .map(|f| f.node())
+        .collect();
+    silent.sort();
+    let mut expected: Vec<String> = [2, 3, 4].iter().map(|&i| fleet.url(i)).collect();
+    expected.sort();
+    assert_eq!(silent, expected, "{failures:?}");
+    assert_eq!(
+        after.counter_since(
+            &before,
+            REQUESTS,
+            &[("operation", "acquire"), ("result", "timeout")]
+        ),
+        3
+    );
+    assert_eq!(
+        after.counter_since(
+            &before,
+            REQUESTS,
+            &[("operation", "release"), ("result", "timeout")]
+        ),
+        3,
+        "the rollback's requests to the silent nodes"
+    );
+    for i in [2, 3, 4] {
+        fleet.resume(i).unwrap();
+    }
+}

@@ -413,14 +413,7 @@ async fn a_refused_attempt_rolls_back_its_entry_member_and_mark_on_every_node() 
             .query_async(&mut c)
             .await
             .unwrap();
-        let _: () = redis::cmd("SET")
-            .arg(&key)
-            .arg("foreign-writer")
-            .arg("PX")
-            .arg(60_000)
-            .query_async(&mut c)
-            .await
-            .unwrap();
+        plant(fleet, i, &key, "foreign-writer").await;
     }
     assert!(
         try_read(&locks, &key).await.is_none(),

@@ -54,6 +54,40 @@ pub async fn client(fleet: &Fleet, quorum: Quorum) -> QuorumLock {
         .expect("building the client")
 }
 
+/// A client for a test that silences nodes: a node timeout (2 s) no healthy node misses on a loaded
+/// machine (only the silent ones time out), with its connection to every node open (made by
+/// one acquire and release of `key`), so that the silenced nodes already have theirs.
+pub async fn connected_slow_client(fleet: &Fleet, key: &str) -> QuorumLock {
+    let locks = builder(fleet, Quorum::Majority)
+        .node_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .expect("building the client");
+    locks
+        .try_acquire(key, Duration::from_secs(30))
+        .await
+        .expect("acquire on a healthy fleet")
+        .expect("a free key")
+        .release()
+        .await
+        .expect("release on a healthy fleet");
+    locks.finish_background().await;
+    locks
+}
+
+/// Stores `key` = `value` on node `i` for a minute, as another holder's entry.
+pub async fn plant(fleet: &Fleet, i: usize, key: &str, value: &str) {
+    let mut c = conn(fleet, i).await;
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .arg("PX")
+        .arg(60_000)
+        .query_async(&mut c)
+        .await
+        .expect("SET");
+}
+
 pub async fn conn(fleet: &Fleet, i: usize) -> redis::aio::MultiplexedConnection {
     // A generous response timeout: nodes under CLIENT PAUSE answer late, but do answer.
     let config =
