@@ -80,6 +80,10 @@ pub const PORT: u16 = 6379;
 /// Node `i` has the address `.{FIRST_HOST + i}` on each side's /24 (`.1` is the gateway).
 const FIRST_HOST: usize = 10;
 
+/// How many more times a pause the runtime could not complete ("unable to freeze") is asked
+/// for.
+const PAUSE_TRIES: u32 = 5;
+
 /// The most nodes a fleet may have (the addresses left in a /24).
 pub const MAX_NODES: usize = 240;
 
@@ -384,7 +388,8 @@ impl ContainerFleet {
     /// answers nothing until [`resume`](Self::resume).
     ///
     /// # Errors
-    /// The node is not running, or the engine refused.
+    /// The node is not running, or the engine refused (a freeze the runtime could not
+    /// complete is asked for again a few times first).
     ///
     /// # Cancel safety
     /// Dropping the future does not stop the operation: it completes on its own thread.
@@ -664,7 +669,22 @@ impl Inner {
     fn pause(&self, i: usize) -> io::Result<()> {
         let mut node = self.running(i)?;
         if !node.paused {
-            docker(&["pause", &node.container])?;
+            // The runtime freezes the container's cgroup and, when that does not settle in
+            // its own time limit (a loaded host), thaws it again and reports "unable to
+            // freeze": nothing was paused, so the pause is asked for again, a few times.
+            let mut tries = 0;
+            loop {
+                match docker(&["pause", &node.container]) {
+                    Err(e) if tries < PAUSE_TRIES && e.to_string().contains("unable to freeze") => {
+                        tries += 1;
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                    result => {
+                        result?;
+                        break;
+                    }
+                }
+            }
             node.paused = true;
         }
         Ok(())
