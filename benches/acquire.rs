@@ -83,5 +83,9 @@ fn acquire_release(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, acquire_release);
+criterion_group! {
+    name = benches;
+    config = common::plot::criterion();
+    targets = acquire_release
+}
 criterion_main!(benches);

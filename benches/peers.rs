@@ -1,24 +1,31 @@
 //! quorum-lock against the network floor and against rslock, on local redis-server fleets,
-//! printing one table of percentiles and ratios (the machine is noisy: compare within a run).
+//! printing one table of percentiles and ratios per section (the machine is noisy: compare
+//! within a run), and drawing PNG plots of the scaling, contention and hand-off sections.
 //!
 //! `cargo bench --bench peers` (about 5 minutes); `QUORUM_LOCK_BENCH_ITERS=N` changes the
 //! iterations per measurement (default 2000); `QUORUM_LOCK_BENCH_SECTIONS=family,handoff`
 //! runs only the sections named (uncontended, scaling, slow, contention, throughput, family,
-//! handoff).
+//! handoff); `QUORUM_LOCK_BENCH_PLOTS=DIR` is where the plots go (default `docs/bench` in
+//! the crate): `latency-vs-nodes.png` (scaling), `contention-waits.png` and
+//! `handoff-waits.png` (the distributions of the waits), each when its section runs. The plots
+//! need a TrueType font (DejaVu Sans or the like, read at run time); without one they are
+//! skipped, with a line saying so.
 //!
 //! Workloads:
 //! - uncontended acquire+release, one client, sequential, 5 nodes: quorum-lock, the floor
 //!   (`SET NX PX` to all nodes at once, then a compare-and-delete script to all nodes at once,
 //!   each step returning as soon as a majority answered, the rest finishing in the
 //!   background), the all-nodes floor (each step waits for every node), and rslock;
-//! - node scaling: the same for N = 1, 3, 5, 7, 9;
+//! - node scaling: the same for N = 1, 3, 5, 7, 9 (p50 and p99);
 //! - a slow node: acquire latency with one of five nodes behind 200 ms of added latency;
 //! - contention: 8 tasks on one key, 100 lock/unlock each: throughput and wait percentiles;
 //! - throughput: 64 distinct keys in flight from one client;
 //! - the lock family: uncontended acquire+release of each primitive beside the mutex's;
 //! - hand-off: 8 tasks on one key, the fair lock beside the mutex, within one client (a
 //!   release hands the fair lock over on the nodes, and the waiter holds from the release's
-//!   answers) and across 8 clients (the waiter claims its grant with one attempt).
+//!   answers) and across 8 clients (the waiter claims its grant with one attempt), measured
+//!   against the hand-off floor (tasks queued in the process, each hand-off one fan-out of a
+//!   compare-and-set script returning at a majority: one quorum round trip per hand-off).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,7 +37,8 @@ use quorum_lock::QuorumLock;
 use tokio::time::Instant;
 
 mod common;
-use common::{Counting, Floor, ALLOCATIONS, TTL};
+use common::plot::{self, Plots, Scaling};
+use common::{Counting, Floor, HandOffFloor, ALLOCATIONS, TTL};
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -57,7 +65,8 @@ struct Stats {
     mean: Duration,
 }
 
-fn stats(mut samples: Vec<Duration>) -> Stats {
+fn stats(samples: &[Duration]) -> Stats {
+    let mut samples = samples.to_vec();
     samples.sort();
     let at = |q: f64| samples[((samples.len() as f64 * q) as usize).min(samples.len() - 1)];
     let total: Duration = samples.iter().sum();
@@ -83,7 +92,7 @@ where
         op(i).await;
         samples.push(t.elapsed());
     }
-    stats(samples)
+    stats(&samples)
 }
 
 /// The ratio of two durations.
@@ -167,7 +176,7 @@ async fn slow_node(iters: usize) -> (Stats, Stats) {
                 samples.push(t.elapsed());
                 drop(g); // released in the background, off the clock
             }
-            stats(samples)
+            stats(&samples)
         }
     };
     let healthy = run("healthy").await;
@@ -177,8 +186,8 @@ async fn slow_node(iters: usize) -> (Stats, Stats) {
     (healthy, slow)
 }
 
-/// 8 tasks, 100 lock/unlock each on one key: (ops per second, wait stats).
-async fn contention<L, F, Fut>(make: L) -> (f64, Stats)
+/// 8 tasks, 100 lock/unlock each on one key: (ops per second, every wait).
+async fn contention<L, F, Fut>(make: L) -> (f64, Vec<Duration>)
 where
     L: Fn() -> F,
     F: FnOnce() -> Fut + Send + 'static,
@@ -191,7 +200,7 @@ where
         waits.extend(t.await.unwrap());
     }
     let elapsed = started.elapsed();
-    (waits.len() as f64 / elapsed.as_secs_f64(), stats(waits))
+    (waits.len() as f64 / elapsed.as_secs_f64(), waits)
 }
 
 fn main() {
@@ -209,6 +218,9 @@ async fn run() {
         "quorum-lock peer benchmark: {iters} iterations per measurement, {} cores",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
+    let plots = Plots::open(plot::dir())
+        .inspect_err(|why| println!("plots skipped: {why}"))
+        .ok();
     println!();
 
     if wanted("uncontended") {
@@ -242,19 +254,32 @@ async fn run() {
         println!();
     }
     if wanted("scaling") {
-        println!("## Node scaling (p50)");
-        println!("| N | quorum-lock | floor | rslock | ours/floor | ours/rslock |");
+        println!("## Node scaling (p50 / p99)");
+        println!("| N | quorum-lock | floor | rslock | ours/floor p50 | ours/rslock p50 |");
         println!("|---|---|---|---|---|---|");
+        let mut clients = ["quorum-lock", "floor", "rslock"].map(|client| Scaling {
+            client,
+            points: Vec::new(),
+        });
         for n in [1usize, 3, 5, 7, 9] {
             let [o, f, _, p] = uncontended(n, iters / 2).await;
             println!(
-                "| {n} | {} | {} | {} | {:.2} | {:.2} |",
+                "| {n} | {} / {} | {} / {} | {} / {} | {:.2} | {:.2} |",
                 us(o.p50),
+                us(o.p99),
                 us(f.p50),
+                us(f.p99),
                 us(p.p50),
+                us(p.p99),
                 r(o.p50, f.p50),
                 r(o.p50, p.p50)
             );
+            for (client, s) in clients.iter_mut().zip([o, f, p]) {
+                client.points.push((n, s.p50, s.p99));
+            }
+        }
+        if let Some(plots) = &plots {
+            plots.latency_vs_nodes(&clients);
         }
         println!();
     }
@@ -289,22 +314,7 @@ async fn run() {
         let ours_run = |locks: QuorumLock, key: &'static str| {
             move || {
                 let locks = locks.clone();
-                move || async move {
-                    let mut waits = Vec::with_capacity(100);
-                    for _ in 0..100 {
-                        let t = Instant::now();
-                        let g = locks
-                            .lock(key)
-                            .ttl(TTL)
-                            .wait(Duration::from_secs(120))
-                            .acquire()
-                            .await
-                            .unwrap();
-                        waits.push(t.elapsed());
-                        g.release().await.unwrap();
-                    }
-                    waits
-                }
+                move || turns(locks, key, |l, k| l.lock(k))
             }
         };
         let rs_run = |peer: rslock::LockManager, key: &'static str| {
@@ -342,22 +352,30 @@ async fn run() {
         ];
         println!("| client | ops/s | mean wait | p99 wait |");
         println!("|---|---|---|---|");
-        for (name, (ops, s)) in &results {
+        for (name, (ops, waits)) in &results {
+            let s = stats(waits);
             println!("| {name} | {ops:.0} | {} | {} |", us(s.mean), us(s.p99));
         }
-        let (ours_ops, ours_s) = results[0].1;
-        let (rs_ops, rs_s) = results[3].1;
+        let (ours_ops, ours_s) = (results[0].1 .0, stats(&results[0].1 .1));
+        let (rs_ops, rs_s) = (results[3].1 .0, stats(&results[3].1 .1));
         println!(
         "ratios vs rslock tuned: p99 wait {:.3} (target <= 0.1), throughput {:.1}x (target >= 2)",
         r(ours_s.p99, rs_s.p99),
         ours_ops / rs_ops
     );
+        if let Some(plots) = &plots {
+            plots.wait_cdf(
+                "contention-waits.png",
+                "Contention: waits of 8 tasks x 100 lock/unlock on one key, 5 nodes",
+                &distributions(&results),
+            );
+        }
         println!();
     }
     if wanted("throughput") {
         println!("## Throughput: 64 distinct keys in flight, 5 nodes, 5 s");
         let floor = Arc::new(Floor::connect(&fleet).await);
-        let ours_ops = in_flight(64, {
+        let ours = in_flight(&fleet, 64, {
             let locks = pubsub.clone();
             move |i| {
                 let locks = locks.clone();
@@ -369,7 +387,7 @@ async fn run() {
             }
         })
         .await;
-        let floor_ops = in_flight(64, {
+        let floor_run = in_flight(&fleet, 64, {
             let floor = floor.clone();
             move |i| {
                 let floor = floor.clone();
@@ -377,11 +395,22 @@ async fn run() {
             }
         })
         .await;
-        println!("| client | acquire+release per second |");
-        println!("|---|---|");
-        println!("| quorum-lock | {ours_ops:.0} |");
-        println!("| floor | {floor_ops:.0} |");
-        println!("ratio ours/floor {:.2}", ours_ops / floor_ops);
+        println!(
+            "| client | acquire+release per second | client CPU per op | servers' CPU per op |"
+        );
+        println!("|---|---|---|---|");
+        for (name, t) in [("quorum-lock", &ours), ("floor", &floor_run)] {
+            println!(
+                "| {name} | {:.0} | {} | {} |",
+                t.ops_per_s,
+                us(t.client_cpu),
+                us(t.servers_cpu)
+            );
+        }
+        println!(
+            "ratio ours/floor {:.2} (target >= 1.0)",
+            ours.ops_per_s / floor_run.ops_per_s
+        );
         println!();
     }
     if wanted("family") {
@@ -404,6 +433,10 @@ async fn run() {
         println!("## Hand-off: 8 tasks x 100 lock/unlock on one key, 5 nodes");
         let rows = [
             (
+                "floor (hand-off in one fan-out, 1 client)",
+                hand_off_floor(&fleet, "bench:h:floor").await,
+            ),
+            (
                 "mutex, 1 client",
                 hand_off(&fleet, 1, "bench:h:m1", |l, k| l.lock(k)).await,
             ),
@@ -422,7 +455,8 @@ async fn run() {
         ];
         println!("| lock | ops/s | time per hand-off | mean wait | p99 wait |");
         println!("|---|---|---|---|---|");
-        for (name, (ops, s)) in &rows {
+        for (name, (ops, waits)) in &rows {
+            let s = stats(waits);
             println!(
                 "| {name} | {ops:.0} | {} | {} | {} |",
                 us(Duration::from_secs_f64(1.0 / ops)),
@@ -430,7 +464,30 @@ async fn run() {
                 us(s.p99)
             );
         }
+        // Time per hand-off is the inverse of ops/s: its ratio is the floor's ops over the row's.
+        let floor_ops = rows[0].1 .0;
+        println!(
+            "time per hand-off vs the floor: mutex, 1 client {:.2}, fair lock, 1 client {:.2} (target <= 1.1)",
+            floor_ops / rows[1].1 .0,
+            floor_ops / rows[2].1 .0
+        );
+        if let Some(plots) = &plots {
+            plots.wait_cdf(
+                "handoff-waits.png",
+                "Hand-off: waits of 8 tasks x 100 lock/unlock on one key, 5 nodes",
+                &distributions(&rows),
+            );
+        }
     }
+}
+
+/// The waits of each row of a section, for a plot of their distributions.
+fn distributions<'a>(
+    rows: &'a [(&'a str, (f64, Vec<Duration>))],
+) -> Vec<(&'a str, &'a [Duration])> {
+    rows.iter()
+        .map(|(name, (_, waits))| (*name, waits.as_slice()))
+        .collect()
 }
 
 /// One uncontended acquire+release of `request`.
@@ -482,8 +539,13 @@ async fn family(iters: usize) -> Vec<(&'static str, Stats)> {
 }
 
 /// 8 tasks x 100 lock/unlock on one key with `clients` clients (tasks spread over them),
-/// each task asking through `request`: (ops per second, wait stats).
-async fn hand_off<R>(fleet: &Fleet, clients: usize, key: &'static str, request: R) -> (f64, Stats)
+/// each task asking through `request`: (ops per second, every wait).
+async fn hand_off<R>(
+    fleet: &Fleet,
+    clients: usize,
+    key: &'static str,
+    request: R,
+) -> (f64, Vec<Duration>)
 where
     R: for<'a> Fn(&'a QuorumLock, &'static str) -> quorum_lock::LockRequest<'a>
         + Copy
@@ -498,18 +560,45 @@ where
     let next = std::sync::atomic::AtomicUsize::new(0);
     contention(|| {
         let locks = pool[next.fetch_add(1, Ordering::Relaxed) % clients].clone();
+        move || turns(locks, key, request)
+    })
+    .await
+}
+
+/// One task's part of a contention run: 100 lock/unlock on `key` through `request` (each
+/// `acquire` with a 120 s wait, then `release`); every wait, from asking to holding.
+async fn turns<R>(locks: QuorumLock, key: &'static str, request: R) -> Vec<Duration>
+where
+    R: for<'a> Fn(&'a QuorumLock, &'static str) -> quorum_lock::LockRequest<'a>,
+{
+    let mut waits = Vec::with_capacity(100);
+    for _ in 0..100 {
+        let t = Instant::now();
+        let g = request(&locks, key)
+            .ttl(TTL)
+            .wait(Duration::from_secs(120))
+            .acquire()
+            .await
+            .unwrap();
+        waits.push(t.elapsed());
+        g.release().await.unwrap();
+    }
+    waits
+}
+
+/// 8 tasks x 100 lock/unlock on one key through the hand-off floor: (ops per second, every
+/// wait).
+async fn hand_off_floor(fleet: &Fleet, key: &str) -> (f64, Vec<Duration>) {
+    let floor = Arc::new(HandOffFloor::connect(fleet, key).await);
+    contention(|| {
+        let floor = floor.clone();
         move || async move {
             let mut waits = Vec::with_capacity(100);
             for _ in 0..100 {
                 let t = Instant::now();
-                let g = request(&locks, key)
-                    .ttl(TTL)
-                    .wait(Duration::from_secs(120))
-                    .acquire()
-                    .await
-                    .unwrap();
+                let value = floor.acquire().await;
                 waits.push(t.elapsed());
-                g.release().await.unwrap();
+                floor.release(value).await;
             }
             waits
         }
@@ -517,12 +606,74 @@ where
     .await
 }
 
-/// Runs `op(slot)` in `slots` loops for 5 s; returns completed ops per second.
-async fn in_flight<F, Fut>(slots: usize, op: F) -> f64
+/// What one throughput run measured.
+struct Throughput {
+    ops_per_s: f64,
+    /// This process's CPU time (user + system) per operation.
+    client_cpu: Duration,
+    /// The nodes' CPU time (`INFO cpu`, user + system, summed over the nodes) per operation.
+    servers_cpu: Duration,
+}
+
+/// This process's CPU time so far (user + system, from /proc/self/stat, in clock ticks of
+/// `getconf CLK_TCK`); zero where that cannot be read.
+fn process_cpu() -> Duration {
+    let tick = std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .unwrap_or(100.0);
+    let ticks = std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|stat| {
+            // The fields after the command name, which is in parentheses.
+            let fields: Vec<String> = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect();
+            let user: f64 = fields.get(11)?.parse().ok()?;
+            let system: f64 = fields.get(12)?.parse().ok()?;
+            Some(user + system)
+        })
+        .unwrap_or(0.0);
+    Duration::from_secs_f64(ticks / tick)
+}
+
+/// The CPU time the fleet's servers used so far (`INFO cpu`, summed over the nodes).
+async fn servers_cpu(fleet: &Fleet) -> Duration {
+    let mut seconds = 0.0;
+    for i in 0..fleet.len() {
+        let mut conn = fleet
+            .client(i)
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let info: String = redis::cmd("INFO")
+            .arg("cpu")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        seconds += info
+            .lines()
+            .filter(|l| l.starts_with("used_cpu_sys:") || l.starts_with("used_cpu_user:"))
+            .filter_map(|l| l.split_once(':')?.1.trim().parse::<f64>().ok())
+            .sum::<f64>();
+    }
+    Duration::from_secs_f64(seconds)
+}
+
+/// Runs `op(slot)` in `slots` loops for 5 s: completed ops per second, and the client's and
+/// the servers' CPU time per op (counted until the stragglers of the last ops finished).
+async fn in_flight<F, Fut>(fleet: &Fleet, slots: usize, op: F) -> Throughput
 where
     F: Fn(usize) -> Fut + Clone + Send + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
+    let (client_before, servers_before) = (process_cpu(), servers_cpu(fleet).await);
     let done = Arc::new(AtomicU64::new(0));
     let until = Instant::now() + Duration::from_secs(5);
     let started = Instant::now();
@@ -540,5 +691,14 @@ where
     for t in tasks {
         t.await.unwrap();
     }
-    done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
+    let elapsed = started.elapsed();
+    // The last ops' slower nodes answer within the node timeout.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let ops = done.load(Ordering::Relaxed);
+    let per_op = |d: Duration| d / u32::try_from(ops.max(1)).unwrap_or(u32::MAX);
+    Throughput {
+        ops_per_s: ops as f64 / elapsed.as_secs_f64(),
+        client_cpu: per_op(process_cpu().saturating_sub(client_before)),
+        servers_cpu: per_op(servers_cpu(fleet).await.saturating_sub(servers_before)),
+    }
 }
