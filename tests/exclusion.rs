@@ -17,7 +17,8 @@ async fn sixteen_tasks_never_overlap(quorum: Quorum) {
     let key = unique_key("exclusion");
     let mut clients = Vec::new();
     for _ in 0..4 {
-        clients.push(client(fleet, quorum).await);
+        // Every release must be confirmed (by all five nodes under `Quorum::All`).
+        clients.push(patient_client(fleet, quorum).await);
     }
     let inside = Arc::new(AtomicBool::new(false));
     let overlaps = Arc::new(AtomicU64::new(0));

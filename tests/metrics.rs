@@ -523,6 +523,14 @@ async fn requests_to_a_silent_node_are_recorded_as_timed_out() {
     let after = record();
     for op in ["acquire", "release"] {
         let silent = [("node", "4"), ("operation", op)];
+        // Every result of the silent node's requests, for the message of a failure.
+        let results: Vec<(&str, u64)> = ["answered", "timeout", "stopped", "error"]
+            .into_iter()
+            .map(|r| {
+                let labels = [silent[0], silent[1], ("result", r)];
+                (r, after.counter_since(&before, REQUESTS, &labels))
+            })
+            .collect();
         assert_eq!(
             after.counter_since(
                 &before,
@@ -530,7 +538,7 @@ async fn requests_to_a_silent_node_are_recorded_as_timed_out() {
                 &[silent[0], silent[1], ("result", "timeout")]
             ),
             1,
-            "{op} on the silent node"
+            "{op} on the silent node: {results:?}"
         );
         assert_eq!(after.counter_since(&before, REQUESTS, &silent), 1, "{op}");
         assert!(
