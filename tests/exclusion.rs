@@ -18,7 +18,7 @@ async fn sixteen_tasks_never_overlap(quorum: Quorum) {
     let mut clients = Vec::new();
     for _ in 0..4 {
         // Every release must be confirmed (by all five nodes under `Quorum::All`).
-        clients.push(patient_client(fleet, quorum).await);
+        clients.push(long_timeout_client(fleet, quorum).await);
     }
     let inside = Arc::new(AtomicBool::new(false));
     let overlaps = Arc::new(AtomicU64::new(0));

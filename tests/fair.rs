@@ -55,6 +55,13 @@ async fn any_line_keys(fleet: &Fleet, key: &str) -> bool {
     false
 }
 
+/// Waits until each client's calls have landed on every node that answers.
+async fn finish_background(clients: &[QuorumLock]) {
+    for locks in clients {
+        locks.finish_background().await;
+    }
+}
+
 /// A client whose waiters never wake on their timer within a test: they move only on
 /// notices and hand-offs.
 async fn patient_client(fleet: &Fleet) -> QuorumLock {
@@ -153,6 +160,9 @@ async fn waiters_of_different_clients_are_served_in_the_order_they_joined_the_li
     for locks in &clients {
         assert_eq!(locks.stats().woken, 1, "{:?}", locks.stats());
     }
+    // Once every call has landed on every node (a release returns at a quorum).
+    holder.finish_background().await;
+    finish_background(&clients).await;
     assert!(
         !any_line_keys(fleet, &key).await,
         "the line was left behind"
@@ -873,6 +883,8 @@ async fn tasks_of_several_clients_take_turns_without_falling_back_to_their_timer
     }
     let acquired: u64 = clients.iter().map(|c| c.stats().acquired).sum();
     assert_eq!(acquired, 200);
+    // Once every call has landed on every node (a release returns at a quorum).
+    finish_background(&clients).await;
     assert!(
         !any_line_keys(fleet, &key).await,
         "the line was left behind"

@@ -58,7 +58,7 @@ pub async fn client(fleet: &Fleet, quorum: Quorum) -> QuorumLock {
 /// of seconds: a node timeout (2 s) no healthy node misses on a loaded machine. Behind
 /// Docker's port proxy (the compose fleet, `QUORUM_LOCK_NODES`) a healthy node's answer has
 /// taken longer than [`builder`]'s 250 ms, which fails a `Quorum::All` release outright.
-pub async fn patient_client(fleet: &Fleet, quorum: Quorum) -> QuorumLock {
+pub async fn long_timeout_client(fleet: &Fleet, quorum: Quorum) -> QuorumLock {
     builder(fleet, quorum)
         .node_timeout(Duration::from_secs(2))
         .build()
@@ -70,7 +70,7 @@ pub async fn patient_client(fleet: &Fleet, quorum: Quorum) -> QuorumLock {
 /// machine (only the silent ones time out), with its connection to every node open (made by
 /// one acquire and release of `key`), so that the silenced nodes already have theirs.
 pub async fn connected_slow_client(fleet: &Fleet, key: &str) -> QuorumLock {
-    let locks = patient_client(fleet, Quorum::Majority).await;
+    let locks = long_timeout_client(fleet, Quorum::Majority).await;
     locks
         .try_acquire(key, Duration::from_secs(30))
         .await
