@@ -97,6 +97,8 @@ async fn a_free_fair_lock_is_taken_in_one_attempt_and_leaves_nothing_behind() {
         "a single attempt joined the line"
     );
     guard.release().await.unwrap();
+    // Once every call has landed on every node (a release returns at a quorum).
+    locks.finish_background().await;
     for i in 0..fleet.len() {
         assert_eq!(entry(fleet, i, &key).await, None, "node {i} kept the entry");
     }
@@ -319,13 +321,16 @@ async fn a_fair_guard_extends_fences_and_reports_its_release_as_the_mutex() {
     first.release().await.unwrap();
     let second = waiter.await.unwrap().unwrap();
     assert!(second.fencing_token().unwrap() > t1);
-    // The lock is the holder value at the key, as the mutex's.
+    // The lock is the holder value at the key, as the mutex's (once every call landed).
+    finish_background(&[locks.clone(), other.clone()]).await;
     for i in 0..fleet.len() {
         assert!(entry(fleet, i, &key).await.is_some(), "node {i}");
     }
     second.release().await.unwrap();
     // A guard whose entries were taken away reports its release as refused, with the count.
     let third = locks.fair_lock(&key).ttl(LONG).acquire().await.unwrap();
+    // Its requests to every node landed before the entries are taken away.
+    locks.finish_background().await;
     for i in 0..fleet.len() {
         let mut c = conn(fleet, i).await;
         let _: () = redis::cmd("DEL")
@@ -346,8 +351,10 @@ async fn racing_clients_never_deadlock_and_never_overlap() {
     let key = unique_key("fair-race");
     let history = Arc::new(Mutex::new(Vec::<Interval>::new()));
     let mut tasks = Vec::new();
+    let mut clients = Vec::new();
     for c in 0..4 {
         let locks = client(fleet, Quorum::Majority).await;
+        clients.push(locks.clone());
         for t in 0..3 {
             let (locks, key, history) = (locks.clone(), key.clone(), history.clone());
             tasks.push(tokio::spawn(async move {
@@ -374,6 +381,8 @@ async fn racing_clients_never_deadlock_and_never_overlap() {
     assert_eq!(history.len(), 4 * 3 * 8, "every acquisition completed");
     let report = history::check(&history);
     assert!(report.is_safe(), "{report:?}");
+    // Once every call has landed on every node (a release returns at a quorum).
+    finish_background(&clients).await;
     assert!(
         !any_line_keys(fleet, &key).await,
         "the line was left behind"
@@ -492,6 +501,8 @@ async fn a_dead_waiter_leaves_the_line_when_its_queue_lease_ends() {
     let got = got.expect("the live waiter got the lock");
     assert_eq!(live.stats().woken, 1, "woken by the grant naming it");
     got.release().await.unwrap();
+    // Once every call has landed on every node (a release returns at a quorum).
+    finish_background(&[holder.clone(), live.clone()]).await;
     assert!(!any_line_keys(fleet, &key).await);
 }
 
@@ -526,6 +537,8 @@ async fn a_waiter_that_gives_up_leaves_the_line_at_once() {
     })
     .await;
     guard.release().await.unwrap();
+    // Once every call has landed on every node (a release returns at a quorum).
+    holder.finish_background().await;
     for i in 0..fleet.len() {
         assert_eq!(entry(fleet, i, &key).await, None, "node {i}");
     }

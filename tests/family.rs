@@ -266,6 +266,8 @@ async fn a_set_extends_releases_and_signals_its_loss() {
         .expect("free");
     set.extend(Duration::from_secs(20)).await.expect("extend");
     assert!(set.validity() > Duration::from_secs(19));
+    // The acquire's and the extend's requests to every node landed (each returned at a quorum).
+    locks.finish_background().await;
     let mut c = conn(fleet, 0).await;
     let pttl: i64 = redis::cmd("PTTL")
         .arg(&b)
@@ -674,6 +676,8 @@ async fn extend_never_re_adds_an_expired_permit() {
         matches!(extended, Err(Error::LockLost { .. })),
         "{extended:?}"
     );
+    // The extend returned at its first refusal; its requests to the other nodes land.
+    locks.finish_background().await;
     for i in 0..fleet.len() {
         let mut c = conn(fleet, i).await;
         let score: Option<f64> = redis::cmd("ZSCORE")

@@ -54,10 +54,14 @@ async fn extend_after_expiry_is_lost_and_recreates_nothing() {
     let locks = client(fleet, Quorum::Majority).await;
     let key = unique_key("expired");
     let guard = locks.try_acquire(&key, SHORT).await.unwrap().unwrap();
+    // The acquire's requests to every node landed (it returned at a quorum) before the wait
+    // for their expiry.
+    locks.finish_background().await;
     let_expire(SHORT).await;
     let err = guard.extend(Duration::from_secs(30)).await.unwrap_err();
     assert!(matches!(err, Error::LockLost { .. }), "{err}");
     assert!(!guard.is_held());
+    locks.finish_background().await;
     for i in 0..fleet.len() {
         assert!(
             entry(fleet, i, &key).await.is_none(),
@@ -82,6 +86,8 @@ async fn extend_refused_by_a_majority_marks_the_guard_lost() {
         .await
         .unwrap()
         .unwrap();
+    // Its requests to every node landed first (the acquire returned at a quorum).
+    locks.finish_background().await;
     // Three nodes forget the lock (as after a restart without persistence).
     for i in 0..3 {
         let mut c = conn(fleet, i).await;

@@ -477,6 +477,8 @@ async fn extend_never_re_adds_an_expired_reader() {
         matches!(extended, Err(Error::LockLost { .. })),
         "{extended:?}"
     );
+    // The extend returned at its first refusal; its requests to the other nodes land.
+    locks.finish_background().await;
     for i in 0..fleet.len() {
         let mut c = conn(fleet, i).await;
         let score: Option<f64> = redis::cmd("ZSCORE")

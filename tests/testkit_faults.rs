@@ -48,6 +48,9 @@ async fn early_expiry_cuts_lock_entries_but_not_fencing_counters() {
         .acquire()
         .await
         .unwrap();
+    // The acquire's and the fencing calls' requests to every node landed (each returned at a
+    // quorum).
+    locks.finish_background().await;
     eventually(
         &fleet,
         Duration::from_secs(5),

@@ -61,10 +61,14 @@ async fn a_private_ca_and_a_client_certificate_acquire_extend_fence_and_release_
 
     let guard = locks.acquire(&key, TTL).await.unwrap();
     assert!(guard.validity() > TTL - Duration::from_secs(2));
+    // The acquire's requests to every node landed (it returned at a quorum), so the other
+    // client meets the entry on each node.
+    locks.finish_background().await;
     assert!(
         other.try_acquire(&key, TTL).await.unwrap().is_none(),
         "a second client got a held lock"
     );
+    other.finish_background().await;
     // The test kit's own client reads the entries over TLS, with the client certificate.
     for i in 0..fleet.len() {
         assert!(
@@ -75,6 +79,7 @@ async fn a_private_ca_and_a_client_certificate_acquire_extend_fence_and_release_
     guard.extend(2 * TTL).await.unwrap();
     assert!(guard.validity() > TTL, "{:?}", guard.validity());
     guard.release().await.unwrap();
+    locks.finish_background().await;
     for i in 0..fleet.len() {
         assert_eq!(
             entry(&fleet, i, &key).await,

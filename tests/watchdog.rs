@@ -92,6 +92,8 @@ async fn renewal_never_extends_or_revives_a_lock_another_client_now_holds() {
     let b = client(fleet, Quorum::Majority).await;
     let key = unique_key("taken-over");
     let guard_a = a.lock(&key).acquire().await.unwrap();
+    // Its requests to every node landed first (the acquire returned at a quorum).
+    a.finish_background().await;
     // A's entries vanish everywhere (as if expired during a long stall) and B takes the key.
     for i in 0..fleet.len() {
         let mut c = conn(fleet, i).await;
@@ -240,6 +242,8 @@ async fn release_and_drop_stop_renewals() {
         renewals,
         "renewed after release or drop"
     );
+    // The release's and the dropped guard's requests landed on every node.
+    locks.finish_background().await;
     for key in &keys {
         for i in 0..fleet.len() {
             let mut c = conn(fleet, i).await;
