@@ -62,9 +62,7 @@ async fn sixteen_tasks_never_overlap(quorum: Quorum) {
         "every round held the lock once"
     );
     // Once every call has landed on every node (a release returns at a quorum).
-    for c in &clients {
-        c.finish_background().await;
-    }
+    finish_background(&clients).await;
     for i in 0..fleet.len() {
         assert!(
             entry(fleet, i, &key).await.is_none(),

@@ -55,13 +55,6 @@ async fn any_line_keys(fleet: &Fleet, key: &str) -> bool {
     false
 }
 
-/// Waits until each client's calls have landed on every node that answers.
-async fn finish_background(clients: &[QuorumLock]) {
-    for locks in clients {
-        locks.finish_background().await;
-    }
-}
-
 /// A client whose waiters never wake on their timer within a test: they move only on
 /// notices and hand-offs.
 async fn patient_client(fleet: &Fleet) -> QuorumLock {

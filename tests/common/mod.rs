@@ -54,6 +54,14 @@ pub async fn client(fleet: &Fleet, quorum: Quorum) -> QuorumLock {
         .expect("building the client")
 }
 
+/// Waits until each client's calls have landed on every node that answers (a call returns at
+/// a quorum; its requests to the other nodes finish in the background).
+pub async fn finish_background(clients: &[QuorumLock]) {
+    for locks in clients {
+        locks.finish_background().await;
+    }
+}
+
 /// A client for a test whose calls must all be confirmed while no node is silenced, with TTLs
 /// of seconds: a node timeout (2 s) no healthy node misses on a loaded machine. Behind
 /// Docker's port proxy (the compose fleet, `QUORUM_LOCK_NODES`) a healthy node's answer has
