@@ -345,9 +345,7 @@ async fn eight_tasks_mixing_readers_and_writers_over_two_clients_never_break_the
     }
     assert_eq!(writes.load(Ordering::SeqCst), 16);
     assert_eq!(reads.load(Ordering::SeqCst), 32);
-    for locks in &clients {
-        locks.finish_background().await;
-    }
+    finish_background(&clients).await;
     assert_eq!(nodes_with(fleet, &key).await, 0, "writer entry left");
     assert_eq!(
         nodes_with(fleet, &readers_key(&key)).await,
