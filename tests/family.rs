@@ -439,6 +439,8 @@ async fn negative_control_a_set_taken_key_by_key_without_rollback_leaves_blockin
         .unwrap()
         .expect("a free after the library's refused set");
     a_free.release().await.unwrap();
+    // The release returns at a quorum: the raw writes below must come after it on every node.
+    holder.finish_background().await;
 
     // The naive set: on every node, a is taken, b refused, and nothing rolled back.
     let naive = "naive-holder-value";
