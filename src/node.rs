@@ -2,7 +2,7 @@
 //! timeout, script calls with NOSCRIPT fallback, and error classification.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use std::time::Duration;
@@ -23,11 +23,102 @@ use crate::telemetry::{NodeRequest, NodeResult};
 #[derive(Default)]
 struct Slot {
     generation: u64,
-    conn: Option<MultiplexedConnection>,
+    conn: Option<Connected>,
     /// A background connect is under way.
     connecting: bool,
     /// Why the latest connect failed, for the callers that waited for it.
     failure: Option<NodeFailure>,
+}
+
+/// A live connection and the account of its requests not answered yet.
+#[derive(Clone)]
+struct Connected {
+    conn: MultiplexedConnection,
+    backlog: Arc<Backlog>,
+}
+
+/// The requests written to one connection and not answered yet, as far as this client can
+/// tell: a node answers in order, so an answer to a request says that every request written
+/// before it was answered too, also those whose callers stopped waiting (timed out) and will
+/// never read their answers.
+///
+/// A node that stopped answering (frozen, black-holed) would otherwise collect every request
+/// of this client, each one timed out and forgotten by its caller but still queued on the
+/// connection; once it answers again, new requests would wait behind all of them. So once the
+/// node has been silent for a node timeout with [`MAX_SILENT_BACKLOG`] requests unanswered,
+/// requests fail at once without being written ("not sent"), except one probe per node
+/// timeout, whose answer shows that the node is back (and that the backlog drained).
+struct Backlog {
+    /// Sequence number of the latest request written.
+    written: AtomicU64,
+    /// The highest sequence number answered.
+    answered: AtomicU64,
+    /// When (ms since `epoch`) the node last answered, or a request was written while
+    /// everything before had been answered.
+    quiet_since: AtomicU64,
+    /// When (ms since `epoch`) the latest probe was let through.
+    probed_at: AtomicU64,
+    epoch: tokio::time::Instant,
+}
+
+/// How many unanswered requests a silent node may collect before further requests are not
+/// sent (see [`Backlog`]): its answers to them, once it is back, take well under a
+/// millisecond each.
+const MAX_SILENT_BACKLOG: u64 = 256;
+
+impl Backlog {
+    fn new() -> Backlog {
+        Backlog {
+            written: AtomicU64::new(0),
+            answered: AtomicU64::new(0),
+            quiet_since: AtomicU64::new(0),
+            probed_at: AtomicU64::new(0),
+            epoch: tokio::time::Instant::now(),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// A sequence number for a request about to be written, or `None` when it must not be
+    /// (the node has been silent for `timeout` with a full backlog, and a probe went out
+    /// less than `timeout` ago).
+    fn admit(&self, timeout: Duration) -> Option<u64> {
+        let now = self.now_ms();
+        let timeout = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        let written = self.written.load(Ordering::Acquire);
+        let outstanding = written.saturating_sub(self.answered.load(Ordering::Acquire));
+        if outstanding == 0 {
+            self.quiet_since.store(now, Ordering::Release);
+        } else if outstanding >= MAX_SILENT_BACKLOG
+            && now.saturating_sub(self.quiet_since.load(Ordering::Acquire)) > timeout
+        {
+            let probed = self.probed_at.load(Ordering::Acquire);
+            if now.saturating_sub(probed) <= timeout
+                || self
+                    .probed_at
+                    .compare_exchange(probed, now, Ordering::AcqRel, Ordering::Acquire)
+                    .is_err()
+            {
+                return None;
+            }
+        }
+        Some(self.written.fetch_add(1, Ordering::AcqRel) + 1)
+    }
+
+    /// The request numbered `seq` was answered (and so was every request before it).
+    fn answered(&self, seq: u64) {
+        self.answered.fetch_max(seq, Ordering::AcqRel);
+        self.quiet_since.store(self.now_ms(), Ordering::Release);
+    }
+
+    /// Requests written and not answered yet.
+    fn outstanding(&self) -> u64 {
+        self.written
+            .load(Ordering::Acquire)
+            .saturating_sub(self.answered.load(Ordering::Acquire))
+    }
 }
 
 /// What a node's background connect shares with the node.
@@ -111,7 +202,7 @@ impl Node {
     /// The live connection; without one, waits for the background connect (starting it if
     /// none is under way). The caller bounds the wait; the connect itself is bounded by the
     /// connect timeout.
-    async fn connection(&self) -> Result<(u64, MultiplexedConnection), NodeFailure> {
+    async fn connection(&self) -> Result<(u64, Connected), NodeFailure> {
         let connected = self.link.connected.notified();
         {
             let mut slot = self.slot();
@@ -149,8 +240,9 @@ impl Node {
     ) -> Result<Value, NodeFailure> {
         self.bounded(
             limit,
-            self.on_connection(|mut conn, _resent| async move {
-                conn.send_packed_command(cmd)
+            self.on_connection(|mut link, _resent| async move {
+                link.conn
+                    .send_packed_command(cmd)
                     .await
                     .and_then(top_level_error)
             }),
@@ -234,10 +326,15 @@ impl Node {
         );
         let result = self
             .on_connection(|mut conn, resent| async move {
+                let timeout = self.timeout;
                 let first = match (form, resent) {
-                    (_, true) => send(&mut conn, &call.resend(form), call, slot).await,
-                    (SendBy::Sha, false) => send(&mut conn, call.command(), call, slot).await,
-                    (SendBy::Eval, false) => send(&mut conn, &call.eval(), call, slot).await,
+                    (_, true) => send(&mut conn, &call.resend(form), call, slot, timeout).await,
+                    (SendBy::Sha, false) => {
+                        send(&mut conn, call.command(), call, slot, timeout).await
+                    }
+                    (SendBy::Eval, false) => {
+                        send(&mut conn, &call.eval(), call, slot, timeout).await
+                    }
                 };
                 match first.and_then(top_level_error) {
                     Err(e)
@@ -245,7 +342,7 @@ impl Node {
                             && e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
                     {
                         tracing::debug!(node = %self.name(), script = call.name, "NOSCRIPT, falling back to EVAL");
-                        send(&mut conn, &call.eval(), call, slot)
+                        send(&mut conn, &call.eval(), call, slot, timeout)
                             .await
                             .and_then(top_level_error)
                     }
@@ -258,6 +355,7 @@ impl Node {
         request.end(match &result {
             Ok(_) => NodeResult::Answered,
             Err(f) if f.kind() == FailureKind::Timeout => NodeResult::Timeout,
+            Err(f) if f.detail().contains(NOT_SENT) => NodeResult::Timeout,
             Err(f) if f.detail().contains(STOPPED) => NodeResult::Stopped,
             Err(_) => NodeResult::Error,
         });
@@ -275,7 +373,7 @@ impl Node {
     /// entry it already deleted).
     async fn on_connection<'a, F, Fut>(&'a self, op: F) -> Result<Value, (u64, NodeFailure)>
     where
-        F: Fn(MultiplexedConnection, bool) -> Fut + 'a,
+        F: Fn(Connected, bool) -> Fut + 'a,
         Fut: std::future::Future<Output = Result<Value, RedisError>> + 'a,
     {
         let (generation, conn) = self.connection().await.map_err(|f| (0, f))?;
@@ -377,7 +475,10 @@ impl Drop for ConnectInFlight<'_> {
             match result {
                 Ok(conn) => {
                     slot.generation += 1;
-                    slot.conn = Some(conn);
+                    slot.conn = Some(Connected {
+                        conn,
+                        backlog: Arc::new(Backlog::new()),
+                    });
                     slot.failure = None;
                 }
                 Err(failure) => {
@@ -431,6 +532,8 @@ fn classify(addr: &NodeAddr, e: &RedisError) -> NodeFailure {
     }
     let msg = addr.scrub(&e.to_string());
     let kind = match e.kind() {
+        // A silent node with a full backlog (see `Backlog`): as good as a timeout.
+        ErrorKind::Client if msg.contains(NOT_SENT) => FailureKind::Timeout,
         ErrorKind::AuthenticationFailed => FailureKind::Auth,
         _ if matches!(e.code(), Some("WRONGPASS" | "NOAUTH")) => FailureKind::Auth,
         ErrorKind::Io if msg.contains("lookup address") => FailureKind::UnknownHost,
@@ -445,28 +548,49 @@ fn classify(addr: &NodeAddr, e: &RedisError) -> NodeFailure {
 /// Why a request was not sent: the call was stopped (the caller decided without it).
 const STOPPED: &str = "call stopped by a later call of the same lease";
 
+/// Why a request was not sent: the node is silent with a full backlog (see [`Backlog`]).
+const NOT_SENT: &str = "not sent: the node has answered none of the";
+
 /// Sends one command of `call`, recording when it holds its place in the connection's queue,
 /// and refusing to start once the call was stopped (see
-/// [`Progress`](crate::scripts::Progress)).
+/// [`Progress`](crate::scripts::Progress)) or while the node is silent with a full backlog.
 async fn send(
-    conn: &mut MultiplexedConnection,
+    link: &mut Connected,
     cmd: &Cmd,
     call: &Call,
     slot: usize,
+    timeout: Duration,
 ) -> Result<Value, RedisError> {
     let progress = &call.progress;
     if !progress.may_send(slot) {
         return Err(RedisError::from((ErrorKind::Client, STOPPED)));
     }
+    let Some(seq) = link.backlog.admit(timeout) else {
+        progress.written(slot);
+        return Err(RedisError::from((
+            ErrorKind::Client,
+            NOT_SENT,
+            format!(
+                "{} requests written to it, for longer than the node timeout ({timeout:?})",
+                link.backlog.outstanding()
+            ),
+        )));
+    };
     // Unconstrained: a task out of its scheduling budget would otherwise get its room in the
     // queue and yet return before writing the request.
-    let mut request = std::pin::pin!(tokio::task::unconstrained(conn.send_packed_command(cmd)));
+    let mut request = std::pin::pin!(tokio::task::unconstrained(
+        link.conn.send_packed_command(cmd)
+    ));
     let first = std::future::poll_fn(|cx| std::task::Poll::Ready(request.as_mut().poll(cx))).await;
     progress.written(slot);
-    match first {
+    let result = match first {
         std::task::Poll::Ready(result) => result,
         std::task::Poll::Pending => request.await,
+    };
+    if result.as_ref().is_ok() {
+        link.backlog.answered(seq);
     }
+    result
 }
 
 /// Counts a request in flight to a node, for as long as it lives.
@@ -572,5 +696,52 @@ impl NodeClient {
     /// address, and with every form of its password removed from the message.
     pub fn failure(&self, error: &RedisError) -> NodeFailure {
         classify(&self.addr, error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_node_collects_a_bounded_backlog_and_gets_one_probe_per_timeout() {
+        let timeout = Duration::from_millis(100);
+        let backlog = Backlog::new();
+        // A healthy node: requests come and go; nothing is held back however many are out.
+        for _ in 0..1000 {
+            assert!(backlog.admit(timeout).is_some());
+        }
+        backlog.answered(1000);
+        assert_eq!(backlog.outstanding(), 0);
+        // Many requests at once, answered a moment later: busy, not silent.
+        let mut last = 0;
+        for _ in 0..2 * MAX_SILENT_BACKLOG {
+            last = backlog.admit(timeout).expect("a busy node takes requests");
+        }
+        tokio::time::advance(timeout / 2).await;
+        assert!(
+            backlog.admit(timeout).is_some(),
+            "silent for less than the timeout"
+        );
+        backlog.answered(last + 1);
+        // The node stops answering: requests are written until the backlog is full and the
+        // node has been silent for a timeout...
+        let written = (0..MAX_SILENT_BACKLOG)
+            .filter(|_| backlog.admit(timeout).is_some())
+            .count();
+        assert_eq!(written as u64, MAX_SILENT_BACKLOG);
+        tokio::time::advance(timeout * 2).await;
+        // ...then one probe per timeout, and nothing else.
+        assert!(backlog.admit(timeout).is_some(), "the probe");
+        for _ in 0..100 {
+            assert!(backlog.admit(timeout).is_none(), "held back");
+        }
+        tokio::time::advance(timeout + Duration::from_millis(1)).await;
+        let probe = backlog.admit(timeout).expect("the next probe");
+        assert!(backlog.admit(timeout).is_none());
+        // The node is back: it answers the probe (so, everything before it).
+        backlog.answered(probe);
+        assert_eq!(backlog.outstanding(), 0);
+        assert!(backlog.admit(timeout).is_some(), "flowing again");
     }
 }

@@ -138,3 +138,101 @@ async fn a_restarted_node_is_reconnected() {
         .expect("nobody else holds the key");
     guard.release().await.unwrap();
 }
+
+/// Lock commands node `i` has run so far (INFO commandstats: SET, EVAL, EVALSHA, INCR).
+async fn lock_commands_run(fleet: &quorum_lock::testkit::Fleet, i: usize) -> u64 {
+    let mut c = conn(fleet, i).await;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    info.lines()
+        .filter(|l| {
+            [
+                "cmdstat_set:",
+                "cmdstat_eval:",
+                "cmdstat_evalsha:",
+                "cmdstat_incr:",
+            ]
+            .iter()
+            .any(|p| l.starts_with(p))
+        })
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// A node frozen for a while would collect every request of every call meanwhile, each one
+/// timed out and forgotten by its caller but still queued on the connection, and once it
+/// answers again new requests would wait behind all of them. The requests written to a
+/// silent node are bounded: once it has been silent for a node timeout with 256 unanswered,
+/// the rest are not sent (one probe per node timeout goes through).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_requests_queued_to_a_frozen_node_are_bounded() {
+    let fleet = own_fleet(5);
+    let locks = client(&fleet, Quorum::Majority).await;
+    let warm = locks.try_acquire(unique_key("warm"), TTL).await.unwrap();
+    warm.expect("a free key").release().await.unwrap();
+    locks.finish_background().await;
+    let before = lock_commands_run(&fleet, 4).await;
+    fleet.pause(4).unwrap();
+    let started = Instant::now();
+    let calls = 1500;
+    // Calls made before the node had been silent for a node timeout (250 ms) and some more:
+    // until then nothing tells a frozen node from a slow one, and every request is sent.
+    let mut early = 0;
+    for n in 0..calls {
+        let guard = locks
+            .try_acquire(format!("backlog:{n}"), TTL)
+            .await
+            .unwrap()
+            .expect("four of five answer");
+        guard.release().await.unwrap();
+        if started.elapsed() < Duration::from_millis(400) {
+            early += 1;
+        }
+    }
+    let frozen_for = started.elapsed();
+    fleet.resume(4).unwrap();
+    locks.finish_background().await;
+    // Once the node answers again, the client's next calls reach it on the same connection.
+    eventually(
+        &fleet,
+        Duration::from_secs(10),
+        "node 4 answers the client again",
+        || async {
+            let key = unique_key("after");
+            let guard = locks.try_acquire(&key, TTL).await.unwrap().unwrap();
+            guard.release().await.unwrap();
+            locks.finish_background().await;
+            let mut c = conn(&fleet, 4).await;
+            let _: () = redis::cmd("PING").query_async(&mut c).await.unwrap();
+            lock_commands_run(&fleet, 4).await > before
+        },
+    )
+    .await;
+    let run = lock_commands_run(&fleet, 4).await - before;
+    // The requests of the calls made before the node counted as silent (or 256, if more),
+    // one probe per 250 ms node timeout while frozen, and the calls made after it resumed.
+    let probes = (frozen_for.as_millis() / 250) as u64 + 1;
+    let bound = (2 * early).max(256) + probes + 64;
+    eprintln!(
+        "frozen node ran {run} requests; bound {bound}; early calls {early}; frozen {frozen_for:?}"
+    );
+    assert!(
+        2 * early < 2 * calls / 2,
+        "the test made too few calls after the node counted as silent to show anything"
+    );
+    assert!(
+        run <= bound,
+        "the frozen node ran {run} of the {} requests made while it was frozen (bound {bound})",
+        2 * calls
+    );
+}
