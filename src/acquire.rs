@@ -19,7 +19,7 @@ use crate::lease::Lease;
 use crate::ordering::{write_now_finish_later, Stragglers};
 use crate::quorum::{self, Decision};
 use crate::reentry::HoldTable;
-use crate::scripts::{Call, SendBy};
+use crate::scripts::{Call, SendBy, TICKET_DRAW};
 use crate::shape::{Fair, Notice, Shape};
 use crate::state::ClientState;
 use crate::telemetry::{self, AcquireEnd, AttemptEnd, Started};
@@ -155,6 +155,27 @@ pub(crate) async fn once(state: &Arc<ClientState>, spec: Spec<'_>) -> Result<Opt
 /// release notice or its [`Backoff`] pause.
 pub(crate) async fn waiting(state: &Arc<ClientState>, spec: Spec<'_>) -> Result<LockGuard> {
     let mut plan = plan(state, spec)?;
+    // A task that holds one kind of a read-write key's locks, for longer than it would wait,
+    // would wait for itself for the other until its wait ends: refused at once, naming it.
+    let wanted = match &plan.shape {
+        Shape::Read(_) => Some("read"),
+        Shape::Write { .. } => Some("write"),
+        _ => None,
+    };
+    if let Some(wanted) = wanted {
+        let key = plan.shape.primary();
+        let until = Instant::now() + plan.wait;
+        match Lease::rw_held_by_current_task(state, key.bytes(), until) {
+            Some(held) if held != wanted || wanted == "write" => {
+                return Err(Error::WaitsForItself {
+                    key: key.to_string(),
+                    held,
+                    wanted,
+                });
+            }
+            _ => {}
+        }
+    }
     let span =
         tracing::debug_span!("acquire", key = %plan.shape, ttl = ?plan.ttl, wait = ?plan.wait);
     let started = Started::now();
@@ -218,16 +239,21 @@ fn plan<'a>(state: &ClientState, spec: Spec<'a>) -> Result<Plan<'a>> {
         Target::Write(key) => Shape::Write {
             key: Key::new(key)?,
             waiter: Some(uuid::Uuid::new_v4().simple().to_string().into()),
+            mark_ms: config.queue_lease.as_millis().to_string().into(),
         },
         // The request's id and holder value, one each for all its attempts (see `Fair`).
-        Target::Fair(key) => Shape::Fair(Fair {
-            key: Key::new(key)?,
-            waiter: uuid::Uuid::new_v4().simple().to_string().into(),
-            holder: uuid::Uuid::new_v4().simple().to_string().into(),
-            ticket: None,
-            draws: true,
-            queue_lease_ms: config.queue_lease.as_millis().to_string().into(),
-        }),
+        Target::Fair(key) => {
+            let waiter = uuid::Uuid::new_v4().simple().to_string();
+            Shape::Fair(Fair {
+                key: Key::new(key)?,
+                holder: fair_holder(&waiter).into(),
+                waiter: waiter.into(),
+                ticket: None,
+                draws: true,
+                queue_lease_ms: config.queue_lease.as_millis().to_string().into(),
+                claim_ms: config.claim_window().as_millis().to_string().into(),
+            })
+        }
     };
     // Read-write guards are not reentrant: only an `Owner` sets one, and its requests are
     // for one key's mutex. A nested read or write would share a lease of the wrong kind.
@@ -273,7 +299,17 @@ async fn wait_loop(state: &Arc<ClientState>, plan: &mut Plan<'_>) -> Result<Lock
     // A fair request's place among its client's waiters (for a release's hand-off) and its
     // name on the release channel (for the grant notices naming it).
     let mut fair = match &plan.shape {
-        Shape::Fair(f) => Some((state.fair.register(&f.waiter, plan.ttl), None)),
+        Shape::Fair(f) => {
+            let grant_ms = state
+                .config
+                .node_ttl_ms(plan.ttl)
+                .parse()
+                .unwrap_or(i64::MAX);
+            let registration = state
+                .fair
+                .register(f.key.bytes(), &f.waiter, plan.ttl, grant_ms);
+            Some((registration, None))
+        }
         _ => None,
     };
     let mut attempts: u32 = 0;
@@ -284,7 +320,11 @@ async fn wait_loop(state: &Arc<ClientState>, plan: &mut Plan<'_>) -> Result<Lock
         if let (Some((registration, named @ None)), Some(channel), Shape::Fair(f)) =
             (&mut fair, waiters[0].channel(), &plan.shape)
         {
-            *named = Some(channel.name(f.waiter.as_bytes(), registration.slot.notify.clone()));
+            *named = Some(channel.name(
+                f.waiter.as_bytes(),
+                registration.slot.notify.clone(),
+                registration.slot.lapse.clone(),
+            ));
         }
         // Listen before the attempt, so that a release between the attempt and the wait below
         // is not missed.
@@ -300,6 +340,14 @@ async fn wait_loop(state: &Arc<ClientState>, plan: &mut Plan<'_>) -> Result<Lock
             .as_ref()
             .map(|(r, _)| Box::pin(r.slot.notify.notified()));
         if let Some(n) = &mut named_notified {
+            n.as_mut().enable();
+        }
+        // The end of the claim window of a short grant to the waiter before this one: the key
+        // may be free then, and this waiter first (see `wakeup`).
+        let mut lapsed = fair
+            .as_ref()
+            .map(|(r, _)| Box::pin(r.slot.lapse.notified()));
+        if let Some(n) = &mut lapsed {
             n.as_mut().enable();
         }
         // Every waiter's turn is taken (not just the first found). A fair request does not
@@ -331,10 +379,6 @@ async fn wait_loop(state: &Arc<ClientState>, plan: &mut Plan<'_>) -> Result<Lock
                 Err(miss) => Some(miss),
             }
         };
-        // The attempt's rollback is written: a release may hand this request the lock.
-        if let Some((registration, _)) = &fair {
-            registration.waiting();
-        }
         // A fair request cut off from a quorum (its nodes failed, not refused) leaves the line:
         // a place it kept with failing attempts would hold up the waiters behind it, on the
         // nodes it still reaches, for its whole wait. It draws a new ticket once a quorum
@@ -356,6 +400,12 @@ async fn wait_loop(state: &Arc<ClientState>, plan: &mut Plan<'_>) -> Result<Lock
             if let Shape::Fair(f) = &mut plan.shape {
                 f.ticket = None;
             }
+        }
+        // The attempt's rollback, and a withdrawal, have run: a release may now hand this
+        // request the lock. Not before the withdrawal: a release in between could hand over
+        // a grant that the withdrawal then deletes and passes on to the next waiter.
+        if let Some((registration, _)) = &fair {
+            registration.waiting();
         }
         // A fair request refused without a ticket draws one and joins the line at once.
         let miss = match (miss, &mut plan.shape) {
@@ -415,8 +465,9 @@ async fn wait_loop(state: &Arc<ClientState>, plan: &mut Plan<'_>) -> Result<Lock
             }
         }
         let mut pause = backoff.pause(error.is_none(), hint, rand::random());
-        if fair.is_some() {
-            // A waiter renews its place in line with each attempt.
+        if plan.shape.keeps_a_place() {
+            // A fair waiter renews its place in line, and a waiting writer its pending mark,
+            // with each attempt: both last a queue lease.
             pause = pause.min(config.queue_lease / 3);
         }
         let sleep = tokio::time::sleep_until((now + pause).min(deadline));
@@ -428,6 +479,12 @@ async fn wait_loop(state: &Arc<ClientState>, plan: &mut Plan<'_>) -> Result<Lock
                     .chain(named_notified.iter_mut().map(|n| n.as_mut())),
             )
         });
+        let lapse = async {
+            match &mut lapsed {
+                Some(n) => n.as_mut().await,
+                None => std::future::pending().await,
+            }
+        };
         match any_notice {
             Some(n) => tokio::select! {
                 _ = n => {
@@ -435,6 +492,9 @@ async fn wait_loop(state: &Arc<ClientState>, plan: &mut Plan<'_>) -> Result<Lock
                     telemetry::wakeup(true);
                     backoff.woken();
                 }
+                // One attempt, with no quick retries: the waiter before this one most likely
+                // claimed its grant.
+                () = lapse => telemetry::wakeup(true),
                 () = sleep => telemetry::wakeup(false),
             },
             None => {
@@ -450,6 +510,17 @@ fn reenter(plan: &Plan<'_>) -> Option<LockGuard> {
     let owner = plan.owner?;
     let lease = owner.reenter(plan.shape.primary().bytes())?;
     Some(LockGuard::new(lease, Some(owner.clone())))
+}
+
+/// A fair request's holder value: its waiter id (public: grant notices name it) and 128
+/// random bits, so that a call by token on a fair lock can leave the line and hand the key on
+/// (see `shape::Fair::waiter_of`).
+fn fair_holder(waiter: &str) -> String {
+    format!(
+        "{}{waiter}:{}",
+        Fair::HOLDER_PREFIX,
+        uuid::Uuid::new_v4().simple()
+    )
 }
 
 /// A fresh holder value: 128 random bits, prefixed for an owner with the client's and the
@@ -474,7 +545,7 @@ async fn attempt(
         .shape
         .request_holder()
         .map_or_else(|| holder_value(state, plan.owner), str::to_owned);
-    let ttl_ms = ttl.as_millis().to_string();
+    let ttl_ms = config.node_ttl_ms(ttl);
     let (call, read) = key.acquire(&holder, &ttl_ms);
     state.counters.attempts.fetch_add(1, Ordering::Relaxed);
 
@@ -604,7 +675,7 @@ async fn give_back(
         a.as_ref()
             .ok()
             .and_then(granted_to)
-            .is_some_and(|w| w == fair.waiter.as_bytes())
+            .is_some_and(|(w, _)| w == fair.waiter.as_bytes())
     })
 }
 
@@ -656,7 +727,11 @@ async fn claim(
 /// this ticket, and keeps it as long as the line is not empty), so a request that started
 /// waiting later is served later.
 async fn draw_ticket(state: &ClientState, fair: &Fair) -> Result<u64> {
-    let call = Call::increment("ticket", &fair.key.ticket_key());
+    let call = Call::new(
+        &TICKET_DRAW,
+        &fair.key.ticket_key(),
+        &[fair.queue_lease_ms.as_bytes()],
+    );
     let mut drawn = fan_out(&state.nodes, state.config.required, call, read_counter);
     let decision = drawn.decide().await;
     // The increments still running only raise counters: nothing needs to follow them.
@@ -726,15 +801,19 @@ fn hold(
     token: Option<u64>,
     in_flight: Vec<Stragglers>,
 ) -> LockGuard {
-    let lease = Arc::new(Lease::new(
-        state.clone(),
-        plan.shape.clone(),
-        holder,
-        plan.ttl,
-        deadline,
-        token,
-        in_flight,
-    ));
+    let lease = Arc::new(
+        Lease::new(
+            state.clone(),
+            plan.shape.clone(),
+            holder,
+            plan.ttl,
+            deadline,
+            token,
+            in_flight,
+        )
+        .kept_by_watchdog(plan.watchdog),
+    );
+    lease.register();
     if plan.watchdog {
         tokio::spawn(crate::watchdog::run(lease.clone(), plan.ttl, plan.max_hold));
     }

@@ -39,6 +39,7 @@ pub struct Builder {
     min_validity: Duration,
     watchdog_lease: Duration,
     queue_lease: Option<Duration>,
+    lock_delay: Duration,
     pubsub: bool,
     lazy: bool,
     unchecked_quorum: Option<usize>,
@@ -62,6 +63,7 @@ impl std::fmt::Debug for Builder {
             .field("min_validity", &self.min_validity)
             .field("watchdog_lease", &self.watchdog_lease)
             .field("queue_lease", &self.queue_lease)
+            .field("lock_delay", &self.lock_delay)
             .field("pubsub", &self.pubsub)
             .field("lazy", &self.lazy);
         #[cfg(feature = "tls")]
@@ -89,6 +91,7 @@ impl Default for Builder {
             min_validity: Duration::ZERO,
             watchdog_lease: Duration::from_secs(30),
             queue_lease: None,
+            lock_delay: Duration::ZERO,
             pubsub: true,
             lazy: false,
             unchecked_quorum: None,
@@ -184,16 +187,34 @@ impl Builder {
         self
     }
 
-    /// How long a waiter of a fair lock ([`QuorumLock::fair_lock`]) keeps its place in line
-    /// without renewing it. A waiting request renews its place with each attempt, at least
-    /// every third of this; a waiter that dies (crash, lost network) leaves the line when its
-    /// place expires, so the waiters behind it stall at most this long. Must exceed twice the
-    /// node timeout. Defaults to 5 s (as Redisson's fair lock waits for a dead waiter), or
-    /// three node timeouts when that is longer.
+    /// How long a waiter of a fair lock ([`QuorumLock::fair_lock`]) keeps its place in line,
+    /// and a waiting writer of a read-write lock ([`QuorumLock::write_lock`]) its pending mark
+    /// (which keeps new readers out), without renewing them. A waiting request renews them with
+    /// each attempt, at least every third of this; a waiter that dies (crash, lost network)
+    /// loses them when they expire, so the waiters behind it (or the readers) stall at most
+    /// this long. Must exceed twice the node timeout. Defaults to 5 s (as Redisson's fair lock
+    /// waits for a dead waiter), or three node timeouts when that is longer.
     ///
     /// [`QuorumLock::fair_lock`]: crate::QuorumLock::fair_lock
+    /// [`QuorumLock::write_lock`]: crate::QuorumLock::write_lock
     pub fn queue_lease(mut self, lease: Duration) -> Self {
         self.queue_lease = Some(lease);
+        self
+    }
+
+    /// Keeps a lock unavailable for `delay` after its holder lost it without releasing it
+    /// (Chubby's and Consul's lock-delay): every entry a guard relies on lives `delay` longer
+    /// on the nodes than the guard's deadline (`ttl + delay` where the guard counts `ttl`),
+    /// so a holder that was cut off, paused or crashed mid-write has that long after its
+    /// deadline before anyone else can take the key; its late writes cannot overlap the next
+    /// holder's. A release deletes the entries as always, so the delay costs nothing when
+    /// holders release. Use it where the protected resource cannot check fencing tokens;
+    /// where it can, fencing ([`LockRequest::fencing`]) stops late writes whatever their delay.
+    /// `ttl + delay` must not exceed [`MAX_TTL`](crate::MAX_TTL). Defaults to zero.
+    ///
+    /// [`LockRequest::fencing`]: crate::LockRequest::fencing
+    pub fn lock_delay(mut self, delay: Duration) -> Self {
+        self.lock_delay = delay;
         self
     }
 
@@ -290,6 +311,7 @@ impl Builder {
             ("min_validity", self.min_validity),
             ("watchdog_lease", self.watchdog_lease),
             ("queue_lease", self.queue_lease.unwrap_or_default()),
+            ("lock_delay", self.lock_delay),
         ] {
             check_duration(field, value)?;
         }
@@ -330,8 +352,20 @@ impl Builder {
             min_validity: self.min_validity,
             watchdog_lease: self.watchdog_lease,
             queue_lease,
+            lock_delay: self.lock_delay,
             pubsub: self.pubsub,
         };
+        if self.watchdog_lease.saturating_add(self.lock_delay) > crate::config::MAX_TTL {
+            return invalid(
+                "lock_delay",
+                format!(
+                    "{:?} with the watchdog lease ({:?}) exceeds the longest TTL, {:?}",
+                    self.lock_delay,
+                    self.watchdog_lease,
+                    crate::config::MAX_TTL
+                ),
+            );
+        }
         if let Err(Error::InvalidTtl { reason, .. }) = config.check_ttl(self.watchdog_lease) {
             return invalid("watchdog_lease", reason);
         }

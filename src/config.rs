@@ -41,6 +41,9 @@ pub(crate) struct Config {
     pub(crate) min_validity: Duration,
     pub(crate) watchdog_lease: Duration,
     pub(crate) queue_lease: Duration,
+    /// How much longer than a guard's TTL its entries live on the nodes (see
+    /// [`Builder::lock_delay`](crate::Builder::lock_delay)).
+    pub(crate) lock_delay: Duration,
     pub(crate) pubsub: bool,
 }
 
@@ -50,6 +53,20 @@ impl Config {
     /// nodes that apply it expire the entry no earlier).
     pub(crate) fn trusted_until(&self, start: Instant, ttl: Duration) -> Instant {
         start + quorum::trusted_for(ttl, quorum::drift(ttl, self.drift_factor))
+    }
+
+    /// The TTL, in ms as the nodes take it, of an entry that a guard counts on for `ttl`:
+    /// `ttl` plus the lock delay. The deadline is still computed from `ttl`, so it never
+    /// outlives the entries (invariant 2); they outlive it by the delay.
+    pub(crate) fn node_ttl_ms(&self, ttl: Duration) -> String {
+        (ttl + self.lock_delay).as_millis().to_string()
+    }
+
+    /// How long a fair lock's short grant lasts (see `scripts::FAIR_ACQUIRE`): four node
+    /// timeouts, time for a live waiter to hear of its grant and claim it with one attempt;
+    /// capped by the waiter's TTL on the nodes.
+    pub(crate) fn claim_window(&self) -> Duration {
+        self.node_timeout.saturating_mul(4)
     }
 
     /// Checks a TTL against this configuration: it must leave room for at least one node
@@ -63,6 +80,13 @@ impl Config {
         }
         if ttl_ms > MAX_TTL {
             return invalid(format!("must be at most {MAX_TTL:?}"));
+        }
+        if ttl_ms + self.lock_delay > MAX_TTL {
+            return invalid(format!(
+                "with the lock delay ({:?}), must be at most {:?}",
+                self.lock_delay,
+                MAX_TTL - self.lock_delay.min(MAX_TTL)
+            ));
         }
         // One node round trip must fit, and the least validity asked for must be reachable.
         let floor =

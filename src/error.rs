@@ -248,6 +248,21 @@ pub enum Error {
         attempts: u32,
     },
 
+    /// The task asking for a lock already holds a conflicting lock of the same read-write key
+    /// through this client, kept longer than the request would wait, and so would wait for
+    /// itself until its wait ends: a read lock's holder asking for the write lock (there is
+    /// no upgrade), the writer asking for a read lock (no downgrade) or for the write lock
+    /// again. Release the lock it holds first.
+    #[error("{key:?}: this task holds its {held} lock, and its {wanted} lock would wait for that (no upgrade or downgrade: release the {held} lock first)")]
+    WaitsForItself {
+        /// The lock key (lossy UTF-8).
+        key: String,
+        /// The kind held: `"read"` or `"write"`.
+        held: &'static str,
+        /// The kind asked for.
+        wanted: &'static str,
+    },
+
     /// The lock can no longer be trusted: its validity ran out or a quorum no longer holds it.
     #[error("lock {key:?} is lost")]
     LockLost {

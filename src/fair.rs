@@ -5,11 +5,15 @@
 //! # Hand-off within a client
 //!
 //! A fair release hands the free key to the first waiter in line on each node (the release
-//! script's `grant`: `SET key waiter-holder PX waiter-ttl`). When a quorum of nodes answers
-//! that it handed the key to the same waiter, and that waiter waits in this client, the
-//! releasing task gives it the lock directly: its entries were set by the release's own
-//! requests, so they expire no earlier than the release's first send plus the waiter's TTL,
-//! and its deadline is measured from that send (invariant 2), as an acquire's is from its own.
+//! script's `grant`). The release names the waiters of this client it may hand the lock to
+//! itself ([`FairWaiters::waiting_before`]); a node grants one of those the key for its whole
+//! TTL (`SET key waiter-holder PX waiter-ttl`), any other waiter only for its claim window
+//! (a short grant, which a waiter that does not claim it in time loses, with its place). When a
+//! quorum of nodes answers that it granted the same waiter the whole TTL, and that waiter
+//! still waits in this client, the releasing task gives it the lock directly: its entries were
+//! set by the release's own requests, so they expire no earlier than the release's first send
+//! plus the waiter's TTL, and its deadline is measured from that send (invariant 2), as an
+//! acquire's is from its own.
 //!
 //! Only a waiter with no attempt of its own in flight may be handed the lock: a failed
 //! attempt's rollback deletes the request's holder value wherever it finds it, which includes
@@ -48,10 +52,17 @@ pub(crate) struct FairWaiters {
 /// One waiting fair request, as a release of the same client sees it.
 pub(crate) struct Slot {
     state: Mutex<SlotState>,
+    /// The key it waits for.
+    key: Vec<u8>,
     /// Wakes the waiter: a hand-off, or a quorum of nodes announcing a grant to it.
     pub(crate) notify: Arc<Notify>,
-    /// The TTL its grants are set with.
+    /// Wakes the waiter at the end of the claim window of a short grant to the waiter before
+    /// it, which it takes over if the grant lapsed (see `wakeup`).
+    pub(crate) lapse: Arc<Notify>,
+    /// The TTL of its guard (its deadline is measured with it).
     ttl: Duration,
+    /// The TTL in ms the nodes set its entry with when they grant it the whole TTL.
+    grant_ms: i64,
 }
 
 enum SlotState {
@@ -112,12 +123,22 @@ impl FairWaiters {
         self.epoch.fetch_add(1, Ordering::SeqCst)
     }
 
-    /// Registers a waiting request; it leaves when the returned registration is dropped.
-    pub(crate) fn register(self: &Arc<Self>, waiter: &Arc<str>, ttl: Duration) -> Registration {
+    /// Registers a waiting request for `key` whose guard would have `ttl` and whose entries
+    /// the nodes set for `grant_ms`; it leaves when the returned registration is dropped.
+    pub(crate) fn register(
+        self: &Arc<Self>,
+        key: &[u8],
+        waiter: &Arc<str>,
+        ttl: Duration,
+        grant_ms: i64,
+    ) -> Registration {
         let slot = Arc::new(Slot {
             state: Mutex::new(SlotState::Attempting),
+            key: key.to_vec(),
             notify: Arc::new(Notify::new()),
+            lapse: Arc::new(Notify::new()),
             ttl,
+            grant_ms,
         });
         self.slots().insert(waiter.clone(), slot.clone());
         Registration {
@@ -127,8 +148,26 @@ impl FairWaiters {
         }
     }
 
-    /// After a release that a quorum confirmed: if a quorum of nodes handed the key to one
-    /// waiter of this client that was waiting since before `stamp` (taken before the release
+    /// The waiters of `key` in this client that wait since before `stamp`: those a release
+    /// that took `stamp` may hand the lock to, and so asks the nodes to grant the whole TTL.
+    /// (A waiter that starts waiting while this runs may be missed: it is then granted a
+    /// short grant, and [`hand_off`](Self::hand_off) sees that from the answers.)
+    pub(crate) fn waiting_before(&self, key: &[u8], stamp: u64) -> Vec<Arc<str>> {
+        self.slots()
+            .iter()
+            .filter(|(_, slot)| {
+                slot.key == key
+                    && matches!(
+                        *slot.state.lock().unwrap_or_else(|p| p.into_inner()),
+                        SlotState::Waiting { since } if since < stamp
+                    )
+            })
+            .map(|(waiter, _)| waiter.clone())
+            .collect()
+    }
+
+    /// After a release that a quorum confirmed: if a quorum of nodes granted one waiter of this
+    /// client the whole TTL, and it was waiting since before `stamp` (taken before the release
     /// was sent at `sent`), gives it the lock; `in_flight` goes with it.
     pub(crate) fn hand_off(
         &self,
@@ -139,7 +178,7 @@ impl FairWaiters {
         in_flight: &mut Option<Stragglers>,
     ) {
         let required = config.required;
-        let Some(waiter) = quorum_granted(&outcome.granted, required) else {
+        let Some((waiter, ms)) = quorum_granted(&outcome.granted, required) else {
             return;
         };
         let Ok(waiter) = std::str::from_utf8(waiter) else {
@@ -148,6 +187,11 @@ impl FairWaiters {
         let Some(slot) = self.slots().get(waiter).cloned() else {
             return;
         };
+        // Only a grant of the whole TTL on a quorum carries the deadline computed below; a
+        // short grant is claimed by the waiter's own attempt.
+        if ms != slot.grant_ms {
+            return;
+        }
         let mut state = slot.state.lock().unwrap_or_else(|p| p.into_inner());
         if !matches!(*state, SlotState::Waiting { since } if since < stamp) {
             return;
@@ -185,12 +229,12 @@ impl Drop for Releasing {
     }
 }
 
-/// The waiter that at least `required` nodes handed the key to, if any.
-fn quorum_granted(granted: &[Vec<u8>], required: usize) -> Option<&[u8]> {
+/// The waiter that at least `required` nodes granted the key to for the same TTL, if any.
+fn quorum_granted(granted: &[(Vec<u8>, i64)], required: usize) -> Option<(&[u8], i64)> {
     granted
         .iter()
         .find(|w| granted.iter().filter(|o| o == w).count() >= required)
-        .map(Vec::as_slice)
+        .map(|(w, ms)| (w.as_slice(), *ms))
 }
 
 /// A waiting request's place among its client's fair waiters.
@@ -235,12 +279,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_hand_off_needs_a_quorum_of_grants_to_one_waiter() {
-        let g = |w: &str| w.as_bytes().to_vec();
-        assert_eq!(quorum_granted(&[g("a"), g("b"), g("a")], 3), None);
+    fn a_hand_off_needs_a_quorum_of_grants_to_one_waiter_for_one_ttl() {
+        let g = |w: &str, ms: i64| (w.as_bytes().to_vec(), ms);
+        assert_eq!(quorum_granted(&[g("a", 9), g("b", 9), g("a", 9)], 3), None);
         assert_eq!(
-            quorum_granted(&[g("a"), g("b"), g("a"), g("a")], 3),
-            Some(&b"a"[..])
+            quorum_granted(&[g("a", 9), g("b", 9), g("a", 9), g("a", 9)], 3),
+            Some((&b"a"[..], 9))
+        );
+        // Short grants (cut by each node's queue lease) do not add up with whole ones.
+        assert_eq!(
+            quorum_granted(&[g("a", 9), g("a", 3), g("a", 9), g("a", 2)], 3),
+            None
         );
         assert_eq!(quorum_granted(&[], 1), None);
     }

@@ -40,8 +40,9 @@ pub(crate) struct Outcome {
     pub(crate) refused: Vec<usize>,
     /// The largest value among the yes answers counted.
     pub(crate) max_yes: Option<i64>,
-    /// The waiters a fair lock's release handed the key to, one entry per node that did.
-    pub(crate) granted: Vec<Vec<u8>>,
+    /// The waiters a fair lock's release handed the key to, with the grant's TTL in ms, one
+    /// entry per node that did.
+    pub(crate) granted: Vec<(Vec<u8>, i64)>,
     /// How many refusals came with a ticket number, and the largest.
     pub(crate) drawn: usize,
     pub(crate) max_drawn: Option<i64>,
@@ -256,8 +257,8 @@ where
         self.counted |= 1 << i;
         let node = &self.nodes[i];
         let out = &mut self.outcome;
-        if let Some(waiter) = result.as_ref().ok().and_then(granted_to) {
-            out.granted.push(waiter.to_vec());
+        if let Some((waiter, ms)) = result.as_ref().ok().and_then(granted_to) {
+            out.granted.push((waiter.to_vec(), ms));
         }
         let vote = match result.map(|v| ((self.read)(&v), v)) {
             Ok((Some(Answer::Yes(value)), _)) => {
@@ -354,12 +355,16 @@ pub(crate) fn read_counter(v: &Value) -> Option<Answer> {
     int(v).map(Answer::Yes)
 }
 
-/// Reads a fair lock's acquire: a 1 / 0 reply as [`read_flag`], or `{0, n}`, a refusal
-/// with the node's next ticket number.
+/// Reads a fair lock's acquire: 1, or a refusal `{0, drawn ticket or 0, the key's PTTL}`: with
+/// a ticket number drawn on a first attempt, or with the key's remaining TTL as a wake-up
+/// hint (a short grant's lapse, or a holder's expiry).
 pub(crate) fn read_drawn(v: &Value) -> Option<Answer> {
     match v {
         Value::Array(items) => match items.as_slice() {
-            [Value::Int(0), Value::Int(n)] => Some(Answer::Drawn(*n)),
+            [Value::Int(0), Value::Int(n), Value::Int(_)] if *n > 0 => Some(Answer::Drawn(*n)),
+            [Value::Int(0), Value::Int(0), Value::Int(pttl)] => Some(Answer::Refused(
+                u64::try_from(*pttl).ok().map(Duration::from_millis),
+            )),
             _ => None,
         },
         _ => read_flag(v),
@@ -367,24 +372,24 @@ pub(crate) fn read_drawn(v: &Value) -> Option<Answer> {
 }
 
 /// Reads a fair lock's release (and rollback): a 1 / 0 reply as [`read_flag`], or `{1 or 0,
-/// waiter id}` when the node handed the key to that waiter (see [`granted_to`]; recorded in
-/// [`Outcome::granted`]).
+/// waiter id, grant ms}` when the node handed the key to that waiter (see [`granted_to`];
+/// recorded in [`Outcome::granted`]).
 pub(crate) fn read_grant(v: &Value) -> Option<Answer> {
     match v {
         Value::Array(items) => match items.as_slice() {
-            [flag, Value::BulkString(_)] => read_flag(flag),
+            [flag, Value::BulkString(_), Value::Int(_)] => read_flag(flag),
             _ => None,
         },
         _ => read_flag(v),
     }
 }
 
-/// The waiter a fair lock's release or rollback handed the key to on one node, if its answer
-/// says so (`{1 or 0, waiter id}`).
-pub(crate) fn granted_to(v: &Value) -> Option<&[u8]> {
+/// The waiter a fair lock's release or rollback handed the key to on one node, and for how
+/// many ms, if its answer says so (`{1 or 0, waiter id, grant ms}`).
+pub(crate) fn granted_to(v: &Value) -> Option<(&[u8], i64)> {
     match v {
         Value::Array(items) => match items.as_slice() {
-            [_, Value::BulkString(waiter)] => Some(waiter),
+            [_, Value::BulkString(waiter), Value::Int(ms)] => Some((waiter, *ms)),
             _ => None,
         },
         _ => None,

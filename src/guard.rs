@@ -62,8 +62,10 @@ impl LockGuard {
     /// Anyone who knows it can extend or release the lock
     /// ([`QuorumLock::extend_token`](crate::QuorumLock::extend_token),
     /// [`release_token`](crate::QuorumLock::release_token)): hand it only to whom should, and
-    /// do not publish it. The calls by token act on a single key's lock, not on a multi-key
-    /// lock or a semaphore permit (see [`into_token`](Self::into_token)).
+    /// do not publish it. The calls by token act on a mutex or a fair lock, not on a multi-key
+    /// lock, a semaphore permit or a read-write lock (see [`into_token`](Self::into_token)).
+    /// Made from this client while this guard lives, they act through the guard: an extend
+    /// moves (or cuts) its deadline, a release ends it and fires its loss signals.
     pub fn holder(&self) -> &str {
         &self.lease.holder
     }
@@ -167,10 +169,12 @@ impl LockGuard {
     ///
     /// # Errors
     /// The guard itself, unchanged, for a multi-key lock, a semaphore permit or a read-write
-    /// lock: the calls by token act on one key's mutex entry, so a set's token would extend
-    /// or release one of its keys only, and a permit's or a reader's none.
+    /// lock: the calls by token act on one key's entry (a mutex's or a fair lock's), so a
+    /// set's token would extend or release one of its keys only, and a permit's or a reader's
+    /// none.
     pub fn into_token(mut self) -> std::result::Result<String, LockGuard> {
-        if !matches!(self.lease.shape, crate::shape::Shape::Single(_)) {
+        use crate::shape::Shape;
+        if !matches!(self.lease.shape, Shape::Single(_) | Shape::Fair(_)) {
             return Err(self);
         }
         let holder = self.lease.holder.clone();
@@ -208,6 +212,11 @@ impl LockGuard {
                 None => Err(self.not_held()),
             };
         }
+        // Released by token from this client already (see `token`): its report was that
+        // call's, and nothing is left to send.
+        if self.lease.is_ended() {
+            return Err(self.not_held());
+        }
         let was_lost = self.lease.end();
         let outcome = self.lease.release_on_nodes().await;
         self.lease.release_result(&outcome, was_lost)
@@ -220,7 +229,7 @@ impl Drop for LockGuard {
     /// timeout, then releases, at most the node timeout); without one, the entries simply
     /// expire with their TTL. Either way the watchdog stops at once.
     fn drop(&mut self) {
-        if self.released || !self.let_go() {
+        if self.released || !self.let_go() || self.lease.is_ended() {
             return;
         }
         let was_lost = self.lease.end();

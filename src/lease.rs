@@ -22,7 +22,7 @@ use crate::ordering::{BackgroundWork, InFlight, Stragglers};
 use crate::quorum::Decision;
 use crate::scripts::SendBy;
 use crate::shape::{Notice, Shape};
-use crate::state::ClientState;
+use crate::state::{AnyLease, ClientState};
 use crate::telemetry::{self, Hold, HoldEnd, LossReason, ReleasedBy, RenewalEnd, RenewedBy};
 
 pub(crate) struct Lease {
@@ -51,6 +51,27 @@ pub(crate) struct Lease {
     in_flight: InFlight,
     /// The metrics of this hold (nothing without the `metrics` feature).
     hold: Hold,
+    /// The task that acquired it (see [`Lease::rw_held_by_current_task`]).
+    taken_by: Caller,
+    /// Whether the watchdog renews it.
+    watchdog: bool,
+}
+
+/// Who is calling: a tokio task, or the future a runtime's `block_on` runs (no task of its
+/// own; it stays on its thread), told apart by the thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Caller {
+    Task(tokio::task::Id),
+    Thread(std::thread::ThreadId),
+}
+
+impl Caller {
+    fn current() -> Caller {
+        match tokio::task::try_id() {
+            Some(id) => Caller::Task(id),
+            None => Caller::Thread(std::thread::current().id()),
+        }
+    }
 }
 
 struct State {
@@ -88,7 +109,70 @@ impl Lease {
             token,
             in_flight: InFlight::new(in_flight),
             hold: Hold::start(),
+            taken_by: Caller::current(),
+            watchdog: false,
         }
+    }
+
+    /// Marks the lease as kept by the watchdog.
+    pub(crate) fn kept_by_watchdog(mut self, watchdog: bool) -> Lease {
+        self.watchdog = watchdog;
+        self
+    }
+
+    /// Registers the lease with its client (`state::HeldLeases`) until it ends.
+    pub(crate) fn register(self: &Arc<Self>) {
+        let any: AnyLease = self.clone();
+        self.client.held.insert(self.key.bytes(), &any);
+    }
+
+    /// The live lease of this client that holds `key` with `holder`, if any: a call by token
+    /// from this client then acts through it.
+    pub(crate) fn find(client: &ClientState, key: &[u8], holder: &str) -> Option<Arc<Lease>> {
+        client
+            .held
+            .of(key)
+            .into_iter()
+            .filter_map(|l| l.downcast::<Lease>().ok())
+            .find(|l| l.holder == holder && !l.is_ended())
+    }
+
+    /// The kind of read-write hold (`"read"` or `"write"`) the current task has on `key`
+    /// through a live lease of this client that outlasts `until` (kept by the watchdog, or
+    /// its entries live until then), if any: a request of the current task that waits for it
+    /// would wait until `until`.
+    pub(crate) fn rw_held_by_current_task(
+        client: &ClientState,
+        key: &[u8],
+        until: Instant,
+    ) -> Option<&'static str> {
+        let caller = Caller::current();
+        let config = &client.config;
+        client
+            .held
+            .of(key)
+            .into_iter()
+            .filter_map(|l| l.downcast::<Lease>().ok())
+            .filter(|l| l.taken_by == caller)
+            .filter(|l| {
+                l.live_deadline().is_some_and(|d| {
+                    l.watchdog
+                        || d + config.lock_delay
+                            + crate::quorum::drift(l.ttl(), config.drift_factor)
+                            >= until
+                })
+            })
+            .find_map(|l| match l.shape {
+                Shape::Read(_) => Some("read"),
+                Shape::Write { .. } => Some("write"),
+                _ => None,
+            })
+    }
+
+    /// Whether the lease has ended (released, dropped, given up as a token, or released by
+    /// token from this client).
+    pub(crate) fn is_ended(&self) -> bool {
+        self.state().ended
     }
 
     /// The client's settings.
@@ -159,7 +243,20 @@ impl Lease {
             self.hold.end(HoldEnd::Ended);
         }
         self.signal.cancel();
+        self.moved.notify_waiters();
+        self.client
+            .held
+            .remove(self.key.bytes(), std::ptr::from_ref(self).cast());
         was_lost
+    }
+
+    /// A release by token of this lease's holder value from its own client: ends the lease
+    /// first (its guards stop trusting the lock before any node lets go of it), then releases
+    /// as the guard would.
+    pub(crate) async fn release_by_token(&self) -> Result<()> {
+        let was_lost = self.end();
+        let outcome = self.release_on_nodes().await;
+        self.release_result(&outcome, was_lost)
     }
 
     pub(crate) fn lost_error(&self) -> Error {
@@ -294,11 +391,10 @@ impl Lease {
         let Some(remaining) = self.live_deadline().map(|d| d - Instant::now()) else {
             return;
         };
-        let ms = remaining.as_millis();
-        if ms == 0 {
+        if remaining.as_millis() == 0 {
             return;
         }
-        let ms = ms.to_string();
+        let ms = self.client.config.node_ttl_ms(remaining);
         let call = self.shape.repair(&self.holder, &ms);
         let answers = broadcast(&self.client.nodes, nodes.iter().copied(), call, SendBy::Sha).await;
         let repaired = answers
@@ -339,6 +435,14 @@ impl Lease {
     }
 }
 
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.client
+            .held
+            .remove(self.key.bytes(), std::ptr::from_ref(self).cast());
+    }
+}
+
 /// How one extend round ended: what a lease's renewal and an extend by token both act on.
 pub(crate) enum Extended {
     /// A quorum confirmed, at this instant, before the bound.
@@ -360,7 +464,7 @@ pub(crate) fn extend_call(
     holder: &str,
     ttl: Duration,
 ) -> FanOut<impl Future<Output = NodeAnswer> + Send + 'static> {
-    let ttl_ms = ttl.as_millis().to_string();
+    let ttl_ms = client.config.node_ttl_ms(ttl);
     let call = shape.extend(holder, &ttl_ms);
     fan_out(&client.nodes, client.config.required, call, read_flag)
 }
@@ -392,13 +496,20 @@ pub(crate) async fn release_round(
     shape: &Shape,
     holder: &str,
 ) -> (Outcome, Option<Stragglers>) {
-    let call = shape.release(holder, Notice::Release);
     // A fair release may hand the key to a waiter of this client (see `fair`): its mark, the
-    // stamp and the instant are taken before anything is sent (and only for a fair lock).
+    // stamp, the waiters it may hand over to and the instant are taken before anything is
+    // sent (and only for a fair lock).
     let fair = matches!(shape, Shape::Fair(_)).then(|| {
-        let releasing = client.fair.releasing(shape.primary().bytes());
-        (releasing, client.fair.stamp(), Instant::now())
+        let key = shape.primary().bytes();
+        let releasing = client.fair.releasing(key);
+        let stamp = client.fair.stamp();
+        let sure = client.fair.waiting_before(key, stamp);
+        (releasing, stamp, sure, Instant::now())
     });
+    let sure = fair
+        .as_ref()
+        .map_or(&[][..], |(_, _, sure, _)| sure.as_slice());
+    let call = shape.release_handing_off(holder, Notice::Release, sure);
     let mut fan = fan_out(
         &client.nodes,
         client.config.required,
@@ -407,7 +518,7 @@ pub(crate) async fn release_round(
     );
     if fan.decide().await == Decision::Reached {
         let mut stragglers = fan.detach(&client.background);
-        if let Some((releasing, stamp, sent)) = fair {
+        if let Some((releasing, stamp, _, sent)) = fair {
             client
                 .fair
                 .hand_off(&client.config, stamp, sent, &fan.outcome, &mut stragglers);

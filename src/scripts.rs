@@ -604,7 +604,11 @@ return 1
 /// Releases a read lock (and rolls back a failed attempt), on one node: `ZREM`, then the
 /// release notice where the key is now free for a writer (no live reader, no writer entry):
 /// in mode "1" (a release) also where this reader was not a member, in mode "2" (a rollback)
-/// only where this call removed it.
+/// only where this call removed it. When a writer waits (its pending mark is there), the
+/// notice names the mark (`drained:` and its digest), not this reader: readers that release
+/// at once finish in different orders on different nodes, and notices that each named the
+/// node's last reader would split between them, so that none reached the quorum that wakes
+/// the writer.
 ///
 /// KEYS as [`READ_ACQUIRE`]. ARGV[1] holder value, ARGV[2] release channel, ARGV[3] the notice
 /// mode. Returns 1 when the reader was a live member there, else 0.
@@ -617,7 +621,12 @@ local held = redis.call('zrem', KEYS[2], ARGV[1]) == 1
 expire_at_latest()
 if (held or ARGV[3] == '1') and redis.call('zcard', KEYS[2]) == 0
     and redis.call('exists', KEYS[1]) == 0 then
-  redis.call('publish', ARGV[2], redis.sha1hex(ARGV[1]))
+  local mark = redis.call('get', KEYS[3])
+  if mark then
+    redis.call('publish', ARGV[2], 'drained:' .. redis.sha1hex(mark))
+  else
+    redis.call('publish', ARGV[2], redis.sha1hex(ARGV[1]))
+  end
 end
 if held then
   return 1
@@ -655,12 +664,15 @@ return 1
 /// Takes a write lock, on one node. Yes when the key already holds this holder (a re-send:
 /// its TTL is kept), or when there is no writer entry and no live reader; then `SET key
 /// holder PX ttl`. Refused because of live readers, a waiting writer (ARGV[3] not empty)
-/// sets the pending-writer mark to its request's id for `ttl`, unless another writer's
-/// mark is live: the mark stops new readers, so the readers drain and the writer is not
-/// starved. Other writers' marks do not stop a writer.
+/// sets the pending-writer mark to its request's id for the mark's own lease (ARGV[4], the
+/// client's queue lease, renewed by each refused attempt, so that a writer that dies while
+/// waiting keeps readers out for one queue lease at most, not for its TTL), unless another
+/// writer's mark is live: the mark stops new readers, so the readers drain and the writer is
+/// not starved. Other writers' marks do not stop a writer.
 ///
 /// KEYS as [`READ_ACQUIRE`]. ARGV[1] holder value, ARGV[2] TTL in ms, ARGV[3] the waiting
-/// request's id, or empty for a single attempt (no mark). Returns 1 or 0.
+/// request's id, or empty for a single attempt (no mark), ARGV[4] the mark's lease in ms.
+/// Returns 1 or 0.
 pub(crate) static WRITE_ACQUIRE: LockScript = LockScript::new(
     "acquire",
     concat!(
@@ -677,7 +689,7 @@ if redis.call('zcard', KEYS[2]) > 0 then
   if ARGV[3] ~= '' then
     local mark = redis.call('get', KEYS[3])
     if not mark or mark == ARGV[3] then
-      redis.call('set', KEYS[3], ARGV[3], 'PX', ARGV[2])
+      redis.call('set', KEYS[3], ARGV[3], 'PX', ARGV[4])
     end
   end
   return 0
@@ -759,22 +771,30 @@ return 0
 /// The opening of every fair lock script. KEYS[1] is the key (the holder's entry, as a
 /// mutex's), KEYS[2] the line (waiter ids, scored by ticket), KEYS[3] the waiters' queue
 /// leases (waiter id, scored by expiry in the node's ms), KEYS[4] what a release needs to hand
-/// the key to a waiter (waiter id -> "ttl-ms holder-value"), KEYS[5] the ticket counter. A waiter is live while its queue
-/// lease runs and all three entries exist; the prelude purges the rest first, so "the first
-/// live waiter" is the lowest ticket left (ties broken by waiter id, the same way on every
-/// node). Helpers:
+/// the key to a waiter (waiter id -> "ttl-ms claim-ms holder-value"), KEYS[5] the ticket
+/// counter. A waiter is live while its queue lease runs and all three entries exist; the
+/// prelude purges the rest first, so "the first live waiter" is the lowest ticket left (ties
+/// broken by waiter id, the same way on every node). Helpers:
 /// - `leave(w)` takes waiter `w` out of the line;
 /// - `keep_line()` keeps the three keys and the ticket counter (KEYS[5]) until the latest
 ///   queue lease ends, and deletes them when nobody waits (nothing lingers; a counter is only
-///   needed while someone is in line, see `fair::draw_ticket`);
+///   needed while someone is in line, see `acquire::draw_ticket`);
 /// - `first_live()` the first waiter, dropping any whose entries are incomplete (a key of the
 ///   three lost alone, e.g. evicted);
-/// - `grant(channel, by)` hands the free key to the first waiter: `SET key its-holder PX
-///   its-ttl`, so the waiter holds it from this moment, and
-///   announces `grant:<waiter id>:<by>` on the release channel, `by` being the digest of the
-///   holder value whose release (or withdrawal) freed the key, so that the notices of two
-///   grants to one waiter are told apart. The waiter stays in line until its release or
-///   withdrawal, so a grant it was too slow to claim is given to it again.
+/// - `grant(channel, by, sure)` hands the free key to the first waiter. A waiter in `sure` (the
+///   releasing client's own waiters, which it hands the lock to itself, see `fair`) gets it
+///   for its whole TTL. Any other waiter gets a **short grant**: the key for its claim window
+///   (capped by its TTL and by what is left of its queue lease), and its place in line for
+///   exactly as long, so that a waiter that does not claim in time (dead, frozen, cut off)
+///   leaves both at once and the key passes to the next waiter (Redisson's fair lock grants a
+///   dead waiter's turn for its whole lease instead). A claim is an attempt of the waiter's,
+///   which finds its holder value on the key and extends it to its TTL. The grant announces
+///   `grant:<waiter id>:<by>` (a full grant) or `grant:<waiter id>:<by>:<claim ms>:<next
+///   waiter id>` (a short one: the next waiter's client tries at the end of the claim window,
+///   which takes the key over if the grant lapsed) on the release channel, `by` being the
+///   digest of the holder value whose release (or withdrawal) freed the key, so that the
+///   notices of two grants to one waiter are told apart. Returns the waiter and the TTL of
+///   the grant in ms.
 macro_rules! fair_prelude {
     () => {
         r#"
@@ -799,6 +819,9 @@ local function keep_line()
     redis.call('del', KEYS[2], KEYS[3], KEYS[4], KEYS[5])
   end
 end
+local function live(w)
+  return redis.call('hget', KEYS[4], w) and redis.call('zscore', KEYS[3], w)
+end
 local function first_live()
   while true do
     local first = redis.call('zrange', KEYS[2], 0, 0)[1]
@@ -812,18 +835,41 @@ local function first_live()
     leave(first)
   end
 end
-local function grant(channel, by)
+local function next_live(after)
+  for _, w in ipairs(redis.call('zrange', KEYS[2], 1, 8)) do
+    if w ~= after and live(w) then
+      return w
+    end
+  end
+  return ''
+end
+local function grant(channel, by, sure)
   if redis.call('exists', KEYS[1]) == 1 then
-    return nil
+    return nil, nil
   end
   local first, entry = first_live()
   if not first then
-    return nil
+    return nil, nil
   end
-  local ttl, holder = string.match(entry, '^(%d+) (.+)$')
-  redis.call('set', KEYS[1], holder, 'PX', ttl)
-  redis.call('publish', channel, 'grant:' .. first .. ':' .. by)
-  return first
+  local ttl, claim, holder = string.match(entry, '^(%d+) (%d+) (.+)$')
+  if not ttl then
+    -- an entry written before claim windows existed: "ttl-ms holder-value"
+    ttl, holder = string.match(entry, '^(%d+) (.+)$')
+    claim = ttl
+  end
+  ttl = tonumber(ttl)
+  if sure[first] then
+    redis.call('set', KEYS[1], holder, 'PX', ttl)
+    redis.call('publish', channel, 'grant:' .. first .. ':' .. by)
+    return first, ttl
+  end
+  local left = tonumber(redis.call('zscore', KEYS[3], first)) - now
+  local ms = math.max(1, math.min(ttl, tonumber(claim), left))
+  redis.call('set', KEYS[1], holder, 'PX', ms)
+  redis.call('zadd', KEYS[3], 'XX', now + ms, first)
+  redis.call('publish', channel,
+    'grant:' .. first .. ':' .. by .. ':' .. ms .. ':' .. next_live(first))
+  return first, ms
 end
 "#
     };
@@ -833,20 +879,25 @@ end
 ///
 /// - The key already holds this request's holder value (a release granted it, or an earlier
 ///   attempt of the request left it): `PEXPIRE` to the TTL from now, which the attempt's
-///   start bounds from below, and yes.
+///   start bounds from below, and yes. This is how a waiter claims a short grant.
 /// - Without a ticket (a request's first attempt): yes only when the key is free and nobody
 ///   waits in line; `SET key holder PX ttl`. Refused, a request that will wait (ARGV[4] "?")
-///   draws its ticket at once: the node's `INCR` of the ticket counter is the answer,
-///   `{0, n}`, and the largest of a quorum of them is the ticket (as `INCR` alone would draw
-///   it, one round trip sooner).
+///   draws its ticket at once: the node's `INCR` of the ticket counter is the answer, and the
+///   largest of a quorum of them is the ticket (as `INCR` alone would draw it, one round trip
+///   sooner). The counter lives at least a queue lease from the draw (a waiter that dies
+///   before it joins the line leaves no counter for ever).
 /// - With a ticket: the node's ticket counter is raised to it (so that every later ticket,
 ///   drawn from a quorum that meets this attempt's, is larger), the waiter joins the line at
 ///   its ticket (or keeps its place) and renews its queue lease; yes when the key is free and
 ///   this waiter is the first live one.
 ///
-/// KEYS as the prelude. ARGV[1] holder value, ARGV[2] TTL in ms,
-/// ARGV[3] the request's waiter id, ARGV[4] its ticket (empty: none, and none drawn; "?":
-/// none yet, drawn if refused), ARGV[5] the queue lease in ms. Returns 1, 0 or `{0, n}`.
+/// A refusal carries the key's remaining TTL (a short grant's lapse, or a holder's expiry),
+/// after which the key may be free: the waiter tries again no later.
+///
+/// KEYS as the prelude. ARGV[1] holder value, ARGV[2] TTL in ms, ARGV[3] the request's waiter
+/// id, ARGV[4] its ticket (empty: none, and none drawn; "?": none yet, drawn if refused),
+/// ARGV[5] the queue lease in ms, ARGV[6] the claim window in ms. Returns 1, or `{0, drawn
+/// ticket or 0, the key's PTTL}`.
 pub(crate) static FAIR_ACQUIRE: LockScript = LockScript::new(
     "acquire",
     concat!(
@@ -857,12 +908,19 @@ if current == ARGV[1] then
   redis.call('pexpire', KEYS[1], ARGV[2])
   return 1
 end
+local function refuse(drawn)
+  return {0, drawn, redis.call('pttl', KEYS[1])}
+end
 if ARGV[4] == '' or ARGV[4] == '?' then
   if current or first_live() then
     if ARGV[4] == '?' then
-      return {0, redis.call('incr', KEYS[5])}
+      local n = redis.call('incr', KEYS[5])
+      if redis.call('pttl', KEYS[5]) < tonumber(ARGV[5]) then
+        redis.call('pexpire', KEYS[5], ARGV[5])
+      end
+      return refuse(n)
     end
-    return 0
+    return refuse(0)
   end
   redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return 1
@@ -872,10 +930,10 @@ if tonumber(redis.call('get', KEYS[5]) or '0') < tonumber(ARGV[4]) then
 end
 redis.call('zadd', KEYS[2], 'NX', ARGV[4], ARGV[3])
 redis.call('zadd', KEYS[3], now + tonumber(ARGV[5]), ARGV[3])
-redis.call('hset', KEYS[4], ARGV[3], ARGV[2] .. ' ' .. ARGV[1])
+redis.call('hset', KEYS[4], ARGV[3], ARGV[2] .. ' ' .. ARGV[6] .. ' ' .. ARGV[1])
 keep_line()
 if current or first_live() ~= ARGV[3] then
-  return 0
+  return refuse(0)
 end
 redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1
@@ -885,18 +943,18 @@ return 1
 
 /// Releases a fair lock (and rolls back a failed attempt), on one node: compare-and-delete of
 /// the key, as [`RELEASE`]; then the free key goes straight to the first live waiter
-/// (`grant`), which is the hand-off: the next holder holds from this moment, with no
-/// round trip of its own. A release (mode "1") also takes the request out of the line; a
-/// rollback (mode "2") leaves it there (the request still waits) and, where it deleted the
-/// key, grants it to the first waiter, which may be the request itself: then the key goes
+/// (`grant`), which is the hand-off. A release (mode "1") also takes the request out of the
+/// line; a rollback (mode "2") leaves it there (the request still waits) and, where it deleted
+/// the key, grants it to the first waiter, which may be the request itself: then the key goes
 /// straight back to it (and its grant notice wakes it), rather than lie free with nobody
 /// allowed to take it but a request that sleeps. Where a release grants nobody, the notice is
 /// [`RELEASE`]'s; a rollback announces nothing but its grants (all attempts of a request
 /// share its holder value, so their rollbacks' notices would add up as one release's).
 ///
-/// KEYS as [`FAIR_ACQUIRE`]'s. ARGV[1] holder value, ARGV[2] release channel,
-/// ARGV[3] the notice mode, ARGV[4] the request's waiter id. Returns 1 when the key was
-/// deleted, else 0; as `{1 or 0, waiter id}` when the key went to that waiter.
+/// KEYS as [`FAIR_ACQUIRE`]'s. ARGV[1] holder value, ARGV[2] release channel, ARGV[3] the
+/// notice mode, ARGV[4] the request's waiter id, ARGV[5...] the waiters the releasing client
+/// hands the lock to itself (full grants, see the prelude). Returns 1 when the key was
+/// deleted, else 0; as `{1 or 0, waiter id, grant ms}` when the key went to that waiter.
 pub(crate) static FAIR_RELEASE: LockScript = LockScript::new(
     "release",
     concat!(
@@ -909,9 +967,13 @@ end
 if ARGV[3] == '1' then
   leave(ARGV[4])
 end
-local granted = nil
+local sure = {}
+for i = 5, #ARGV do
+  sure[ARGV[i]] = true
+end
+local granted, ms = nil, nil
 if held or ARGV[3] == '1' then
-  granted = grant(ARGV[2], redis.sha1hex(ARGV[1]))
+  granted, ms = grant(ARGV[2], redis.sha1hex(ARGV[1]), sure)
 end
 keep_line()
 local answer = 0
@@ -919,7 +981,7 @@ if held then
   answer = 1
 end
 if granted then
-  return {answer, granted}
+  return {answer, granted, ms}
 end
 if ARGV[3] == '1' and (held or redis.call('exists', KEYS[1]) == 0) then
   redis.call('publish', ARGV[2], redis.sha1hex(ARGV[1]))
@@ -931,7 +993,7 @@ return answer
 
 /// Withdraws a fair lock's waiter, on one node, when its request gives up: leaves the line,
 /// deletes the key if a release had granted it to this request (nobody will claim it), and
-/// then hands the key on as [`FAIR_RELEASE`] does, or announces it free.
+/// then hands the key on as [`FAIR_RELEASE`] does (short grants only), or announces it free.
 ///
 /// KEYS as [`FAIR_RELEASE`]. ARGV[1] the waiter id, ARGV[2] the request's holder value,
 /// ARGV[3] release channel. Returns 1 when the key had been granted to the request, else 0.
@@ -945,7 +1007,7 @@ local held = redis.call('get', KEYS[1]) == ARGV[2]
 if held then
   redis.call('del', KEYS[1])
 end
-local granted = grant(ARGV[3], redis.sha1hex(ARGV[2]))
+local granted = grant(ARGV[3], redis.sha1hex(ARGV[2]), {})
 keep_line()
 if held and not granted then
   redis.call('publish', ARGV[3], redis.sha1hex(ARGV[2]))
@@ -958,8 +1020,26 @@ return 0
     ),
 );
 
+/// Draws a fair lock's ticket, on one node, in a round of its own (when fewer than a quorum
+/// of nodes drew it with the request's first attempt, see [`FAIR_ACQUIRE`]): `INCR` of the
+/// ticket counter, which then lives at least a queue lease (a waiter that dies before it
+/// joins the line leaves no counter for ever; the line's own scripts keep it as long as the
+/// line and delete it with it).
+///
+/// KEYS[1] the ticket counter. ARGV[1] the queue lease in ms. Returns the new value.
+pub(crate) static TICKET_DRAW: LockScript = LockScript::new(
+    "ticket",
+    r#"
+local n = redis.call('incr', KEYS[1])
+if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+  redis.call('pexpire', KEYS[1], ARGV[1])
+end
+return n
+"#,
+);
+
 /// Every script, for loading on connect.
-pub(crate) static ALL_SCRIPTS: [&LockScript; 23] = [
+pub(crate) static ALL_SCRIPTS: [&LockScript; 24] = [
     &FENCE_MAX,
     &RELEASE,
     &EXTEND,
@@ -983,6 +1063,7 @@ pub(crate) static ALL_SCRIPTS: [&LockScript; 23] = [
     &FAIR_ACQUIRE,
     &FAIR_RELEASE,
     &FAIR_WITHDRAW,
+    &TICKET_DRAW,
 ];
 
 /// How a script call is sent.

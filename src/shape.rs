@@ -43,7 +43,12 @@ pub(crate) enum Shape {
     /// The writer of the read-write lock on `key`: the holder value at `key` itself. `waiter`
     /// is the id of a waiting request, the value of its pending-writer mark
     /// (`quorum-lock:writer-waiting:K`); `None` for a single attempt, which sets no mark.
-    Write { key: Key, waiter: Option<Arc<str>> },
+    /// `mark_ms` is the mark's lease (the client's queue lease), in ms.
+    Write {
+        key: Key,
+        waiter: Option<Arc<str>>,
+        mark_ms: Arc<str>,
+    },
     /// A fair lock on `key`: the holder value at `key`, as the mutex's, given in the order of
     /// tickets (see [`Fair`]).
     Fair(Fair),
@@ -68,6 +73,21 @@ pub(crate) struct Fair {
     pub(crate) draws: bool,
     /// The queue lease, in ms, as the scripts take it.
     pub(crate) queue_lease_ms: Arc<str>,
+    /// The claim window, in ms: how long a short grant to this request lasts (see
+    /// `scripts::FAIR_ACQUIRE`).
+    pub(crate) claim_ms: Arc<str>,
+}
+
+impl Fair {
+    /// How a fair request's holder value starts: `fair:<waiter id>:<128 random bits>`.
+    pub(crate) const HOLDER_PREFIX: &'static str = "fair:";
+
+    /// The waiter id in a fair request's holder value, if `holder` is one.
+    pub(crate) fn waiter_of(holder: &str) -> Option<&str> {
+        let rest = holder.strip_prefix(Self::HOLDER_PREFIX)?;
+        let (waiter, secret) = rest.split_once(':')?;
+        (!waiter.is_empty() && !secret.is_empty()).then_some(waiter)
+    }
 }
 
 /// Who a release's notices are for (see the release scripts).
@@ -208,10 +228,18 @@ impl Shape {
                 Call::with_keys(&READ_ACQUIRE, &rw_keys(key).refs(), &[h, ttl]),
                 read_flag,
             ),
-            Shape::Write { key, waiter } => {
+            Shape::Write {
+                key,
+                waiter,
+                mark_ms,
+            } => {
                 let w = waiter.as_deref().unwrap_or("").as_bytes();
                 (
-                    Call::with_keys(&WRITE_ACQUIRE, &rw_keys(key).refs(), &[h, ttl, w]),
+                    Call::with_keys(
+                        &WRITE_ACQUIRE,
+                        &rw_keys(key).refs(),
+                        &[h, ttl, w, mark_ms.as_bytes()],
+                    ),
                     read_flag,
                 )
             }
@@ -222,12 +250,13 @@ impl Shape {
                     (None, false) => String::new(),
                 };
                 let keys = fair_keys(&fair.key);
-                let argv: [&[u8]; 5] = [
+                let argv: [&[u8]; 6] = [
                     h,
                     ttl,
                     fair.waiter.as_bytes(),
                     ticket.as_bytes(),
                     fair.queue_lease_ms.as_bytes(),
+                    fair.claim_ms.as_bytes(),
                 ];
                 (
                     Call::with_keys(&FAIR_ACQUIRE, &refs(&keys), &argv),
@@ -246,6 +275,20 @@ impl Shape {
         }
     }
 
+    /// Whether a waiting request keeps something on the nodes that lasts a queue lease and
+    /// that it renews with each attempt: a fair waiter's place in line, a waiting writer's
+    /// pending mark.
+    pub(crate) fn keeps_a_place(&self) -> bool {
+        matches!(
+            self,
+            Shape::Fair(_)
+                | Shape::Write {
+                    waiter: Some(_),
+                    ..
+                }
+        )
+    }
+
     /// A waiting writer's withdrawal of its pending mark, when its request gives up; `None`
     /// for every other shape.
     pub(crate) fn withdraw(&self) -> Option<Call> {
@@ -253,6 +296,7 @@ impl Shape {
             Shape::Write {
                 key,
                 waiter: Some(waiter),
+                ..
             } => Some(Call::with_keys(
                 &WRITE_WITHDRAW,
                 &rw_keys(key).refs(),
@@ -289,6 +333,18 @@ impl Shape {
 
     /// Compare-and-delete with release notices; answers 1 / 0.
     pub(crate) fn release(&self, holder: &str, notice: Notice) -> Call {
+        self.release_handing_off(holder, notice, &[])
+    }
+
+    /// [`release`](Self::release), for a fair lock naming the waiters of the releasing client
+    /// that it may hand the lock to itself (`sure`, see `fair`): the nodes grant them the
+    /// whole TTL, every other waiter a short grant. Ignored by every other shape.
+    pub(crate) fn release_handing_off(
+        &self,
+        holder: &str,
+        notice: Notice,
+        sure: &[Arc<str>],
+    ) -> Call {
         let h = holder.as_bytes();
         match self {
             Shape::Single(key) => Call::new(
@@ -314,7 +370,7 @@ impl Shape {
                 &rw_keys(key).refs(),
                 &[h, key.release_channel(), notice.arg()],
             ),
-            Shape::Write { key, waiter } => {
+            Shape::Write { key, waiter, .. } => {
                 let w = waiter.as_deref().unwrap_or("").as_bytes();
                 Call::with_keys(
                     &WRITE_RELEASE,
@@ -322,16 +378,16 @@ impl Shape {
                     &[h, key.release_channel(), notice.arg(), w],
                 )
             }
-            Shape::Fair(fair) => Call::with_keys(
-                &FAIR_RELEASE,
-                &refs(&fair_keys(&fair.key)),
-                &[
+            Shape::Fair(fair) => {
+                let mut argv = vec![
                     h,
                     fair.key.release_channel(),
                     notice.arg(),
                     fair.waiter.as_bytes(),
-                ],
-            ),
+                ];
+                argv.extend(sure.iter().map(|w| w.as_bytes()));
+                Call::with_keys(&FAIR_RELEASE, &refs(&fair_keys(&fair.key)), &argv)
+            }
         }
     }
 

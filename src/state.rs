@@ -1,8 +1,10 @@
 //! A client's state, shared by its clones, its guards and their background tasks: the nodes,
 //! the settings, the wake-up registry and the counters behind [`Stats`].
 
+use std::any::Any;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::config::Config;
 use crate::fair::FairWaiters;
@@ -23,6 +25,57 @@ pub(crate) struct ClientState {
     pub(crate) client_id: String,
     /// The client's waiting fair requests, for a release's hand-off.
     pub(crate) fair: Arc<FairWaiters>,
+    /// The client's live leases (see [`HeldLeases`]).
+    pub(crate) held: HeldLeases,
+}
+
+/// A lease as the registry keeps it: type-erased (`lease::Lease`, which imports this module),
+/// and weak, so that the registry never keeps a lease alive.
+pub(crate) type AnyLease = Arc<dyn Any + Send + Sync>;
+
+/// The live leases of a client, by their first key: a call by token on a lock this client
+/// holds goes through its lease, so that the guard learns of it (docs/DESIGN.md, "By token"),
+/// and a task that holds a read lock of a key is told it cannot wait for the write lock.
+#[derive(Default)]
+pub(crate) struct HeldLeases(Mutex<LeasesByKey>);
+
+/// A registered lease, weakly.
+type WeakLease = Weak<dyn Any + Send + Sync>;
+
+/// The leases of each first key.
+type LeasesByKey = HashMap<Vec<u8>, Vec<WeakLease>>;
+
+impl HeldLeases {
+    fn map(&self) -> MutexGuard<'_, LeasesByKey> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a lease of `key`.
+    pub(crate) fn insert(&self, key: &[u8], lease: &AnyLease) {
+        let mut map = self.map();
+        let leases = map.entry(key.to_vec()).or_default();
+        leases.retain(|l| l.strong_count() > 0);
+        leases.push(Arc::downgrade(lease));
+    }
+
+    /// Forgets the lease at `lease` (its address) of `key`.
+    pub(crate) fn remove(&self, key: &[u8], lease: *const ()) {
+        let mut map = self.map();
+        if let Some(leases) = map.get_mut(key) {
+            leases.retain(|l| l.strong_count() > 0 && l.as_ptr().cast::<()>() != lease);
+            if leases.is_empty() {
+                map.remove(key);
+            }
+        }
+    }
+
+    /// The leases of `key` still registered.
+    pub(crate) fn of(&self, key: &[u8]) -> Vec<AnyLease> {
+        self.map()
+            .get(key)
+            .map(|leases| leases.iter().filter_map(Weak::upgrade).collect())
+            .unwrap_or_default()
+    }
 }
 
 impl ClientState {
@@ -42,6 +95,7 @@ impl ClientState {
             wakeups,
             client_id: uuid::Uuid::new_v4().simple().to_string(),
             fair: Arc::default(),
+            held: HeldLeases::default(),
         }
     }
 }

@@ -12,8 +12,8 @@ use tracing::Instrument;
 
 use crate::error::{Error, Result};
 use crate::key::Key;
-use crate::lease::{decide_extend, extend_call, release_result, release_round, Extended};
-use crate::shape::Shape;
+use crate::lease::{decide_extend, extend_call, release_result, release_round, Extended, Lease};
+use crate::shape::{Fair, Shape};
 use crate::state::ClientState;
 use crate::telemetry::{self, RenewalEnd, RenewedBy};
 
@@ -46,6 +46,25 @@ fn check_token(token: &str) -> Result<()> {
     Ok(())
 }
 
+/// What a holder token acts on: a mutex's entry, or a fair lock's (whose holder value names
+/// its waiter, so that a release leaves the line and hands the key on as the guard's would).
+fn shape_of(client: &ClientState, key: &[u8], token: &str) -> Result<Shape> {
+    let key = Key::new(key)?;
+    check_token(token)?;
+    Ok(match Fair::waiter_of(token) {
+        Some(waiter) => Shape::Fair(Fair {
+            key,
+            waiter: waiter.into(),
+            holder: token.into(),
+            ticket: None,
+            draws: false,
+            queue_lease_ms: client.config.queue_lease.as_millis().to_string().into(),
+            claim_ms: client.config.claim_window().as_millis().to_string().into(),
+        }),
+        None => Shape::Single(key),
+    })
+}
+
 /// [`QuorumLock::extend_token`](crate::QuorumLock::extend_token).
 pub(crate) async fn extend(
     client: &ClientState,
@@ -53,9 +72,18 @@ pub(crate) async fn extend(
     token: &str,
     ttl: Duration,
 ) -> Result<Duration> {
-    let key = Shape::Single(Key::new(key)?);
-    check_token(token)?;
+    let key = shape_of(client, key, token)?;
     let ttl = client.config.check_ttl(ttl)?;
+    // A lock this client holds is extended through its guard's lease: the guard's deadline
+    // follows (cut before a shortening is sent), as for the guard's own extend.
+    if let Some(lease) = Lease::find(client, key.primary().bytes(), token) {
+        lease.renew(ttl, None).await?;
+        let validity = lease.deadline().saturating_duration_since(Instant::now());
+        return match validity.is_zero() {
+            true => Err(lease.lost_error()),
+            false => Ok(validity),
+        };
+    }
     let span = tracing::debug_span!("extend", key = %key, ?ttl, by = "token");
     async {
         let lost = || {
@@ -99,8 +127,12 @@ pub(crate) async fn extend(
 
 /// [`QuorumLock::release_token`](crate::QuorumLock::release_token).
 pub(crate) async fn release(client: &ClientState, key: &[u8], token: &str) -> Result<()> {
-    let key = Shape::Single(Key::new(key)?);
-    check_token(token)?;
+    let key = shape_of(client, key, token)?;
+    // A lock this client holds is released through its guard's lease: the guard stops
+    // trusting the lock (and its loss signals fire) before any node lets go of it.
+    if let Some(lease) = Lease::find(client, key.primary().bytes(), token) {
+        return lease.release_by_token().await;
+    }
     let span = tracing::debug_span!("release", key = %key, by = "token");
     async {
         // The slower nodes' releases finish in the background, as a guard's do: after a

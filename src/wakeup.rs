@@ -7,7 +7,7 @@
 //! costs at most that delay.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
@@ -21,14 +21,26 @@ use crate::node::Nodes;
 /// The waiters of one key's release channel.
 pub(crate) struct Channel {
     notify: Notify,
-    /// The latest releases heard of, each with how many nodes announced it.
+    /// The latest releases heard of, each with the nodes that announced it.
     recent: Mutex<Vec<ReleaseNotices>>,
-    /// How many nodes must announce one holder's release before a waiter is woken: the
-    /// quorum, or fewer when fewer nodes confirmed the subscription.
-    threshold: AtomicUsize,
-    /// Fair waiters of this client by waiter id: a grant notice (`grant:<waiter id>:<digest>`,
-    /// see `scripts::FAIR_RELEASE`) wakes the waiter it names, and nobody else.
-    named: Mutex<HashMap<Vec<u8>, Arc<Notify>>>,
+    /// The quorum: how many nodes must announce one holder's release before a waiter is
+    /// woken, unless fewer confirmed the subscription (see [`threshold`](Self::threshold)).
+    quorum: usize,
+    /// Bit `i`: node `i`'s subscriber has this channel subscribed (set when the node
+    /// confirms, cleared when its pub/sub connection drops).
+    confirmed: AtomicU64,
+    /// Fair waiters of this client by waiter id: a grant notice (see
+    /// `scripts::FAIR_RELEASE`) wakes the waiter it names, and nobody else.
+    named: Mutex<HashMap<Vec<u8>, NamedWaiter>>,
+}
+
+/// What a fair waiter named on a channel is woken by.
+#[derive(Clone)]
+struct NamedWaiter {
+    /// A quorum of grants to it.
+    granted: Arc<Notify>,
+    /// The end of the claim window of a short grant to the waiter before it.
+    lapse: Arc<Notify>,
 }
 
 /// The prefix of a fair release's notice that it handed the key to a waiter.
@@ -37,33 +49,77 @@ const GRANT_PREFIX: &[u8] = b"grant:";
 /// The notices heard of one release (one holder value, known by its digest).
 struct ReleaseNotices {
     digest: Vec<u8>,
-    /// Nodes that announced they freed the key from this holder.
-    nodes: usize,
+    /// Bit `i`: node `i` announced it freed the key from this holder (counted once per node,
+    /// so that a node that announces the same digest again adds nothing).
+    nodes: u64,
     /// Whether this release already woke a waiter.
     woke: bool,
+    /// Whether the next waiter's take-over of a short grant was already scheduled.
+    lapse_scheduled: bool,
 }
 
-/// Releases tracked per channel (notices of different releases may interleave).
-const RECENT_RELEASES: usize = 4;
+/// Releases tracked per channel. The notices of different releases interleave, and one
+/// node's subscriber may lag behind the others by many releases on a loaded machine: a
+/// release whose notices were forgotten before a quorum came would wake nobody (and a grant
+/// nobody claimed would hold the line for its claim window). Each entry is a few dozen bytes.
+const RECENT_RELEASES: usize = 64;
+
+/// What one notice asks of the caller, besides the wake-ups it gave itself.
+#[derive(Default)]
+pub(crate) struct Heard {
+    /// A waiter was woken (the notices reached the threshold).
+    pub(crate) woke: bool,
+    /// Wake this fair waiter after this long: the end of the claim window of a short grant to
+    /// the waiter before it, which it then takes over if the grant lapsed.
+    pub(crate) lapse: Option<(Arc<Notify>, Duration)>,
+}
 
 impl Channel {
     fn new(quorum: usize) -> Channel {
         Channel {
             notify: Notify::new(),
             recent: Mutex::new(Vec::with_capacity(RECENT_RELEASES)),
-            threshold: AtomicUsize::new(quorum),
+            quorum,
+            confirmed: AtomicU64::new(0),
             named: Mutex::new(HashMap::new()),
         }
     }
 
-    fn named(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<u8>, Arc<Notify>>> {
+    fn named(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<u8>, NamedWaiter>> {
         self.named.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Names a fair waiter on this channel: grant notices naming `waiter` wake `notify` (a
-    /// wake-up that finds nobody waiting is kept for the next wait). Unnamed on drop.
-    pub(crate) fn name(self: &Arc<Self>, waiter: &[u8], notify: Arc<Notify>) -> Named {
-        self.named().insert(waiter.to_vec(), notify);
+    /// How many nodes must announce one release before a waiter is woken: the quorum, or
+    /// fewer while fewer nodes have the subscription confirmed (a wake-up is a hint that an
+    /// attempt may now succeed, not a proof). Rises again as nodes confirm it.
+    fn threshold(&self) -> usize {
+        match self.confirmed.load(Ordering::Relaxed).count_ones() as usize {
+            0 => self.quorum,
+            n => self.quorum.min(n),
+        }
+    }
+
+    /// Node `node` has this channel subscribed (`true`) or lost it with its connection.
+    fn set_confirmed(&self, node: usize, subscribed: bool) {
+        let bit = 1u64 << node;
+        if subscribed {
+            self.confirmed.fetch_or(bit, Ordering::Relaxed);
+        } else {
+            self.confirmed.fetch_and(!bit, Ordering::Relaxed);
+        }
+    }
+
+    /// Names a fair waiter on this channel: grant notices naming `waiter` wake `granted`,
+    /// and the end of a short grant to the waiter before it wakes `lapse` (a wake-up that
+    /// finds nobody waiting is kept for the next wait). Unnamed on drop.
+    pub(crate) fn name(
+        self: &Arc<Self>,
+        waiter: &[u8],
+        granted: Arc<Notify>,
+        lapse: Arc<Notify>,
+    ) -> Named {
+        self.named()
+            .insert(waiter.to_vec(), NamedWaiter { granted, lapse });
         Named {
             channel: self.clone(),
             waiter: waiter.to_vec(),
@@ -74,11 +130,33 @@ impl Channel {
         &self.notify
     }
 
-    /// Counts one node's notice that it freed the key from the holder whose digest is `digest`. Once a quorum of nodes
-    /// did (an attempt can now succeed), wakes one waiter, the longest waiting; the remaining
-    /// notices of that release wake nobody. A failed attempt's rollback frees at most a
-    /// minority of nodes, so it wakes nobody (no ping-pong of failing attempts).
-    fn report_free(&self, digest: &[u8]) -> bool {
+    /// Counts node `node`'s notice `message`: the digest of a holder value it freed the key
+    /// from, or a fair grant (`grant:<waiter>:<digest>`, and for a short grant
+    /// `:<claim ms>:<next waiter>`, see `scripts::FAIR_RELEASE`). Once the threshold of nodes
+    /// announced one release (an attempt can now succeed), wakes one waiter: the longest
+    /// waiting, or the waiter a grant names; the release's remaining notices wake nobody. A
+    /// failed attempt's rollback frees at most a minority of nodes, so it wakes nobody (no
+    /// ping-pong of failing attempts).
+    fn report_free(&self, node: usize, message: &[u8]) -> Heard {
+        let mut heard = Heard::default();
+        // A grant is counted by its waiter and release; its claim window and next waiter,
+        // which may differ from node to node, are not part of what is counted.
+        let (digest, short) = match message.strip_prefix(GRANT_PREFIX) {
+            Some(grant) => {
+                let mut parts = grant.splitn(4, |&b| b == b':');
+                let (waiter, by) = (parts.next().unwrap_or_default(), parts.next());
+                let counted = GRANT_PREFIX.len() + waiter.len() + by.map_or(0, |b| 1 + b.len());
+                let short = match (parts.next(), parts.next()) {
+                    (Some(ms), Some(next)) => std::str::from_utf8(ms)
+                        .ok()
+                        .and_then(|ms| ms.parse::<u64>().ok())
+                        .map(|ms| (Duration::from_millis(ms), next)),
+                    _ => None,
+                };
+                (&message[..counted], short)
+            }
+            None => (message, None),
+        };
         let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
         let at = match recent.iter().position(|r| r.digest == digest) {
             Some(at) => at,
@@ -90,31 +168,50 @@ impl Channel {
                     digest: digest.to_vec(),
                     nodes: 0,
                     woke: false,
+                    lapse_scheduled: false,
                 });
                 recent.len() - 1
             }
         };
         let release = &mut recent[at];
-        release.nodes += 1;
-        if release.woke || release.nodes < self.threshold.load(Ordering::Relaxed).max(1) {
-            return false;
+        if let Some((claim, next)) = short.filter(|_| !release.lapse_scheduled) {
+            if let Some(named) = self.named().get(next) {
+                release.lapse_scheduled = true;
+                // The node set the grant to expire `claim` after it ran, which was before
+                // this notice was read here; the allowance covers clocks that run at
+                // slightly different rates.
+                let after = claim + crate::quorum::drift(claim, LAPSE_DRIFT_FACTOR);
+                heard.lapse = Some((named.lapse.clone(), after));
+            }
+        }
+        if node < 64 {
+            release.nodes |= 1 << node;
+        }
+        let counted = release.nodes.count_ones() as usize;
+        if release.woke || counted < self.threshold() {
+            return heard;
         }
         release.woke = true;
         drop(recent);
         if let Some(grant) = digest.strip_prefix(GRANT_PREFIX) {
             // The key went to the waiter named: only it can take it now.
             let waiter = grant.split(|&b| b == b':').next().unwrap_or_default();
-            let Some(notify) = self.named().get(waiter).cloned() else {
-                return false;
-            };
-            notify.notify_one();
-            return true;
+            if let Some(named) = self.named().get(waiter).cloned() {
+                named.granted.notify_one();
+                heard.woke = true;
+            }
+            return heard;
         }
         // A wake-up that finds no waiter is kept as a permit for the next one.
         self.notify.notify_one();
-        true
+        heard.woke = true;
+        heard
     }
 }
+
+/// The rate difference allowed between a node's clock and this client's when waiting out a
+/// short grant's claim window (as the default drift factor).
+const LAPSE_DRIFT_FACTOR: f64 = 0.01;
 
 /// A fair waiter's name on a channel (see [`Channel::name`]).
 pub(crate) struct Named {
@@ -265,12 +362,9 @@ impl Wakeups {
                     .count(),
                 Err(_) => 0,
             };
-            // Where fewer nodes can send notices, fewer must: a wake-up is a hint that an
-            // attempt may now succeed, not a proof.
-            if confirmed > 0 {
-                chan.threshold
-                    .store(self.quorum.min(confirmed), Ordering::Relaxed);
-            }
+            // Each node's subscriber marks the channel confirmed itself (see `worker`), and the
+            // threshold follows (`Channel::threshold`).
+            let _ = chan;
             confirmed
         };
         (sub, confirmed)
@@ -292,11 +386,35 @@ impl Wakeups {
         }
     }
 
-    fn on_message(&self, channel: &[u8], digest: &[u8]) {
+    fn on_message(&self, node: usize, channel: &[u8], message: &[u8]) {
         let chan = self.channels().get(channel).map(|r| r.channel.clone());
         if let Some(chan) = chan {
-            if chan.report_free(digest) {
+            let heard = chan.report_free(node, message);
+            if heard.woke {
                 self.notices.fetch_add(1, Ordering::Relaxed);
+            }
+            if let Some((lapse, after)) = heard.lapse {
+                tokio::spawn(async move {
+                    tokio::time::sleep(after).await;
+                    lapse.notify_one();
+                });
+            }
+        }
+    }
+
+    /// Node `node`'s subscriber has `names` subscribed (`true`), or lost every subscription
+    /// with its connection (`names` empty, `false`).
+    fn confirm(&self, node: usize, names: &[Vec<u8>], subscribed: bool) {
+        let channels = self.channels();
+        if subscribed {
+            for name in names {
+                if let Some(r) = channels.get(name) {
+                    r.channel.set_confirmed(node, true);
+                }
+            }
+        } else {
+            for r in channels.values() {
+                r.channel.set_confirmed(node, false);
             }
         }
     }
@@ -414,7 +532,7 @@ async fn worker(
                 match command {
                     Command::Subscribe(name, reply) => {
                         if conn.is_none() {
-                            conn = connect(node, &wakeups, connect_timeout).await;
+                            conn = connect(index, node, &wakeups, connect_timeout).await;
                             if conn.is_none() {
                                 // Keep trying while the channel is waited on: its waiters are
                                 // on their timers meanwhile.
@@ -425,6 +543,11 @@ async fn worker(
                             Some((sink, _)) => matches!(tokio::time::timeout(timeout, sink.subscribe(&name)).await, Ok(Ok(()))),
                             None => false,
                         };
+                        if ok {
+                            if let Some(w) = wakeups.upgrade() {
+                                w.confirm(index, std::slice::from_ref(&name), true);
+                            }
+                        }
                         let _ = reply.send(ok);
                     }
                     Command::Unsubscribe(name) => {
@@ -438,11 +561,14 @@ async fn worker(
                 Some(msg) => {
                     let Some(w) = wakeups.upgrade() else { return };
                     if let Ok(channel) = msg.get_channel::<Vec<u8>>() {
-                        w.on_message(&channel, msg.get_payload_bytes());
+                        w.on_message(index, &channel, msg.get_payload_bytes());
                     }
                 }
                 None => {
                     tracing::debug!(node = node.name(), "pub/sub connection dropped");
+                    if let Some(w) = wakeups.upgrade() {
+                        w.confirm(index, &[], false);
+                    }
                     conn = None;
                     retry_at = Some(Instant::now());
                 }
@@ -451,7 +577,7 @@ async fn worker(
                 retry_at = None;
                 let wanted = wakeups.upgrade().is_some_and(|w| !w.channel_names().is_empty());
                 if wanted && conn.is_none() {
-                    conn = connect(node, &wakeups, connect_timeout).await;
+                    conn = connect(index, node, &wakeups, connect_timeout).await;
                     if conn.is_none() {
                         retry_at = Some(Instant::now() + RECONNECT_DELAY);
                     }
@@ -461,8 +587,10 @@ async fn worker(
     }
 }
 
-/// Connects and subscribes every channel currently waited on.
+/// Connects and subscribes every channel currently waited on (and marks them confirmed by
+/// node `index`).
 async fn connect(
+    index: usize,
     node: &crate::node::Node,
     wakeups: &Weak<Wakeups>,
     timeout: Duration,
@@ -482,6 +610,7 @@ async fn connect(
         if !matches!(resubscribed, Ok(Ok(()))) {
             return None;
         }
+        wakeups.upgrade()?.confirm(index, &names, true);
     }
     Some((sink, stream))
 }
@@ -490,12 +619,24 @@ async fn connect(
 mod tests {
     //! The wake-up rules, with a deterministic schedule: waiters register exactly as the
     //! waiting loop does (a `Notified` enabled before the attempt), and notices arrive at
-    //! chosen points.
+    //! chosen points, from chosen nodes.
     use super::*;
     use futures::FutureExt;
     use std::pin::pin;
 
     const QUORUM: usize = 3;
+
+    /// Node `node`'s notice `message`: whether it woke a waiter.
+    fn hear(chan: &Channel, node: usize, message: &[u8]) -> bool {
+        chan.report_free(node, message).woke
+    }
+
+    /// The same notice from nodes `0..n`.
+    fn hear_from(chan: &Channel, n: usize, message: &[u8]) {
+        for node in 0..n {
+            hear(chan, node, message);
+        }
+    }
 
     #[test]
     fn one_waiter_wakes_per_release_and_only_at_a_quorum_of_notices() {
@@ -507,23 +648,38 @@ mod tests {
             n.enable();
         }
         // Two nodes announce a release: fewer than a quorum (a rollback looks like this).
-        assert!(!chan.report_free(b"h1"));
-        assert!(!chan.report_free(b"h1"));
+        assert!(!hear(&chan, 0, b"h1"));
+        assert!(!hear(&chan, 1, b"h1"));
         assert!(a.as_mut().now_or_never().is_none(), "woken below a quorum");
         // The third notice makes the quorum: exactly one waiter wakes, the first in line.
-        assert!(chan.report_free(b"h1"));
+        assert!(hear(&chan, 2, b"h1"));
         assert!(a.as_mut().now_or_never().is_some(), "the first waiter");
         assert!(b.as_mut().now_or_never().is_none());
         // The release's remaining notices wake nobody more.
-        assert!(!chan.report_free(b"h1"));
-        assert!(!chan.report_free(b"h1"));
+        assert!(!hear(&chan, 3, b"h1"));
+        assert!(!hear(&chan, 4, b"h1"));
         assert!(b.as_mut().now_or_never().is_none());
         // The next release wakes the next waiter.
-        for _ in 0..QUORUM {
-            chan.report_free(b"h2");
-        }
+        hear_from(&chan, QUORUM, b"h2");
         assert!(b.as_mut().now_or_never().is_some(), "the second waiter");
         assert!(c.as_mut().now_or_never().is_none());
+    }
+
+    #[test]
+    fn a_node_that_repeats_a_notice_counts_once() {
+        let chan = Channel::new(QUORUM);
+        let mut waiter = pin!(chan.notify().notified());
+        waiter.as_mut().enable();
+        for _ in 0..QUORUM {
+            assert!(!hear(&chan, 0, b"h1"));
+        }
+        assert!(!hear(&chan, 1, b"h1"));
+        assert!(
+            waiter.as_mut().now_or_never().is_none(),
+            "woken by one node"
+        );
+        assert!(hear(&chan, 2, b"h1"));
+        assert!(waiter.now_or_never().is_some());
     }
 
     #[test]
@@ -533,9 +689,7 @@ mod tests {
         let mut waiter = pin!(chan.notify().notified());
         waiter.as_mut().enable();
         // ...the attempt fails, and the holder releases before the waiter starts to wait...
-        for _ in 0..QUORUM {
-            chan.report_free(b"h1");
-        }
+        hear_from(&chan, QUORUM, b"h1");
         // ...and the wait completes at once.
         assert!(waiter.now_or_never().is_some(), "the wake-up was lost");
     }
@@ -543,11 +697,15 @@ mod tests {
     #[test]
     fn a_release_with_no_waiter_is_kept_for_the_next_one() {
         let chan = Channel::new(QUORUM);
-        for _ in 0..QUORUM {
-            chan.report_free(b"h1");
-        }
+        hear_from(&chan, QUORUM, b"h1");
         let waiter = chan.notify().notified();
         assert!(waiter.now_or_never().is_some(), "the permit was lost");
+    }
+
+    fn named(chan: &Arc<Channel>, waiter: &[u8]) -> (Arc<Notify>, Arc<Notify>, Named) {
+        let (granted, lapse) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+        let name = chan.name(waiter, granted.clone(), lapse.clone());
+        (granted, lapse, name)
     }
 
     #[test]
@@ -555,13 +713,12 @@ mod tests {
         let chan = Arc::new(Channel::new(QUORUM));
         let mut anyone = pin!(chan.notify().notified());
         anyone.as_mut().enable();
-        let (a, b) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
-        let _a = chan.name(b"a", a.clone());
-        let named_b = chan.name(b"b", b.clone());
-        for _ in 0..QUORUM - 1 {
-            assert!(!chan.report_free(b"grant:b:d1"));
+        let (a, _, _a) = named(&chan, b"a");
+        let (b, _, named_b) = named(&chan, b"b");
+        for node in 0..QUORUM - 1 {
+            assert!(!hear(&chan, node, b"grant:b:d1"));
         }
-        assert!(chan.report_free(b"grant:b:d1"));
+        assert!(hear(&chan, QUORUM - 1, b"grant:b:d1"));
         assert!(b.notified().now_or_never().is_some(), "b was not woken");
         assert!(a.notified().now_or_never().is_none(), "a was woken");
         assert!(
@@ -569,19 +726,48 @@ mod tests {
             "an unnamed waiter was woken"
         );
         // A second grant to b (after an earlier one lapsed) is another release: it wakes again.
-        for _ in 0..QUORUM {
-            chan.report_free(b"grant:b:d2");
-        }
+        hear_from(&chan, QUORUM, b"grant:b:d2");
         assert!(
             b.notified().now_or_never().is_some(),
             "the second grant was lost"
         );
         // A grant to a waiter of another client wakes nobody here.
         drop(named_b);
-        for _ in 0..QUORUM {
-            assert!(!chan.report_free(b"grant:b:d3"));
+        for node in 0..QUORUM {
+            assert!(!hear(&chan, node, b"grant:b:d3"));
         }
         assert!(anyone.now_or_never().is_none());
+    }
+
+    #[test]
+    fn short_grants_are_counted_by_waiter_and_release_whatever_each_node_cut_them_to() {
+        let chan = Arc::new(Channel::new(QUORUM));
+        let (b, _, _b) = named(&chan, b"b");
+        // Each node cut the grant to what was left of b's place there, and named the next
+        // waiter it has.
+        assert!(!hear(&chan, 0, b"grant:b:d1:200:c"));
+        assert!(!hear(&chan, 1, b"grant:b:d1:180:c"));
+        assert!(hear(&chan, 2, b"grant:b:d1:200:"));
+        assert!(b.notified().now_or_never().is_some(), "b was not woken");
+    }
+
+    #[test]
+    fn the_next_waiter_is_woken_once_when_a_short_grant_to_the_one_before_it_lapses() {
+        let chan = Arc::new(Channel::new(QUORUM));
+        let (_, c_lapse, _c) = named(&chan, b"c");
+        let heard = chan.report_free(0, b"grant:b:d1:200:c");
+        let (lapse, after) = heard.lapse.expect("c's take-over is scheduled");
+        assert!(Arc::ptr_eq(&lapse, &c_lapse));
+        assert!(
+            after > Duration::from_millis(200),
+            "not before the lapse: {after:?}"
+        );
+        assert!(after < Duration::from_millis(210), "{after:?}");
+        // Once per grant, whichever nodes announce it.
+        assert!(chan.report_free(1, b"grant:b:d1:190:c").lapse.is_none());
+        // Nothing for a waiter of another client, nor for a whole-TTL grant.
+        assert!(chan.report_free(0, b"grant:b:d2:200:x").lapse.is_none());
+        assert!(chan.report_free(0, b"grant:b:d3").lapse.is_none());
     }
 
     #[test]
@@ -590,11 +776,49 @@ mod tests {
         let mut waiter = pin!(chan.notify().notified());
         waiter.as_mut().enable();
         // Two releases' notices interleave; neither has a quorum yet.
-        for h in [b"h1", b"h2", b"h1", b"h2"] {
-            assert!(!chan.report_free(h));
+        for (node, h) in [(0, b"h1"), (0, b"h2"), (1, b"h1"), (1, b"h2")] {
+            assert!(!hear(&chan, node, h));
         }
         assert!(waiter.as_mut().now_or_never().is_none());
-        assert!(chan.report_free(b"h2"));
+        assert!(hear(&chan, 2, b"h2"));
         assert!(waiter.now_or_never().is_some());
+    }
+
+    #[test]
+    fn a_release_is_counted_while_a_lagging_node_reports_many_older_ones() {
+        let chan = Arc::new(Channel::new(QUORUM));
+        let (w, _, _w) = named(&chan, b"w");
+        // Two nodes announce a grant to w...
+        hear(&chan, 0, b"grant:w:latest");
+        hear(&chan, 1, b"grant:w:latest");
+        // ...while a lagging node's subscriber delivers the notices of dozens of earlier
+        // releases...
+        for n in 0..40 {
+            hear(&chan, 4, format!("older-{n}").as_bytes());
+        }
+        // ...and the third notice still makes the quorum.
+        assert!(hear(&chan, 2, b"grant:w:latest"));
+        assert!(
+            w.notified().now_or_never().is_some(),
+            "the grant was forgotten"
+        );
+    }
+
+    #[test]
+    fn the_threshold_follows_the_nodes_that_have_the_subscription() {
+        let chan = Channel::new(QUORUM);
+        assert_eq!(chan.threshold(), QUORUM, "nothing confirmed yet");
+        chan.set_confirmed(0, true);
+        chan.set_confirmed(1, true);
+        assert_eq!(chan.threshold(), 2, "two nodes can announce a release");
+        // The other nodes come back (their subscribers re-subscribe): it rises again.
+        for node in 2..5 {
+            chan.set_confirmed(node, true);
+        }
+        assert_eq!(chan.threshold(), QUORUM);
+        chan.set_confirmed(1, false);
+        chan.set_confirmed(2, false);
+        chan.set_confirmed(3, false);
+        assert_eq!(chan.threshold(), 2);
     }
 }

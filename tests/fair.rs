@@ -856,41 +856,261 @@ async fn a_first_waiter_cut_off_from_a_quorum_leaves_the_line_to_the_next() {
     );
 }
 
-/// Eight tasks of four clients take turns on one key; their timers are a minute long, so
+/// Every node's view of a fair key, for a failing test: the entry's holder (by the waiter it
+/// was granted to, when it is one) and PTTL, and the line with tickets and queue leases.
+async fn line_dump(fleet: &Fleet, key: &str) -> String {
+    let mut out = String::new();
+    for i in 0..fleet.len() {
+        let mut c = conn(fleet, i).await;
+        let holder: Option<String> = redis::cmd("GET")
+            .arg(key)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(key)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        let line: Vec<(String, f64)> = redis::cmd("ZRANGE")
+            .arg(format!("quorum-lock:queue:{key}"))
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        let leases: Vec<(String, f64)> = redis::cmd("ZRANGE")
+            .arg(format!("quorum-lock:queue-expiry:{key}"))
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        let entries: Vec<(String, String)> = redis::cmd("HGETALL")
+            .arg(format!("quorum-lock:queue-holder:{key}"))
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        let granted_to = holder.as_ref().map(|h| {
+            entries
+                .iter()
+                .find(|(_, e)| e.ends_with(h.as_str()))
+                .map_or("a holder not in line".to_string(), |(w, _)| {
+                    format!("granted to {w}")
+                })
+        });
+        let time: Vec<String> = redis::cmd("TIME").query_async(&mut c).await.unwrap();
+        out.push_str(&format!(
+            "node {i} (time {}.{}): key {granted_to:?} pttl {pttl}; line {line:?}; leases {leases:?}\n",
+            time[0], time[1]
+        ));
+    }
+    out
+}
+
+/// Sixteen tasks of eight clients take turns on one key; their timers are a minute long, so
 /// every turn must come from a hand-off (within a client) or a grant's notice (across
 /// clients): a line that stalls (a free key whose first waiter sleeps) fails the test by its
-/// wait.
+/// wait. Heavy on purpose: a stall that needs a loaded machine to show shows here first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tasks_of_several_clients_take_turns_without_falling_back_to_their_timers() {
     let fleet = shared_fleet();
     let key = unique_key("fair-turns");
+    const CLIENTS: usize = 8;
+    const TASKS: usize = 16;
+    const TURNS: usize = 25;
     let mut clients = Vec::new();
-    for _ in 0..4 {
+    for _ in 0..CLIENTS {
         clients.push(patient_client(fleet).await);
     }
     let mut tasks = Vec::new();
-    for t in 0..8 {
-        let (locks, key) = (clients[t % 4].clone(), key.clone());
+    for t in 0..TASKS {
+        let (locks, key) = (clients[t % CLIENTS].clone(), key.clone());
         tasks.push(tokio::spawn(async move {
-            for _ in 0..25 {
-                let guard = locks
+            for turn in 0..TURNS {
+                let started = std::time::Instant::now();
+                let guard = match locks
                     .fair_lock(&key)
                     .ttl(LONG)
                     .wait(Duration::from_secs(20))
                     .acquire()
                     .await
-                    .expect("a turn within the wait");
+                {
+                    Ok(guard) => guard,
+                    Err(e) => {
+                        return Err(format!(
+                            "task {t}, turn {turn}: no turn within the wait ({:?}): {e}; {:?}\n{}",
+                            started.elapsed(),
+                            locks.stats(),
+                            line_dump(shared_fleet(), &key).await
+                        ))
+                    }
+                };
                 guard.release().await.unwrap();
             }
+            Ok(())
         }));
     }
+    let mut stalled = Vec::new();
     for t in tasks {
-        t.await.unwrap();
+        if let Err(e) = t.await.unwrap() {
+            stalled.push(e);
+        }
+    }
+    if !stalled.is_empty() {
+        panic!(
+            "the line stalled: {stalled:#?}\n{}",
+            line_dump(fleet, &key).await
+        );
     }
     let acquired: u64 = clients.iter().map(|c| c.stats().acquired).sum();
-    assert_eq!(acquired, 200);
+    assert_eq!(acquired, (TASKS * TURNS) as u64);
     // Once every call has landed on every node (a release returns at a quorum).
     finish_background(&clients).await;
+    assert!(
+        !any_line_keys(fleet, &key).await,
+        "the line was left behind"
+    );
+}
+
+/// A release grants the key to the first waiter; one that died in line (its place good for
+/// a minute) would hold the line for its whole TTL (30 s here) if the grant were for its TTL,
+/// as Redisson's is (#1353). A grant to a waiter of another client is short (its claim
+/// window, four of its node timeouts) and, unclaimed, passes to the next waiter, whose client
+/// tries at the end of the window: a patient waiter (timers a minute long) gets the lock
+/// within a fraction of a second.
+#[tokio::test]
+async fn a_grant_to_a_dead_waiter_passes_to_the_next_one_after_its_claim_window() {
+    let fleet = shared_fleet();
+    let key = unique_key("fair-dead-grant");
+    let holder = client(fleet, Quorum::Majority).await;
+    let guard = holder.fair_lock(&key).ttl(LONG).acquire().await.unwrap();
+    let doomed = {
+        let key = key.clone();
+        Doomed::start(
+            QuorumLock::builder()
+                .nodes(fleet.urls())
+                .queue_lease(Duration::from_secs(60)),
+            move |locks| async move { locks.fair_lock(&key).ttl(LONG).acquire().await },
+        )
+    };
+    eventually(fleet, LONG, "the doomed waiter joins the line", || async {
+        queued_everywhere(fleet, &key).await == 1
+    })
+    .await;
+    doomed.freeze();
+    let live = patient_client(fleet).await;
+    let waiting = {
+        let (live, key) = (live.clone(), key.clone());
+        tokio::spawn(async move {
+            live.fair_lock(&key)
+                .ttl(LONG)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+        })
+    };
+    eventually(fleet, LONG, "the live waiter joins the line", || async {
+        line_lengths(fleet, &key).await.iter().all(|&n| n == 2) && live.stats().waiting == 1
+    })
+    .await;
+    let released = tokio::time::Instant::now();
+    guard.release().await.unwrap();
+    let got = tokio::time::timeout(LONG, waiting)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_or_else(|e| panic!("{e}\n{}", fleet.all_logs()));
+    let took = released.elapsed();
+    assert!(
+        took < Duration::from_secs(3),
+        "the line stalled {took:?} behind the dead waiter's grant"
+    );
+    got.release().await.unwrap();
+    finish_background(&[holder.clone(), live.clone()]).await;
+}
+
+/// A waiting request draws its ticket with its first refused attempt, then joins the line
+/// with the next. The counter it raised must not outlive it if it dies in between (no line
+/// is there yet to keep the counter, or to delete it with itself).
+#[tokio::test]
+async fn a_ticket_drawn_by_a_waiter_that_never_joins_the_line_expires() {
+    let fleet = shared_fleet();
+    let key = unique_key("fair-ticket-expiry");
+    let holder = client(fleet, Quorum::Majority).await;
+    let _guard = holder.fair_lock(&key).ttl(LONG).acquire().await.unwrap();
+    let mut node = conn(fleet, 0).await;
+    let queue_lease = Duration::from_secs(2);
+    let drawn = testkit::fair_first_attempt_on_node(
+        &mut node,
+        key.as_bytes(),
+        "waiter-that-dies",
+        "fair:waiter-that-dies:0123456789abcdef",
+        LONG,
+        queue_lease,
+    )
+    .await
+    .unwrap();
+    assert!(drawn.is_some(), "refused: someone holds the key");
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(format!("quorum-lock:ticket:{key}"))
+        .query_async(&mut node)
+        .await
+        .unwrap();
+    assert!(
+        pttl > 0 && pttl <= 2000,
+        "the ticket counter lives {pttl} ms (-1: for ever)"
+    );
+}
+
+/// A fair lock's token releases it as its guard would: the next waiter in line gets the key
+/// handed on by the nodes (its grant's notices wake it), not after a timer.
+#[tokio::test]
+async fn a_fair_locks_token_releases_it_from_another_client_with_the_hand_off() {
+    let fleet = shared_fleet();
+    let key = unique_key("fair-token");
+    let holder = client(fleet, Quorum::Majority).await;
+    let token = holder
+        .fair_lock(&key)
+        .ttl(LONG)
+        .acquire()
+        .await
+        .unwrap()
+        .into_token()
+        .expect("a fair lock's guard gives its token");
+    holder.finish_background().await;
+    let live = patient_client(fleet).await;
+    let waiting = {
+        let (live, key) = (live.clone(), key.clone());
+        tokio::spawn(async move {
+            live.fair_lock(&key)
+                .ttl(LONG)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+        })
+    };
+    eventually(fleet, LONG, "the waiter joins the line", || async {
+        queued_everywhere(fleet, &key).await == 1 && live.stats().waiting == 1
+    })
+    .await;
+    let other = client(fleet, Quorum::Majority).await;
+    let validity = other
+        .extend_token(&key, &token, LONG)
+        .await
+        .expect("extended by token");
+    assert!(validity > LONG / 2);
+    other.release_token(&key, &token).await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the waiter was handed the key, not left to its timer")
+        .unwrap()
+        .unwrap();
+    assert_eq!(live.stats().woken, 1, "woken by the grant naming it");
+    got.release().await.unwrap();
+    finish_background(&[live.clone(), other.clone()]).await;
     assert!(
         !any_line_keys(fleet, &key).await,
         "the line was left behind"

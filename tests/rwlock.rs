@@ -692,3 +692,170 @@ async fn out_of_range_durations_on_sets_permits_rw_and_fair_locks_are_typed_erro
         assert!(!exists(fleet, i, &other).await, "node {i} got an entry");
     }
 }
+
+/// A writer waiting behind a reader dies (its pending mark on every node, its TTL 30 s). Its
+/// mark expires on its own lease (the dead client's queue lease, 1 s here), not with the
+/// writer's TTL: new readers get in soon after, not 30 s later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_waiting_writers_mark_keeps_readers_out_for_its_queue_lease_not_its_ttl() {
+    let fleet = shared_fleet();
+    let key = unique_key("rw-dead-writer");
+    let locks = client(fleet, Quorum::Majority).await;
+    let reader = try_read(&locks, &key).await.expect("free");
+    let doomed = {
+        let key = key.clone();
+        Doomed::start(
+            builder(fleet, Quorum::Majority).queue_lease(Duration::from_secs(1)),
+            move |writers| async move {
+                writers
+                    .write_lock(&key)
+                    .ttl(Duration::from_secs(30))
+                    .wait(Duration::from_secs(60))
+                    .acquire()
+                    .await
+            },
+        )
+    };
+    eventually(
+        fleet,
+        Duration::from_secs(10),
+        "the writer's mark is everywhere",
+        || async { nodes_with(fleet, &mark_key(&key)).await == 5 },
+    )
+    .await;
+    doomed.freeze();
+    assert!(
+        try_read(&locks, &key).await.is_none(),
+        "a new reader got in past the waiting writer's mark"
+    );
+    reader.release().await.unwrap();
+    let start = Instant::now();
+    let next = locks
+        .read_lock(&key)
+        .ttl(Duration::from_secs(30))
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("a reader gets in once the dead writer's mark expired");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "readers were kept out {:?}",
+        start.elapsed()
+    );
+    next.release().await.unwrap();
+}
+
+/// Readers that release at once finish in different orders on different nodes: here the
+/// last reader is a different one on nodes {0, 1}, {2, 3} and {4}. The waiting writer (a
+/// 20 s timer) must still be woken by the release notices: they name its mark, not each
+/// node's last reader, so they add up to a quorum.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_released_in_different_orders_on_the_nodes_wake_the_waiting_writer() {
+    let fleet = shared_fleet();
+    let key = unique_key("rw-drain");
+    let mut readers = Vec::new();
+    for _ in 0..3 {
+        let locks = client(fleet, Quorum::Majority).await;
+        let guard = try_read(&locks, &key).await.expect("readers share");
+        readers.push((locks, guard));
+    }
+    let (writers, waiting) = waiting_writer(fleet, &key, Duration::from_secs(60)).await;
+    const LAST: [[usize; 3]; 5] = [[1, 2, 0], [1, 2, 0], [0, 2, 1], [0, 2, 1], [0, 1, 2]];
+    for (i, order) in LAST.iter().enumerate() {
+        let mut node = conn(fleet, i).await;
+        for &r in order {
+            let holder = readers[r].1.holder().to_string();
+            assert!(
+                quorum_lock::testkit::read_release_on_node(&mut node, key.as_bytes(), &holder)
+                    .await
+                    .unwrap(),
+                "reader {r} held the key on node {i}"
+            );
+        }
+    }
+    let writer = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("woken by the readers' release notices, not by its timer")
+        .unwrap()
+        .expect("the writer gets the lock");
+    assert_eq!(writers.stats().woken, 1);
+    writer.release().await.unwrap();
+    for (locks, guard) in readers {
+        drop(guard);
+        locks.finish_background().await;
+    }
+}
+
+/// A task that holds a read lock (kept by the watchdog) and asks for the write lock of the
+/// same key would wait for itself until its wait ends (there is no upgrade): it is told at
+/// once. The same for the writer asking for a read lock or for the write lock again. Another
+/// task of the same client waits as any other client's would, a second read lock is allowed,
+/// and a read lock that expires before the wait ends is simply waited for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_waiting_for_its_own_read_or_write_lock_gets_a_typed_error_at_once() {
+    let fleet = shared_fleet();
+    let key = unique_key("rw-upgrade");
+    let locks = client(fleet, Quorum::Majority).await;
+    let long = Duration::from_secs(30);
+    let read = locks.read_lock(&key).acquire().await.unwrap();
+    let again = locks.read_lock(&key).acquire().await.unwrap();
+    let start = Instant::now();
+    let upgrade = locks.write_lock(&key).ttl(long).wait(long).acquire().await;
+    assert!(
+        matches!(
+            &upgrade,
+            Err(Error::WaitsForItself {
+                held: "read",
+                wanted: "write",
+                ..
+            })
+        ),
+        "{upgrade:?}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(1), "it waited");
+    let message = upgrade.unwrap_err().to_string();
+    assert!(message.contains("no upgrade"), "{message}");
+    // Another task of this client is a writer like any other: it waits (here until its wait).
+    let other = {
+        let (locks, key) = (locks.clone(), key.clone());
+        tokio::spawn(async move {
+            locks
+                .write_lock(&key)
+                .ttl(Duration::from_secs(30))
+                .wait(Duration::from_millis(300))
+                .acquire()
+                .await
+        })
+    };
+    let other = other.await.unwrap();
+    assert!(matches!(other, Err(Error::WaitTimeout { .. })), "{other:?}");
+    read.release().await.unwrap();
+    again.release().await.unwrap();
+    let write = locks.write_lock(&key).acquire().await.unwrap();
+    for wanted in [
+        locks.read_lock(&key).ttl(long).wait(long).acquire().await,
+        locks.write_lock(&key).ttl(long).wait(long).acquire().await,
+    ] {
+        assert!(
+            matches!(&wanted, Err(Error::WaitsForItself { held: "write", .. })),
+            "{wanted:?}"
+        );
+    }
+    write.release().await.unwrap();
+    // A short read lock ends before the wait would: the write lock waits for it, and gets in.
+    let short = locks
+        .read_lock(&key)
+        .ttl(Duration::from_millis(800))
+        .acquire()
+        .await
+        .unwrap();
+    let write = locks
+        .write_lock(&key)
+        .ttl(long)
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await;
+    assert!(write.is_ok(), "{write:?}");
+    drop(short);
+    write.unwrap().release().await.unwrap();
+}

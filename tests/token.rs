@@ -326,3 +326,66 @@ async fn with_nodes_down_an_extend_by_token_has_no_quorum_and_a_release_counts_e
     }
     assert_eq!(entry(&fleet, 0, &key).await, None, "node 0 released");
 }
+
+/// Calls by token from the client that holds the guard go through the guard: an extend to a
+/// shorter TTL cuts its deadline, a release ends it (and fires its loss signal) before any
+/// node lets go, so the guard never says "held" while another client holds the lock.
+#[tokio::test]
+async fn token_calls_from_the_guards_own_client_act_through_the_guard() {
+    let fleet = shared_fleet();
+    let key = unique_key("token-own-guard");
+    let locks = client(fleet, Quorum::Majority).await;
+    let other = client(fleet, Quorum::Majority).await;
+    let guard = locks.acquire(&key, Duration::from_secs(10)).await.unwrap();
+    let lost = guard.lost_signal();
+    let token = guard.holder().to_string();
+
+    let validity = locks
+        .extend_token(&key, &token, Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert!(validity <= Duration::from_secs(1), "{validity:?}");
+    assert!(
+        guard.validity() <= Duration::from_secs(1),
+        "the guard still counts on {:?} after its entries were shortened to 1 s",
+        guard.validity()
+    );
+    assert!(guard.is_held());
+
+    locks.release_token(&key, &token).await.unwrap();
+    assert!(
+        !guard.is_held(),
+        "the guard says held after its release by token"
+    );
+    assert!(lost.is_fired(), "its loss signal did not fire");
+    let theirs = other
+        .try_acquire(&key, Duration::from_secs(10))
+        .await
+        .unwrap()
+        .expect("another client takes the released key");
+    assert!(!guard.is_held());
+    assert!(
+        matches!(guard.release().await, Err(Error::NotHeld { .. })),
+        "released by token already"
+    );
+    assert!(
+        theirs.is_held(),
+        "the guard's own release touched the new holder's lock"
+    );
+    theirs.release().await.unwrap();
+
+    // A guard kept by the watchdog: released by token, its renewals stop.
+    let kept = locks.lock(&key).acquire().await.unwrap();
+    let token = kept.holder().to_string();
+    locks.release_token(&key, &token).await.unwrap();
+    assert!(!kept.is_held());
+    let theirs = other
+        .try_acquire(&key, Duration::from_secs(10))
+        .await
+        .unwrap()
+        .expect("free after the release by token");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(theirs.is_held());
+    drop(kept);
+    theirs.release().await.unwrap();
+}

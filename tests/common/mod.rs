@@ -213,3 +213,57 @@ pub fn acl_fleet(rule: &[&str]) -> (Fleet, Vec<String>) {
         .collect();
     (fleet, urls)
 }
+
+/// A lock request in a "process" that will die: a client of its own, in a runtime of its own
+/// thread, polling its request until [`Doomed::freeze`]. Then that runtime's only thread
+/// blocks for good: the request is never polled again, nor dropped (it neither renews what it
+/// keeps on the nodes nor withdraws it), and its connections go quiet, as a process that was
+/// killed or froze.
+pub struct Doomed {
+    freeze: std::sync::mpsc::Sender<()>,
+    frozen: std::sync::mpsc::Receiver<()>,
+}
+
+impl Doomed {
+    /// Starts `request` on a client built from `builder`. The request must not get the lock
+    /// (the thread panics if it does).
+    pub fn start<F>(
+        builder: Builder,
+        request: impl FnOnce(QuorumLock) -> F + Send + 'static,
+    ) -> Doomed
+    where
+        F: std::future::Future<Output = quorum_lock::Result<quorum_lock::LockGuard>> + 'static,
+    {
+        let (freeze, told) = std::sync::mpsc::channel::<()>();
+        let (done, frozen) = std::sync::mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let locks = builder.build().await.unwrap();
+                let mut request = Box::pin(request(locks));
+                loop {
+                    tokio::select! {
+                        got = &mut request => panic!("the doomed request got the lock: {got:?}"),
+                        () = tokio::time::sleep(Duration::from_millis(5)) => {}
+                    }
+                    if told.try_recv().is_ok() {
+                        let _ = done.send(());
+                        loop {
+                            std::thread::park();
+                        }
+                    }
+                }
+            });
+        });
+        Doomed { freeze, frozen }
+    }
+
+    /// Freezes it for good, and returns once it is frozen.
+    pub fn freeze(self) {
+        let _ = self.freeze.send(());
+        let _ = self.frozen.recv_timeout(Duration::from_secs(30));
+    }
+}
