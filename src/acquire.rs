@@ -155,27 +155,12 @@ pub(crate) async fn once(state: &Arc<ClientState>, spec: Spec<'_>) -> Result<Opt
 /// release notice or its [`Backoff`] pause.
 pub(crate) async fn waiting(state: &Arc<ClientState>, spec: Spec<'_>) -> Result<LockGuard> {
     let mut plan = plan(state, spec)?;
-    // A task that holds one kind of a read-write key's locks, for longer than it would wait,
-    // would wait for itself for the other until its wait ends: refused at once, naming it.
+    // What a read-write request is, for the report of a wait that ended (see below).
     let wanted = match &plan.shape {
         Shape::Read(_) => Some("read"),
         Shape::Write { .. } => Some("write"),
         _ => None,
     };
-    if let Some(wanted) = wanted {
-        let key = plan.shape.primary();
-        let until = Instant::now() + plan.wait;
-        match Lease::rw_held_by_current_task(state, key.bytes(), until) {
-            Some(held) if held != wanted || wanted == "write" => {
-                return Err(Error::WaitsForItself {
-                    key: key.to_string(),
-                    held,
-                    wanted,
-                });
-            }
-            _ => {}
-        }
-    }
     let span =
         tracing::debug_span!("acquire", key = %plan.shape, ttl = ?plan.ttl, wait = ?plan.wait);
     let started = Started::now();
@@ -183,7 +168,22 @@ pub(crate) async fn waiting(state: &Arc<ClientState>, spec: Spec<'_>) -> Result<
         state,
         call: plan.shape.withdraw(),
     };
-    let result = wait_loop(state, &mut plan).instrument(span).await;
+    let mut result = wait_loop(state, &mut plan).instrument(span).await;
+    // A read-write request whose wait ended while its own task holds a lock of the key that
+    // conflicts (read then write, write then read or write, or a second read lock behind a
+    // writer that waits for the first) waited for itself: said so, naming the locks, rather
+    // than as a busy lock. Checked only when the wait ended: a guard moved to another task,
+    // or another future of the task, may well end its hold before that.
+    if let (Err(Error::WaitTimeout { .. }), Some(wanted)) = (&result, wanted) {
+        let key = plan.shape.primary();
+        if let Some(held) = Lease::rw_held_by_current_task(state, key.bytes()) {
+            result = Err(Error::WaitsForItself {
+                key: key.to_string(),
+                held,
+                wanted,
+            });
+        }
+    }
     if result.is_ok() {
         // The writer holds the lock: its release takes the mark back.
         withdraw.call = None;
@@ -243,7 +243,9 @@ fn plan<'a>(state: &ClientState, spec: Spec<'a>) -> Result<Plan<'a>> {
         },
         // The request's id and holder value, one each for all its attempts (see `Fair`).
         Target::Fair(key) => {
-            let waiter = uuid::Uuid::new_v4().simple().to_string();
+            // Tagged with its client, so that a short grant's notice names the next waiter
+            // of another client (see `scripts::FAIR_ACQUIRE`).
+            let waiter = format!("{}.{}", state.client_tag(), uuid::Uuid::new_v4().simple());
             Shape::Fair(Fair {
                 key: Key::new(key)?,
                 holder: fair_holder(&waiter).into(),
@@ -512,6 +514,12 @@ fn reenter(plan: &Plan<'_>) -> Option<LockGuard> {
     Some(LockGuard::new(lease, Some(owner.clone())))
 }
 
+/// 128 bits from the thread's cryptographically secure generator, as 32 hex digits: the
+/// secret part of every holder value.
+fn secret() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
 /// A fair request's holder value: its waiter id (public: grant notices name it) and 128
 /// random bits, so that a call by token on a fair lock can leave the line and hand the key on
 /// (see `shape::Fair::waiter_of`).
@@ -526,7 +534,7 @@ fn fair_holder(waiter: &str) -> String {
 /// A fresh holder value: 128 random bits, prefixed for an owner with the client's and the
 /// owner's ids.
 fn holder_value(state: &ClientState, owner: Option<&Arc<HoldTable>>) -> String {
-    let nonce = uuid::Uuid::new_v4().simple();
+    let nonce = secret();
     match owner {
         Some(o) => format!("{}:{}:{nonce}", state.client_id, o.id),
         None => nonce.to_string(),
@@ -801,18 +809,15 @@ fn hold(
     token: Option<u64>,
     in_flight: Vec<Stragglers>,
 ) -> LockGuard {
-    let lease = Arc::new(
-        Lease::new(
-            state.clone(),
-            plan.shape.clone(),
-            holder,
-            plan.ttl,
-            deadline,
-            token,
-            in_flight,
-        )
-        .kept_by_watchdog(plan.watchdog),
-    );
+    let lease = Arc::new(Lease::new(
+        state.clone(),
+        plan.shape.clone(),
+        holder,
+        plan.ttl,
+        deadline,
+        token,
+        in_flight,
+    ));
     lease.register();
     if plan.watchdog {
         tokio::spawn(crate::watchdog::run(lease.clone(), plan.ttl, plan.max_hold));

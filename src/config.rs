@@ -62,11 +62,17 @@ impl Config {
         (ttl + self.lock_delay).as_millis().to_string()
     }
 
-    /// How long a fair lock's short grant lasts (see `scripts::FAIR_ACQUIRE`): four node
-    /// timeouts, time for a live waiter to hear of its grant and claim it with one attempt;
-    /// capped by the waiter's TTL on the nodes.
+    /// How long a fair lock's short grant to a waiter of this client lasts (see
+    /// `scripts::FAIR_ACQUIRE`): time for a live waiter to claim it with one attempt, whether
+    /// its grant's notices wake it or, lost, its own timer does: four node timeouts, or its
+    /// longest pause between attempts (the retry delay and jitter, at most a third of the
+    /// queue lease) plus two node timeouts when that is longer. The nodes cap it by the
+    /// waiter's TTL and by what is left of its place in line.
     pub(crate) fn claim_window(&self) -> Duration {
-        self.node_timeout.saturating_mul(4)
+        let pause = (self.retry_delay + self.retry_jitter).min(self.queue_lease / 3);
+        self.node_timeout
+            .saturating_mul(4)
+            .max(pause + self.node_timeout.saturating_mul(2))
     }
 
     /// Checks a TTL against this configuration: it must leave room for at least one node

@@ -248,12 +248,14 @@ pub enum Error {
         attempts: u32,
     },
 
-    /// The task asking for a lock already holds a conflicting lock of the same read-write key
-    /// through this client, kept longer than the request would wait, and so would wait for
-    /// itself until its wait ends: a read lock's holder asking for the write lock (there is
-    /// no upgrade), the writer asking for a read lock (no downgrade) or for the write lock
-    /// again. Release the lock it holds first.
-    #[error("{key:?}: this task holds its {held} lock, and its {wanted} lock would wait for that (no upgrade or downgrade: release the {held} lock first)")]
+    /// A read-write lock request waited until its wait ended while the task that made it
+    /// holds a lock of the same key (through this client) that it was waiting for: a read
+    /// lock's holder asking for the write lock (there is no upgrade), the writer asking for a
+    /// read lock (no downgrade) or for the write lock again, or a second read lock queued
+    /// behind a writer that waits for the task's first. Release the lock the task holds
+    /// first. (Reported instead of [`Error::WaitTimeout`]; a guard moved to another task still
+    /// counts as the task's that took it.)
+    #[error("{key:?}: this task holds a {held} lock of the key, and its request for a {wanted} lock waited for that lock until its wait ended (no upgrade or downgrade; a second read lock waits behind a waiting writer): release the {held} lock first")]
     WaitsForItself {
         /// The lock key (lossy UTF-8).
         key: String,

@@ -214,7 +214,8 @@ impl LockGuard {
         }
         // Released by token from this client already (see `token`): its report was that
         // call's, and nothing is left to send.
-        if self.lease.is_ended() {
+        if self.lease.released_by_token() {
+            self.lease.end();
             return Err(self.not_held());
         }
         let was_lost = self.lease.end();
@@ -229,7 +230,7 @@ impl Drop for LockGuard {
     /// timeout, then releases, at most the node timeout); without one, the entries simply
     /// expire with their TTL. Either way the watchdog stops at once.
     fn drop(&mut self) {
-        if self.released || !self.let_go() || self.lease.is_ended() {
+        if self.released || !self.let_go() || self.lease.released_by_token() {
             return;
         }
         let was_lost = self.lease.end();

@@ -53,8 +53,9 @@ pub(crate) struct Lease {
     hold: Hold,
     /// The task that acquired it (see [`Lease::rw_held_by_current_task`]).
     taken_by: Caller,
-    /// Whether the watchdog renews it.
-    watchdog: bool,
+    /// A release by token from this client ran on the nodes: the guard's own release has
+    /// nothing left to send.
+    released_by_token: std::sync::atomic::AtomicBool,
 }
 
 /// Who is calling: a tokio task, or the future a runtime's `block_on` runs (no task of its
@@ -110,14 +111,8 @@ impl Lease {
             in_flight: InFlight::new(in_flight),
             hold: Hold::start(),
             taken_by: Caller::current(),
-            watchdog: false,
+            released_by_token: std::sync::atomic::AtomicBool::new(false),
         }
-    }
-
-    /// Marks the lease as kept by the watchdog.
-    pub(crate) fn kept_by_watchdog(mut self, watchdog: bool) -> Lease {
-        self.watchdog = watchdog;
-        self
     }
 
     /// Registers the lease with its client (`state::HeldLeases`) until it ends.
@@ -137,31 +132,19 @@ impl Lease {
             .find(|l| l.holder == holder && !l.is_ended())
     }
 
-    /// The kind of read-write hold (`"read"` or `"write"`) the current task has on `key`
-    /// through a live lease of this client that outlasts `until` (kept by the watchdog, or
-    /// its entries live until then), if any: a request of the current task that waits for it
-    /// would wait until `until`.
+    /// The kind of read-write hold (`"read"` or `"write"`) the current task took on `key`
+    /// through a live lease of this client, if any.
     pub(crate) fn rw_held_by_current_task(
         client: &ClientState,
         key: &[u8],
-        until: Instant,
     ) -> Option<&'static str> {
         let caller = Caller::current();
-        let config = &client.config;
         client
             .held
             .of(key)
             .into_iter()
             .filter_map(|l| l.downcast::<Lease>().ok())
-            .filter(|l| l.taken_by == caller)
-            .filter(|l| {
-                l.live_deadline().is_some_and(|d| {
-                    l.watchdog
-                        || d + config.lock_delay
-                            + crate::quorum::drift(l.ttl(), config.drift_factor)
-                            >= until
-                })
-            })
+            .filter(|l| l.taken_by == caller && l.live_deadline().is_some())
             .find_map(|l| match l.shape {
                 Shape::Read(_) => Some("read"),
                 Shape::Write { .. } => Some("write"),
@@ -256,7 +239,15 @@ impl Lease {
     pub(crate) async fn release_by_token(&self) -> Result<()> {
         let was_lost = self.end();
         let outcome = self.release_on_nodes().await;
+        // Only now: a release by token cancelled before its round leaves the guard's own
+        // release (or drop) to send it.
+        self.released_by_token.store(true, Ordering::Release);
         self.release_result(&outcome, was_lost)
+    }
+
+    /// Whether a release by token from this client already released the lease on the nodes.
+    pub(crate) fn released_by_token(&self) -> bool {
+        self.released_by_token.load(Ordering::Acquire)
     }
 
     pub(crate) fn lost_error(&self) -> Error {

@@ -791,7 +791,9 @@ return 0
 ///   which finds its holder value on the key and extends it to its TTL. The grant announces
 ///   `grant:<waiter id>:<by>` (a full grant) or `grant:<waiter id>:<by>:<claim ms>:<next
 ///   waiter id>` (a short one: the next waiter's client tries at the end of the claim window,
-///   which takes the key over if the grant lapsed) on the release channel, `by` being the
+///   which takes the key over if the grant lapsed) on the release channel. The next waiter
+///   named is the first one behind of another client (a waiter id starts with its client's
+///   tag): waiters of the client that did not claim are likely just as dead. `by` is the
 ///   digest of the holder value whose release (or withdrawal) freed the key, so that the
 ///   notices of two grants to one waiter are told apart. Returns the waiter and the TTL of
 ///   the grant in ms.
@@ -822,6 +824,10 @@ end
 local function live(w)
   return redis.call('hget', KEYS[4], w) and redis.call('zscore', KEYS[3], w)
 end
+local function owns(w, holder)
+  local entry = redis.call('hget', KEYS[4], w)
+  return entry and string.sub(entry, -(#holder + 1)) == ' ' .. holder
+end
 local function first_live()
   while true do
     local first = redis.call('zrange', KEYS[2], 0, 0)[1]
@@ -835,9 +841,13 @@ local function first_live()
     leave(first)
   end
 end
+local function client_of(w)
+  return string.match(w, '^([^.]*)%.') or w
+end
 local function next_live(after)
-  for _, w in ipairs(redis.call('zrange', KEYS[2], 1, 8)) do
-    if w ~= after and live(w) then
+  local client = client_of(after)
+  for _, w in ipairs(redis.call('zrange', KEYS[2], 1, 16)) do
+    if client_of(w) ~= client and live(w) then
       return w
     end
   end
@@ -891,13 +901,16 @@ end
 ///   its ticket (or keeps its place) and renews its queue lease; yes when the key is free and
 ///   this waiter is the first live one.
 ///
+/// A refusal that finds the key free grants it to the first live waiter (a short grant, as a
+/// release would): the key is free without a release when the grant to the waiter before
+/// lapsed or a holder's entry expired, and the next waiter's claim window must start then.
 /// A refusal carries the key's remaining TTL (a short grant's lapse, or a holder's expiry),
 /// after which the key may be free: the waiter tries again no later.
 ///
 /// KEYS as the prelude. ARGV[1] holder value, ARGV[2] TTL in ms, ARGV[3] the request's waiter
 /// id, ARGV[4] its ticket (empty: none, and none drawn; "?": none yet, drawn if refused),
-/// ARGV[5] the queue lease in ms, ARGV[6] the claim window in ms. Returns 1, or `{0, drawn
-/// ticket or 0, the key's PTTL}`.
+/// ARGV[5] the queue lease in ms, ARGV[6] the claim window in ms, ARGV[7] the release
+/// channel. Returns 1, or `{0, drawn ticket or 0, the key's PTTL}`.
 pub(crate) static FAIR_ACQUIRE: LockScript = LockScript::new(
     "acquire",
     concat!(
@@ -909,6 +922,13 @@ if current == ARGV[1] then
   return 1
 end
 local function refuse(drawn)
+  -- A free key whose first live waiter is someone else: that waiter's turn has come
+  -- without a release to grant it (its predecessor's grant lapsed, or a holder's entry
+  -- expired). Grant it now, so that its claim window starts, rather than leave the key free
+  -- with nobody allowed to take it.
+  if not current then
+    grant(ARGV[7], redis.sha1hex(ARGV[1]), {})
+  end
   return {0, drawn, redis.call('pttl', KEYS[1])}
 end
 if ARGV[4] == '' or ARGV[4] == '?' then
@@ -953,8 +973,11 @@ return 1
 ///
 /// KEYS as [`FAIR_ACQUIRE`]'s. ARGV[1] holder value, ARGV[2] release channel, ARGV[3] the
 /// notice mode, ARGV[4] the request's waiter id, ARGV[5...] the waiters the releasing client
-/// hands the lock to itself (full grants, see the prelude). Returns 1 when the key was
-/// deleted, else 0; as `{1 or 0, waiter id, grant ms}` when the key went to that waiter.
+/// hands the lock to itself (full grants, see the prelude). A release takes the request out
+/// of the line only when it held the key or the line's entry has its holder value (a release
+/// by a made-up token naming a waiter, whose id is public, takes nobody out). Returns 1 when
+/// the key was deleted, else 0; as `{1 or 0, waiter id, grant ms}` when the key went to that
+/// waiter.
 pub(crate) static FAIR_RELEASE: LockScript = LockScript::new(
     "release",
     concat!(
@@ -964,7 +987,7 @@ local held = redis.call('get', KEYS[1]) == ARGV[1]
 if held then
   redis.call('del', KEYS[1])
 end
-if ARGV[3] == '1' then
+if ARGV[3] == '1' and (held or owns(ARGV[4], ARGV[1])) then
   leave(ARGV[4])
 end
 local sure = {}

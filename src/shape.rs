@@ -250,13 +250,14 @@ impl Shape {
                     (None, false) => String::new(),
                 };
                 let keys = fair_keys(&fair.key);
-                let argv: [&[u8]; 6] = [
+                let argv: [&[u8]; 7] = [
                     h,
                     ttl,
                     fair.waiter.as_bytes(),
                     ticket.as_bytes(),
                     fair.queue_lease_ms.as_bytes(),
                     fair.claim_ms.as_bytes(),
+                    fair.key.release_channel(),
                 ];
                 (
                     Call::with_keys(&FAIR_ACQUIRE, &refs(&keys), &argv),

@@ -116,6 +116,11 @@ pub(crate) struct Counters {
 }
 
 impl ClientState {
+    /// A short tag of this client (the start of its id): a fair waiter's id starts with it.
+    pub(crate) fn client_tag(&self) -> &str {
+        &self.client_id[..8]
+    }
+
     pub(crate) fn snapshot(&self) -> Stats {
         let c = &self.counters;
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);

@@ -41,7 +41,13 @@ struct NamedWaiter {
     granted: Arc<Notify>,
     /// The end of the claim window of a short grant to the waiter before it.
     lapse: Arc<Notify>,
+    /// The timer of that wake-up, aborted when the waiter leaves (nothing of a waiter
+    /// outlives it).
+    timer: LapseTimer,
 }
+
+/// A waiter's lapse timer task, if one runs.
+type LapseTimer = Arc<Mutex<Option<tokio::task::AbortHandle>>>;
 
 /// The prefix of a fair release's notice that it handed the key to a waiter.
 const GRANT_PREFIX: &[u8] = b"grant:";
@@ -70,8 +76,9 @@ pub(crate) struct Heard {
     /// A waiter was woken (the notices reached the threshold).
     pub(crate) woke: bool,
     /// Wake this fair waiter after this long: the end of the claim window of a short grant to
-    /// the waiter before it, which it then takes over if the grant lapsed.
-    pub(crate) lapse: Option<(Arc<Notify>, Duration)>,
+    /// the waiter before it, which it then takes over if the grant lapsed. The timer's handle
+    /// goes in the slot, so that the waiter's leaving aborts it.
+    pub(crate) lapse: Option<(Arc<Notify>, Duration, LapseTimer)>,
 }
 
 impl Channel {
@@ -118,8 +125,14 @@ impl Channel {
         granted: Arc<Notify>,
         lapse: Arc<Notify>,
     ) -> Named {
-        self.named()
-            .insert(waiter.to_vec(), NamedWaiter { granted, lapse });
+        self.named().insert(
+            waiter.to_vec(),
+            NamedWaiter {
+                granted,
+                lapse,
+                timer: LapseTimer::default(),
+            },
+        );
         Named {
             channel: self.clone(),
             waiter: waiter.to_vec(),
@@ -181,7 +194,7 @@ impl Channel {
                 // this notice was read here; the allowance covers clocks that run at
                 // slightly different rates.
                 let after = claim + crate::quorum::drift(claim, LAPSE_DRIFT_FACTOR);
-                heard.lapse = Some((named.lapse.clone(), after));
+                heard.lapse = Some((named.lapse.clone(), after, named.timer.clone()));
             }
         }
         if node < 64 {
@@ -213,6 +226,22 @@ impl Channel {
 /// short grant's claim window (as the default drift factor).
 const LAPSE_DRIFT_FACTOR: f64 = 0.01;
 
+/// Wakes a fair waiter after the claim window of a short grant to the waiter before it, in
+/// a timer task whose handle the waiter's name keeps (dropping the name aborts it).
+fn schedule_lapse((lapse, after, timer): (Arc<Notify>, Duration, LapseTimer)) {
+    let task = tokio::spawn(async move {
+        tokio::time::sleep(after).await;
+        lapse.notify_one();
+    });
+    let previous = timer
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .replace(task.abort_handle());
+    if let Some(previous) = previous {
+        previous.abort();
+    }
+}
+
 /// A fair waiter's name on a channel (see [`Channel::name`]).
 pub(crate) struct Named {
     channel: Arc<Channel>,
@@ -221,7 +250,10 @@ pub(crate) struct Named {
 
 impl Drop for Named {
     fn drop(&mut self) {
-        self.channel.named().remove(&self.waiter);
+        let named = self.channel.named().remove(&self.waiter);
+        if let Some(timer) = named.and_then(|n| n.timer.lock().ok()?.take()) {
+            timer.abort();
+        }
     }
 }
 
@@ -393,11 +425,8 @@ impl Wakeups {
             if heard.woke {
                 self.notices.fetch_add(1, Ordering::Relaxed);
             }
-            if let Some((lapse, after)) = heard.lapse {
-                tokio::spawn(async move {
-                    tokio::time::sleep(after).await;
-                    lapse.notify_one();
-                });
+            if let Some(lapse) = heard.lapse {
+                schedule_lapse(lapse);
             }
         }
     }
@@ -756,7 +785,7 @@ mod tests {
         let chan = Arc::new(Channel::new(QUORUM));
         let (_, c_lapse, _c) = named(&chan, b"c");
         let heard = chan.report_free(0, b"grant:b:d1:200:c");
-        let (lapse, after) = heard.lapse.expect("c's take-over is scheduled");
+        let (lapse, after, _) = heard.lapse.expect("c's take-over is scheduled");
         assert!(Arc::ptr_eq(&lapse, &c_lapse));
         assert!(
             after > Duration::from_millis(200),
@@ -768,6 +797,30 @@ mod tests {
         // Nothing for a waiter of another client, nor for a whole-TTL grant.
         assert!(chan.report_free(0, b"grant:b:d2:200:x").lapse.is_none());
         assert!(chan.report_free(0, b"grant:b:d3").lapse.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lapse_timer_wakes_its_waiter_and_ends_with_it() {
+        let chan = Arc::new(Channel::new(QUORUM));
+        let (_, c_lapse, c) = named(&chan, b"c");
+        let alive = || {
+            tokio::runtime::Handle::current()
+                .metrics()
+                .num_alive_tasks()
+        };
+        let before = alive();
+        schedule_lapse(chan.report_free(0, b"grant:b:d1:200:c").lapse.unwrap());
+        assert_eq!(alive(), before + 1, "the timer runs");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert!(
+            c_lapse.notified().now_or_never().is_some(),
+            "c was not woken"
+        );
+        // A waiter that leaves before its lapse takes its timer with it.
+        schedule_lapse(chan.report_free(0, b"grant:b:d2:200:c").lapse.unwrap());
+        drop(c);
+        tokio::task::yield_now().await;
+        assert_eq!(alive(), before, "the timer outlived its waiter");
     }
 
     #[test]

@@ -648,12 +648,18 @@ async fn negative_control_a_fair_lock_ordered_by_arrival_deadlocks_and_tickets_d
         granted.is_empty(),
         "ordered by arrival, {granted:?} got the lock"
     );
+    // Each node may have granted the free key to its own first waiter (a refused attempt
+    // grants it), but no holder has it on three nodes.
+    let mut entries = Vec::new();
     for i in 0..fleet.len() {
-        assert_eq!(
-            entry(fleet, i, &by_arrival).await,
-            None,
-            "the key is free on node {i}"
-        );
+        entries.push(entry(fleet, i, &by_arrival).await);
+    }
+    for holder in &holders {
+        let on = entries
+            .iter()
+            .filter(|e| e.as_deref() == Some(holder.as_str()))
+            .count();
+        assert!(on < 3, "{holder} holds the key on {on} nodes: {entries:?}");
     }
     // With tickets (A drew 1, B 2, C 3, the same on every node), all three are served, in
     // ticket order, from the same arrivals.
@@ -1054,14 +1060,38 @@ async fn a_ticket_drawn_by_a_waiter_that_never_joins_the_line_expires() {
     .await
     .unwrap();
     assert!(drawn.is_some(), "refused: someone holds the key");
-    let pttl: i64 = redis::cmd("PTTL")
-        .arg(format!("quorum-lock:ticket:{key}"))
-        .query_async(&mut node)
+    let counter = format!("quorum-lock:ticket:{key}");
+    let pttl = |mut node: redis::aio::MultiplexedConnection| {
+        let counter = counter.clone();
+        async move {
+            let ms: i64 = redis::cmd("PTTL")
+                .arg(&counter)
+                .query_async(&mut node)
+                .await
+                .unwrap();
+            ms
+        }
+    };
+    let left = pttl(node.clone()).await;
+    assert!(
+        left > 0 && left <= 2000,
+        "the ticket counter lives {left} ms (-1: for ever)"
+    );
+    // The same for a ticket drawn in a round of its own, on a node without the counter.
+    let mut other = conn(fleet, 1).await;
+    let _: () = redis::cmd("DEL")
+        .arg(&counter)
+        .query_async(&mut other)
         .await
         .unwrap();
+    let ticket = testkit::fair_draw_on_node(&mut other, key.as_bytes(), queue_lease)
+        .await
+        .unwrap();
+    assert!(ticket > 0);
+    let left = pttl(other).await;
     assert!(
-        pttl > 0 && pttl <= 2000,
-        "the ticket counter lives {pttl} ms (-1: for ever)"
+        left > 0 && left <= 2000,
+        "the ticket counter lives {left} ms after a draw round (-1: for ever)"
     );
 }
 
@@ -1115,4 +1145,233 @@ async fn a_fair_locks_token_releases_it_from_another_client_with_the_hand_off() 
         !any_line_keys(fleet, &key).await,
         "the line was left behind"
     );
+}
+
+/// A token's release by token takes its request out of the line as the guard's would: here
+/// its holder came through the line (so its waiter is still first in line, its place good
+/// for a minute), and the next waiter must be handed the key at once, not after that minute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_token_of_a_holder_that_came_through_the_line_hands_the_key_on() {
+    let fleet = shared_fleet();
+    let key = unique_key("fair-token-line");
+    let blocker = client(fleet, Quorum::Majority).await;
+    let first = blocker.fair_lock(&key).ttl(LONG).acquire().await.unwrap();
+    let holder = builder(fleet, Quorum::Majority)
+        .queue_lease(Duration::from_secs(60))
+        .build()
+        .await
+        .unwrap();
+    let held = {
+        let (holder, key) = (holder.clone(), key.clone());
+        tokio::spawn(async move {
+            holder
+                .fair_lock(&key)
+                .ttl(LONG)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+        })
+    };
+    eventually(fleet, LONG, "the holder waits in line", || async {
+        line_lengths(fleet, &key).await.iter().all(|&n| n == 1)
+    })
+    .await;
+    first.release().await.unwrap();
+    let token = held.await.unwrap().unwrap().into_token().unwrap();
+    holder.finish_background().await;
+    let live = patient_client(fleet).await;
+    let waiting = {
+        let (live, key) = (live.clone(), key.clone());
+        tokio::spawn(async move {
+            live.fair_lock(&key)
+                .ttl(LONG)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+        })
+    };
+    eventually(fleet, LONG, "the live waiter joins", || async {
+        live.stats().waiting == 1 && line_lengths(fleet, &key).await.iter().all(|&n| n >= 1)
+    })
+    .await;
+    let other = client(fleet, Quorum::Majority).await;
+    other.release_token(&key, &token).await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("handed on by the token's release")
+        .unwrap()
+        .unwrap();
+    got.release().await.unwrap();
+    finish_background(&[live, other, holder, blocker]).await;
+}
+
+/// A made-up token naming a waiter (its id is public: grant notices and the line carry it)
+/// takes nobody out of the line: the release of a holder value that holds nothing leaves the
+/// line as it is, and the waiter keeps its turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_made_up_fair_token_takes_nobody_out_of_the_line() {
+    let fleet = shared_fleet();
+    let key = unique_key("fair-forged");
+    let holder = client(fleet, Quorum::Majority).await;
+    let guard = holder.fair_lock(&key).ttl(LONG).acquire().await.unwrap();
+    let victim = patient_client(fleet).await;
+    let victim_wait = {
+        let (victim, key) = (victim.clone(), key.clone());
+        tokio::spawn(async move {
+            victim
+                .fair_lock(&key)
+                .ttl(LONG)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+        })
+    };
+    eventually(fleet, LONG, "the victim joins the line", || async {
+        line_lengths(fleet, &key).await.iter().all(|&n| n == 1) && victim.stats().waiting == 1
+    })
+    .await;
+    let waiter_id = line(fleet, 0, &key).await[0].clone();
+    let stranger = client(fleet, Quorum::Majority).await;
+    let forged = format!("fair:{waiter_id}:0123456789abcdef0123456789abcdef");
+    assert!(matches!(
+        stranger.release_token(&key, &forged).await,
+        Err(Error::NotHeld { .. })
+    ));
+    stranger.finish_background().await;
+    assert_eq!(
+        line_lengths(fleet, &key).await,
+        vec![1; 5],
+        "the made-up token took the waiter out of the line"
+    );
+    guard.release().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(10), victim_wait)
+        .await
+        .expect("the victim keeps its turn")
+        .unwrap()
+        .unwrap();
+    got.release().await.unwrap();
+    finish_background(&[holder, victim, stranger]).await;
+}
+
+/// Two waiters die in line one behind the other: a crashed process with two waiting tasks.
+/// The grant to the first names as the next waiter the first one behind it of another client
+/// (the live waiter), whose client tries at the end of the claim window; its attempt finds
+/// the key free and the second dead waiter first, and grants it its own claim window (and
+/// names the live waiter again). Each dead waiter costs one claim window, not a queue lease
+/// (a minute here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_dead_waiters_of_one_process_cost_two_claim_windows() {
+    let fleet = shared_fleet();
+    let key = unique_key("fair-two-dead");
+    let holder = client(fleet, Quorum::Majority).await;
+    let guard = holder.fair_lock(&key).ttl(LONG).acquire().await.unwrap();
+    let doomed = {
+        let k = key.clone();
+        Doomed::start(
+            QuorumLock::builder()
+                .nodes(fleet.urls())
+                .queue_lease(Duration::from_secs(60)),
+            move |locks| async move {
+                let first = locks.fair_lock(&k).ttl(LONG).acquire();
+                // The second task joins the line after the first.
+                let second = async {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    locks.fair_lock(&k).ttl(LONG).acquire().await
+                };
+                tokio::select! {
+                    got = first => got,
+                    got = second => got,
+                }
+            },
+        )
+    };
+    eventually(fleet, LONG, "both doomed waiters join the line", || async {
+        line_lengths(fleet, &key).await.iter().all(|&l| l == 2)
+    })
+    .await;
+    doomed.freeze();
+    let live = patient_client(fleet).await;
+    let waiting = {
+        let (live, key) = (live.clone(), key.clone());
+        tokio::spawn(async move {
+            live.fair_lock(&key)
+                .ttl(LONG)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+        })
+    };
+    eventually(fleet, LONG, "the live waiter joins the line", || async {
+        line_lengths(fleet, &key).await.iter().all(|&n| n == 3) && live.stats().waiting == 1
+    })
+    .await;
+    let released = tokio::time::Instant::now();
+    guard.release().await.unwrap();
+    let got = waiting.await.unwrap();
+    let took = released.elapsed();
+    assert!(
+        got.is_ok() && took < Duration::from_secs(5),
+        "the line stalled {took:?}: {got:?}"
+    );
+    got.unwrap().release().await.unwrap();
+    finish_background(&[holder, live]).await;
+}
+
+/// A first waiter that moves on its timer (pub/sub off; likewise one whose notices were
+/// lost) with a retry delay of 1 s: its claim window covers its own pause, so it keeps its
+/// turn, and the waiter that joined after it is served after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_waiter_that_moves_on_its_timer_keeps_its_turn() {
+    let fleet = shared_fleet();
+    for _ in 0..2 {
+        let key = unique_key("fair-timer-waiter");
+        let holder = client(fleet, Quorum::Majority).await;
+        let guard = holder.fair_lock(&key).ttl(LONG).acquire().await.unwrap();
+        let slow = QuorumLock::builder()
+            .nodes(fleet.urls())
+            .node_timeout(Duration::from_millis(50))
+            .retry_delay(Duration::from_secs(1))
+            .retry_jitter(Duration::ZERO)
+            .pubsub(false)
+            .build()
+            .await
+            .unwrap();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let spawn_waiter = |locks: QuorumLock, name: &'static str| {
+            let (key, order) = (key.clone(), order.clone());
+            tokio::spawn(async move {
+                let g = locks
+                    .fair_lock(&key)
+                    .ttl(LONG)
+                    .wait(Duration::from_secs(20))
+                    .acquire()
+                    .await
+                    .unwrap();
+                order.lock().unwrap().push(name);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                g.release().await.unwrap();
+            })
+        };
+        let first = spawn_waiter(slow.clone(), "first, on its timer");
+        eventually(fleet, LONG, "the first waiter joins", || async {
+            line_lengths(fleet, &key).await.iter().all(|&n| n == 1)
+        })
+        .await;
+        let later = client(fleet, Quorum::Majority).await;
+        let second = spawn_waiter(later.clone(), "second");
+        eventually(fleet, LONG, "the second waiter joins", || async {
+            line_lengths(fleet, &key).await.iter().all(|&n| n == 2)
+        })
+        .await;
+        guard.release().await.unwrap();
+        first.await.unwrap();
+        second.await.unwrap();
+        let order = order.lock().unwrap().clone();
+        assert_eq!(
+            order,
+            ["first, on its timer", "second"],
+            "out of ticket order"
+        );
+        finish_background(&[holder, slow, later]).await;
+    }
 }

@@ -116,6 +116,24 @@ pub async fn fair_first_attempt_on_node(
     }
 }
 
+/// **For tests of the node scripts**: a fair lock's ticket drawn on one node in a round of
+/// its own (the library's own call, made when fewer than a quorum of nodes drew it with the
+/// request's first attempt). Answers the ticket number.
+pub async fn fair_draw_on_node(
+    node: &mut redis::aio::MultiplexedConnection,
+    key: &[u8],
+    queue_lease: Duration,
+) -> redis::RedisResult<u64> {
+    let key = crate::key::Key::new(key).map_err(|e| invalid(e.to_string()))?;
+    let lease = ms(queue_lease);
+    let call = crate::scripts::Call::new(
+        &crate::scripts::TICKET_DRAW,
+        &key.ticket_key(),
+        &[lease.as_bytes()],
+    );
+    call.eval().query_async(node).await
+}
+
 /// **For tests of the node scripts**: the release of a read lock of `key` held with
 /// `holder`, on one node (the library's own call). A test runs it node by node in an order
 /// of its choosing, as concurrent releases of several readers can interleave. Answers whether
