@@ -263,14 +263,32 @@ fn plan<'a>(state: &ClientState, spec: Spec<'a>) -> Result<Plan<'a>> {
         spec.owner.is_none() || matches!(shape, Shape::Single(_)),
         "an owner's request is for one key's mutex"
     );
-    let (ttl, watchdog) = match spec.lease {
+    let (mut ttl, mut watchdog) = match spec.lease {
         LeaseMode::Fixed(ttl) => (ttl, false),
         LeaseMode::Watchdog(lease) => (lease.unwrap_or(config.watchdog_lease), true),
     };
-    let ttl = config.check_ttl(ttl)?;
+    // A maximum hold within the first lease (or the fixed TTL) is that lease: the lock must
+    // not outlive it, and nothing is left for the watchdog to renew.
+    let mut cut_by_max_hold = false;
     if let Some(max_hold) = spec.max_hold {
         check_duration("max_hold", max_hold)?;
+        if max_hold.is_zero() {
+            return Err(Error::InvalidConfig {
+                field: "max_hold",
+                reason: "must be positive".into(),
+            });
+        }
+        if max_hold <= ttl {
+            (ttl, watchdog, cut_by_max_hold) = (max_hold, false, true);
+        }
     }
+    let ttl = config.check_ttl(ttl).map_err(|e| match e {
+        Error::InvalidTtl { reason, .. } if cut_by_max_hold => Error::InvalidConfig {
+            field: "max_hold",
+            reason: format!("the lock's first and only lease: {reason}"),
+        },
+        e => e,
+    })?;
     if let Some(wait) = spec.wait {
         check_duration("wait", wait)?;
     }

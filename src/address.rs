@@ -6,6 +6,10 @@ use crate::error::Error;
 /// A parsed node address: the redis client for it, and its display form without secrets.
 pub(crate) struct NodeAddr {
     pub(crate) display: String,
+    /// Where it connects: host (lowercase) and port, or the socket path, and the database;
+    /// the same for two addresses written alike (with or without a password, `redis://`
+    /// or `rediss://`), so that a node listed twice is refused without asking it.
+    pub(crate) endpoint: String,
     /// Every form in which the password could appear in a message (decoded and as written).
     secrets: Vec<String>,
     /// The address is `rediss://`.
@@ -77,7 +81,18 @@ impl NodeAddr {
         let display = shown.to_string();
         let client = redis::Client::open(url.as_str())
             .map_err(|e| invalid(scrub(&e.to_string(), &secrets)))?;
+        let info = client.get_connection_info();
+        let db = info.redis_settings().db();
+        let endpoint = match info.addr() {
+            redis::ConnectionAddr::Tcp(host, port)
+            | redis::ConnectionAddr::TcpTls { host, port, .. } => {
+                format!("{}:{port}", host.to_ascii_lowercase())
+            }
+            redis::ConnectionAddr::Unix(path) => format!("unix:{}", path.display()),
+            _ => display.clone(),
+        };
         Ok(NodeAddr {
+            endpoint: format!("{endpoint}/{db}"),
             display,
             secrets,
             #[cfg(feature = "tls")]

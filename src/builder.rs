@@ -9,7 +9,7 @@ use futures::future::join_all;
 
 use crate::address::{redact, NodeAddr};
 use crate::client::QuorumLock;
-use crate::config::{check_duration, Config};
+use crate::config::{check_duration, Config, Human};
 use crate::error::{Error, FailureKind, NodeFailure, Result};
 use crate::node::{Node, NodeClient};
 use crate::quorum::Quorum;
@@ -328,9 +328,10 @@ impl Builder {
             return invalid(
                 "queue_lease",
                 format!(
-                    "{queue_lease:?} must exceed twice the node timeout ({:?}): a waiter \
+                    "{} must exceed twice the node timeout ({}): a waiter \
                      renews its place in line with requests bounded by that timeout",
-                    self.node_timeout
+                    Human(queue_lease),
+                    Human(self.node_timeout)
                 ),
             );
         }
@@ -359,10 +360,10 @@ impl Builder {
             return invalid(
                 "lock_delay",
                 format!(
-                    "{:?} with the watchdog lease ({:?}) exceeds the longest TTL, {:?}",
-                    self.lock_delay,
-                    self.watchdog_lease,
-                    crate::config::MAX_TTL
+                    "{} with the watchdog lease ({}) exceeds the longest TTL, {}",
+                    Human(self.lock_delay),
+                    Human(self.watchdog_lease),
+                    Human(crate::config::MAX_TTL)
                 ),
             );
         }
@@ -380,6 +381,14 @@ impl Builder {
             .iter()
             .map(|raw| NodeAddr::parse(raw))
             .collect::<Result<Vec<_>>>()?;
+        // The same address twice would count twice toward the quorum: refused without asking
+        // it (the run_id check at build needs an answer; a node that is down gives none).
+        let mut seen = std::collections::HashSet::new();
+        if let Some(twice) = addrs.iter().find(|a| !seen.insert(a.endpoint.as_str())) {
+            return Err(Error::DuplicateAddress {
+                node: twice.display.clone(),
+            });
+        }
         #[cfg(feature = "tls")]
         let addrs = self.tls.apply(addrs)?;
         Ok(addrs)
@@ -391,8 +400,9 @@ impl Builder {
     /// and whatever the other settings.
     ///
     /// # Errors
-    /// [`Error::InvalidNodeUrl`]; [`Error::InvalidConfig`] naming a TLS setting (feature `tls`)
-    /// that is not usable, or given with a node that is not `rediss://`.
+    /// [`Error::InvalidNodeUrl`]; [`Error::DuplicateAddress`]; [`Error::InvalidConfig`] naming a
+    /// TLS setting (feature `tls`) that is not usable, or given with a node that is not
+    /// `rediss://`.
     pub fn node_clients(&self) -> Result<Vec<NodeClient>> {
         Ok(self.addresses()?.into_iter().map(NodeClient::new).collect())
     }
@@ -405,8 +415,9 @@ impl Builder {
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] naming the setting, [`Error::InvalidNodeUrl`],
-    /// [`Error::Node`] for an unknown host, rejected credentials or a failed TLS handshake
-    /// (a certificate refused on either side), [`Error::DuplicateNode`],
+    /// [`Error::DuplicateAddress`] (before any node is contacted), [`Error::Node`] for an
+    /// unknown host, rejected credentials, a failed TLS handshake (a certificate refused on
+    /// either side) or a server that does not speak Redis, [`Error::DuplicateNode`],
     /// [`Error::ReplicaNode`], [`Error::Unreachable`].
     ///
     /// # Cancel safety
@@ -430,10 +441,15 @@ impl Builder {
         for (node, probe) in nodes.iter().zip(probes) {
             let info = match probe {
                 Ok(info) => info,
+                // What waiting will not fix: a wrong address or credentials, a refused TLS
+                // handshake, or a server that is not Redis (it answered, but not RESP).
                 Err(f)
                     if matches!(
                         f.kind(),
-                        FailureKind::Auth | FailureKind::UnknownHost | FailureKind::Tls
+                        FailureKind::Auth
+                            | FailureKind::UnknownHost
+                            | FailureKind::Tls
+                            | FailureKind::Protocol
                     ) =>
                 {
                     return Err(Error::Node(f))

@@ -3,6 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::config::Human;
+
 /// A `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -55,10 +57,17 @@ impl NodeFailure {
         kind: FailureKind,
         detail: impl Into<String>,
     ) -> Self {
+        // One line: a driver's message can span several (a parse error quoting what a
+        // node that is not Redis sent back), and every error is shown on one line.
+        let detail: String = detail.into();
+        let detail = match detail.contains(['\n', '\r']) {
+            true => detail.split_whitespace().collect::<Vec<_>>().join(" "),
+            false => detail,
+        };
         NodeFailure {
             node: node.into(),
             kind,
-            detail: detail.into(),
+            detail,
         }
     }
 
@@ -163,7 +172,7 @@ pub enum Error {
     },
 
     /// The lock TTL is not acceptable (zero, or too short to ever yield any validity).
-    #[error("invalid ttl {ttl:?}: {reason}")]
+    #[error("invalid ttl {}: {reason}", Human(*.ttl))]
     InvalidTtl {
         /// The TTL given.
         ttl: Duration,
@@ -181,6 +190,14 @@ pub enum Error {
         second: String,
         /// The server's run id.
         run_id: String,
+    },
+
+    /// The same address (host and port, or socket path, and database) is listed twice: it
+    /// would count twice toward the quorum. Refused before any node is contacted.
+    #[error("node {node} is listed twice: it would count twice toward the quorum")]
+    DuplicateAddress {
+        /// The address (redacted).
+        node: String,
     },
 
     /// A configured node is a replica; locks need independent masters.
@@ -227,7 +244,7 @@ pub enum Error {
 
     /// A quorum confirmed, but so late that no validity was left (slow nodes, or a TTL that is
     /// too short for the network).
-    #[error("acquiring {key:?} took {elapsed:?}, leaving no validity of the {ttl:?} ttl")]
+    #[error("acquiring {key:?} took {}, leaving no validity of the {} ttl", Human(*.elapsed), Human(*.ttl))]
     ValidityExhausted {
         /// The lock key (lossy UTF-8).
         key: String,
@@ -238,7 +255,7 @@ pub enum Error {
     },
 
     /// `acquire` gave up waiting: the lock stayed held by others.
-    #[error("timed out after {waited:?} waiting for {key:?} ({attempts} attempts)")]
+    #[error("timed out after {} waiting for {key:?} ({attempts} attempts)", Human(*.waited))]
     WaitTimeout {
         /// The lock key (lossy UTF-8).
         key: String,

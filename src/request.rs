@@ -95,8 +95,12 @@ impl<'a> LockRequest<'a> {
         self
     }
 
-    /// Stops the watchdog's renewals once the lock has been held this long; it then expires
-    /// at the end of its current lease. Defaults to none (renewed until released).
+    /// Ends the lock after it has been held this long: the watchdog's last renewal is
+    /// shortened to end then, and no renewal follows. When `max` is within the first lease
+    /// (or the fixed [`ttl`](Self::ttl)), the lock is taken for `max` only, with nothing to
+    /// renew. A zero or too short `max` (no room for one node round trip and the drift
+    /// allowance) is [`Error::InvalidConfig`](crate::Error::InvalidConfig) naming
+    /// `max_hold`. Defaults to none (renewed until released).
     pub fn max_hold(mut self, max: Duration) -> Self {
         self.spec.max_hold = Some(max);
         self
