@@ -392,7 +392,12 @@ fn exit_codes_for_contention_and_for_the_command() {
 
     let (code, _, stderr) = run(cli(&fleet).args(["run", "-n", "cli:busy", "true"]));
     assert_eq!(code, 1, "busy, one attempt: {stderr}");
-    assert!(stderr.contains("busy"), "{stderr}");
+    // Silent, as flock(1) is: cron mails every line written.
+    assert_eq!(stderr, "", "a busy lock printed something");
+    let (code, _, stderr) =
+        run(cli(&fleet).args(["-v", "run", "-n", "-E", "0", "cli:busy", "true"]));
+    assert_eq!(code, 0, "busy, -E 0: {stderr}");
+    assert!(stderr.contains("busy"), "--verbose says why: {stderr}");
     let (code, _, _) = run(cli(&fleet).args(["run", "-n", "-E", "42", "cli:busy", "true"]));
     assert_eq!(code, 42, "busy with -E 42");
     let (code, _, stderr) = run(cli(&fleet).args(["run", "-w", "300ms", "cli:busy", "true"]));
@@ -494,7 +499,11 @@ fn exit_codes_for_usage_configuration_and_unreachable_nodes() {
         vec!["run", "--bogus", "k", "true"],
         vec!["--quorum", "most", "status", "k"],
         vec!["run", "--lease", "30s", "--kill-grace", "20s", "k", "true"],
-        vec!["run", "-w", "10", "k", "true"],
+        vec!["run", "-w", "10x", "k", "true"],
+        vec!["run", "--max-hold", "0s", "k", "true"],
+        vec!["hold", "--max-hold", "0s", "k"],
+        vec!["run", "--lease", "0s", "k", "true"],
+        vec!["acquire", "k", "--ttl", "0s"],
         vec!["status", "quorum-lock:fence:k"],
         vec!["nonsense"],
     ] {
@@ -818,8 +827,15 @@ fn hold_serves_its_metrics_in_the_prometheus_format_without_keys_or_addresses() 
         body.contains("quorum_lock_acquire_attempts_total{outcome=\"acquired\"} 1"),
         "{body}"
     );
+    // Histograms (which can be added up across hosts), with buckets for lock waits.
     assert!(
-        body.contains("# TYPE quorum_lock_acquire_duration_seconds summary"),
+        body.contains("# TYPE quorum_lock_acquire_duration_seconds histogram"),
+        "{body}"
+    );
+    assert!(
+        body.contains(
+            "quorum_lock_acquire_duration_seconds_bucket{outcome=\"acquired\",le=\"0.005\"}"
+        ),
         "{body}"
     );
     assert!(body.contains("node=\"2\""), "per-node series: {body}");
@@ -1009,7 +1025,7 @@ fn check_reports_what_weakens_safety() {
         .expect("fleet");
     let (code, out, _) = run(cli(&safe).args(["check"]));
     assert_eq!(code, 0, "a safe fleet: {out}");
-    assert!(out.contains("no problems found"), "{out}");
+    assert!(out.contains("no configuration problems found"), "{out}");
     let (code, out, _) = run(cli(&safe).args(["check", "--json"]));
     assert_eq!(code, 0);
     let report = json(&out);
@@ -1026,18 +1042,21 @@ fn check_reports_what_weakens_safety() {
 }
 
 /// The README's minimal ACL rule, for keys under `acl:`, with its additions for `check`
-/// (TIME, ROLE). The commands: SET (acquire, repair); EVAL, EVALSHA, SCRIPT LOAD (the
+/// (TIME, ROLE) and `status` (TYPE, ZCOUNT, reading the family's keys). The commands: SET (acquire, repair); EVAL, EVALSHA, SCRIPT LOAD (the
 /// scripts); GET, DEL, EXISTS, PEXPIRE, INCR, PTTL and PUBLISH (inside the scripts, where
 /// ACLs apply too); SUBSCRIBE, UNSUBSCRIBE (release notices); INFO and CONFIG GET (build-time
 /// checks). On Redis 7.2 and later also CLIENT SETINFO (the redis crate's handshake, which
 /// ignores a refusal), added by the test when the server knows it.
-const ACL_RULE: [&str; 26] = [
+const ACL_RULE: [&str; 31] = [
     "locker",
     "on",
     ">s3cret-pw",
     "resetkeys",
     "~acl:*",
     "~quorum-lock:fence:acl:*",
+    "%R~quorum-lock:readers:acl:*",
+    "%R~quorum-lock:writer-waiting:acl:*",
+    "%R~quorum-lock:queue-expiry:acl:*",
     "resetchannels",
     "&quorum-lock:released:acl:*",
     "-@all",
@@ -1058,6 +1077,8 @@ const ACL_RULE: [&str; 26] = [
     "+config|get",
     "+time",
     "+role",
+    "+type",
+    "+zcount",
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1402,4 +1423,314 @@ fn tls_mistakes_are_configuration_errors_in_one_line_that_never_show_the_key() {
             panic!("{what}, {command}: shows {s:?}: {stderr}");
         }
     }
+}
+
+/// `--max-hold` shorter than a third of `--lease` (before: the command ran for most of the
+/// lease, 24.7 s of a 2 s max hold): the lock is taken for the max hold only, and the
+/// command is stopped before it ends.
+#[test]
+fn a_max_hold_shorter_than_the_lease_ends_the_lock_and_the_command_in_time() {
+    let fleet = Fleet::start(3).expect("fleet");
+    let key = "cli:max-hold";
+    let start = Instant::now();
+    let (code, _, stderr) =
+        run(cli(&fleet).args(["run", "--max-hold", "2s", key, "--", "sleep", "40"]));
+    let took = start.elapsed();
+    assert_eq!(code, 75, "stopped at the max hold: {stderr}");
+    assert!(
+        took < Duration::from_secs(4),
+        "the command ran {took:?} of a 2 s max hold"
+    );
+    assert!(stderr.contains("--max-hold"), "{stderr}");
+    wait_for(
+        Duration::from_secs(5),
+        "the lock's entries are gone",
+        || holding(&fleet, key) == 0,
+    );
+}
+
+/// `status` names the kind of lock it finds and counts every node that answers as
+/// reachable: a semaphore's permits (before: WRONGTYPE, shown as unreachable, exit 69), a
+/// read-write lock's readers (before: "free", while a writer is refused), a fair lock's line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_names_the_kind_of_lock_it_finds() {
+    let fleet = Fleet::start(3).expect("fleet");
+    // Blocking calls of the binary: short, on one of the two worker threads.
+    let status = |args: &[&str]| {
+        let mut cmd = cli(&fleet);
+        cmd.args(["status", "--json"]).args(args);
+        let (code, out, err) = run(&mut cmd);
+        assert_eq!(code, 0, "status {args:?}: {err}");
+        json(&out)
+    };
+    let all = QuorumLock::builder()
+        .nodes(fleet.urls())
+        .quorum(quorum_lock::Quorum::All)
+        .node_timeout(Duration::from_millis(250))
+        .build()
+        .await
+        .unwrap();
+    let permit = all
+        .semaphore("cli:pool", 2)
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    all.finish_background().await;
+    let s = status(&["cli:pool"]);
+    assert_eq!(s["kind"], "semaphore", "{s}");
+    assert_eq!(s["reachable"], 3, "{s}");
+    assert_eq!(s["verdict"], "taken", "{s}");
+    let s = status(&["--permits", "1", "cli:pool"]);
+    assert_eq!(s["verdict"], "full", "{s}");
+    let s = status(&["--permits", "2", "cli:pool"]);
+    assert_eq!(s["verdict"], "free", "a permit is left: {s}");
+    permit.release().await.unwrap();
+
+    let reader = all
+        .read_lock("cli:catalog")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    all.finish_background().await;
+    let s = status(&["cli:catalog"]);
+    assert_eq!(s["kind"], "read-write", "{s}");
+    assert_eq!(s["verdict"], "read", "{s}");
+    let (code, _, _) = run(cli(&fleet).args(["run", "-n", "--write", "cli:catalog", "true"]));
+    assert_eq!(code, 1, "a writer is refused while a reader holds");
+    reader.release().await.unwrap();
+
+    let fair = all
+        .fair_lock("cli:payouts")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let waiting = {
+        let all = all.clone();
+        tokio::spawn(async move {
+            all.fair_lock("cli:payouts")
+                .ttl(Duration::from_secs(30))
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let s = loop {
+        let s = status(&["cli:payouts"]);
+        if s["node_status"][0]["line"] == 1 {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the waiter never showed in line: {s}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(s["kind"], "fair", "{s}");
+    assert_eq!(s["verdict"], "held", "{s}");
+    fair.release().await.unwrap();
+    waiting.await.unwrap().unwrap().release().await.unwrap();
+    all.finish_background().await;
+}
+
+/// One mapping from errors to exit codes, the same for every subcommand (the README's
+/// table): a node that is not Redis, a wrong password, an unknown host and the same address
+/// twice are configuration (78), in one line; nodes that are down are 69. A literal duplicate
+/// is refused without asking the node (it may be down).
+#[test]
+fn every_subcommand_maps_the_same_errors_to_the_same_exit_codes() {
+    let fleet = Fleet::start(3).expect("fleet");
+    let not_redis = std::net::TcpListener::bind("127.0.0.1:0").expect("listener");
+    let not_redis_addr = not_redis.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for stream in not_redis.incoming() {
+            let Ok(mut stream) = stream else { return };
+            std::thread::spawn(move || {
+                use std::io::Write;
+                let mut buf = [0u8; 1024];
+                let _ = stream.read(&mut buf);
+                let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n<html>no</html>\r\n");
+            });
+        }
+    });
+    let down = Fleet::start(1).expect("fleet");
+    let down_url = down.url(0);
+    down.kill(0).expect("kill");
+    let wrong_password = fleet.url(0).replace("redis://", "redis://:hunter2@");
+    let cases: Vec<(&str, Vec<String>, i32)> = vec![
+        (
+            "a node that is not Redis",
+            vec![format!("redis://{not_redis_addr}")],
+            78,
+        ),
+        (
+            "a wrong password",
+            vec![wrong_password.clone(), fleet.url(1), fleet.url(2)],
+            78,
+        ),
+        (
+            "an unknown host",
+            vec!["redis://no-such-host.invalid:6379".into()],
+            78,
+        ),
+        (
+            "the same address twice, down",
+            vec![down_url.clone(), down_url.clone(), fleet.url(1)],
+            78,
+        ),
+        ("nodes down", vec![down_url.clone()], 69),
+    ];
+    let subcommands: [&[&str]; 7] = [
+        &["run", "-n", "cli:codes", "true"],
+        &["hold", "-n", "cli:codes"],
+        &["acquire", "-n", "cli:codes", "--ttl", "10s"],
+        &[
+            "extend",
+            "cli:codes",
+            "0123456789abcdef0123456789abcdef",
+            "--ttl",
+            "10s",
+        ],
+        &["release", "cli:codes", "0123456789abcdef0123456789abcdef"],
+        &["status", "cli:codes"],
+        &["check"],
+    ];
+    for (what, nodes, code) in &cases {
+        for args in subcommands {
+            let (got, _, stderr) = run(cli_with(nodes).args(args));
+            // `check` reports nodes down as a finding about availability.
+            let want = if args[0] == "check" && *code == 69 {
+                69
+            } else {
+                *code
+            };
+            assert_eq!(got, want, "{what}, {args:?}: {stderr}");
+            // `status` and `check` report nodes down on stdout (their report), the rest one
+            // line on stderr.
+            let lines = stderr.trim().lines().count();
+            if want == 69 && matches!(args[0], "status" | "check") {
+                assert!(lines <= 1, "{what}, {args:?}: {stderr}");
+            } else {
+                assert_eq!(lines, 1, "one line, {what}, {args:?}: {stderr}");
+            }
+            assert!(!stderr.contains("hunter2"), "password shown: {stderr}");
+        }
+    }
+}
+
+/// `check` with one node of three down: the other two answer, so it is a finding about
+/// availability, not about the nodes' configuration (before: 78).
+#[test]
+fn check_with_one_node_down_and_a_quorum_answering_is_not_a_configuration_error() {
+    let safe = Fleet::builder()
+        .nodes(3)
+        .persistence(Persistence::AofAlways)
+        .start()
+        .expect("fleet");
+    safe.kill(2).expect("kill");
+    let (code, out, stderr) = run(cli(&safe).args(["check"]));
+    assert_eq!(code, 0, "{out}{stderr}");
+    assert!(out.contains("1 of 3 nodes unreachable"), "{out}");
+    safe.kill(1).expect("kill");
+    let (code, out, _) = run(cli(&safe).args(["check"]));
+    assert_eq!(code, 69, "below the quorum: {out}");
+}
+
+/// `hold` warns its script before the lock's deadline when no renewal is confirmed (here
+/// two of three nodes are frozen): a line `expiring MS` on stdout, and the signal chosen, to
+/// its parent, while the lock can still be trusted; then it is lost (75).
+#[test]
+fn hold_warns_its_script_before_the_deadline_when_renewals_fail() {
+    let fleet = Fleet::start(3).expect("fleet");
+    let dir = tempdir();
+    let warned = dir.path().join("warned");
+    let script = format!(
+        "trap 'echo warned > {}' USR1; exec 3<&0; \"$QL\" hold --lease 3s --warn-before 1500ms \
+         --warn-signal USR1 cli:warn <&3 & pid=$!; wait $pid; wait $pid",
+        warned.display()
+    );
+    let mut cmd = cli(&fleet);
+    let mut shell = Command::new("/bin/sh");
+    shell
+        .arg("-c")
+        .arg(&script)
+        .env("QL", BIN)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .stdin(Stdio::piped());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => shell.env(k, v),
+            None => shell.env_remove(k),
+        };
+    }
+    let _ = cmd.arg("--version");
+    let mut sh = Running::spawn(&mut shell);
+    let lines = Lines::of(sh.0.stdout.take().expect("stdout"));
+    let token = lines.next(Duration::from_secs(20));
+    assert_eq!(token.len(), 32, "{token}");
+    fleet.pause(1).expect("pause");
+    fleet.pause(2).expect("pause");
+    let warning = lines.next(Duration::from_secs(10));
+    let left: u64 = warning
+        .strip_prefix("expiring ")
+        .and_then(|ms| ms.parse().ok())
+        .unwrap_or_else(|| panic!("a warning line: {warning}"));
+    assert!(left > 0 && left <= 1500, "{warning}");
+    wait_for(Duration::from_secs(5), "the parent got the signal", || {
+        warned.exists()
+    });
+    assert_eq!(
+        sh.exit_code(Duration::from_secs(20)),
+        75,
+        "lost after the warning"
+    );
+    fleet.resume(1).expect("resume");
+    fleet.resume(2).expect("resume");
+}
+
+/// `run --clean-env` keeps this tool's settings (QUORUM_LOCK_NODES may hold a password) out
+/// of the command's environment; `-w` takes seconds as flock does; `--metrics-textfile`
+/// leaves the run's metrics for node-exporter's textfile collector.
+#[test]
+fn run_keeps_the_settings_from_the_command_and_writes_its_metrics_file() {
+    let fleet = Fleet::start(3).expect("fleet");
+    let dir = tempdir();
+    let env = dir.path().join("env");
+    let metrics = dir.path().join("quorum_lock.prom");
+    let (code, _, stderr) = run(cli(&fleet)
+        .args(["run", "-w", "2", "--clean-env", "--metrics-textfile"])
+        .arg(&metrics)
+        .args(["cli:clean", "-c"])
+        .arg(format!("env > {}", env.display())));
+    assert_eq!(code, 0, "{stderr}");
+    let seen = std::fs::read_to_string(&env).expect("env file");
+    assert!(seen.contains("QUORUM_LOCK_KEY=cli:clean"), "{seen}");
+    assert!(!seen.contains("QUORUM_LOCK_NODES"), "{seen}");
+    assert!(!seen.contains("QUORUM_LOCK_NODE_TIMEOUT"), "{seen}");
+    let (code, _, _) = run(cli(&fleet)
+        .args(["run", "cli:clean", "-c"])
+        .arg(format!("env > {}", env.display())));
+    assert_eq!(code, 0);
+    let seen = std::fs::read_to_string(&env).expect("env file");
+    assert!(
+        seen.contains("QUORUM_LOCK_NODES"),
+        "without --clean-env: {seen}"
+    );
+    let text = std::fs::read_to_string(&metrics).expect("metrics file");
+    assert!(
+        text.contains("quorum_lock_acquire_attempts_total{outcome=\"acquired\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("# TYPE quorum_lock_hold_duration_seconds histogram"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("cli:clean") && !text.contains("127.0.0.1"),
+        "{text}"
+    );
 }

@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use quorum_lock::Quorum;
 
 use crate::exit;
-use crate::values::{parse_duration, parse_key, parse_quorum, parse_signal};
+use crate::values::{parse_duration, parse_key, parse_quorum, parse_signal, parse_wait};
 
 /// The exit codes, shown by `--help` (and documented in the README).
 const EXIT_CODES: &str = "\
@@ -24,7 +24,13 @@ Exit codes:
            unreadable or not PEM; a node's certificate not trusted, or ours refused)
   126      the command is not executable
   127      the command was not found
-  128+N    the command was killed by signal N (also the CLI itself, on a signal while waiting)";
+  128+N    the command was killed by signal N (also the CLI itself, on a signal while waiting)
+
+Environment:
+  QUORUM_LOCK_NODES, QUORUM_LOCK_QUORUM, QUORUM_LOCK_NODE_TIMEOUT, QUORUM_LOCK_CONNECT_TIMEOUT,
+  QUORUM_LOCK_CONFIG, QUORUM_LOCK_TLS_CA, QUORUM_LOCK_TLS_CERT, QUORUM_LOCK_TLS_KEY
+           the global options above
+  QUORUM_LOCK_LOG  the library's log on stderr, e.g. warn or quorum_lock=debug (default: none)";
 
 const ABOUT: &str = "\
 Locks across N independent Redis masters (RedLock / MultiLock), for cron jobs and scripts.
@@ -110,6 +116,11 @@ pub struct GlobalArgs {
     )]
     pub tls_key: Option<PathBuf>,
 
+    /// Say why on stderr when the lock stays busy (silent by default, as flock(1) is: cron
+    /// mails any output).
+    #[arg(short, long, global = true)]
+    pub verbose: bool,
+
     /// A TOML file with the same settings: nodes, quorum, node_timeout, connect_timeout,
     /// tls_ca, tls_cert, tls_key (paths relative to the file).
     #[arg(
@@ -163,8 +174,10 @@ Exit codes:
 /// How to take a lock: shared by `run`, `hold` and `acquire`.
 #[derive(Debug, Args)]
 pub struct WaitArgs {
-    /// How long to wait while someone else holds the lock.
-    #[arg(short, long, value_name = "DUR", default_value = "10s", value_parser = parse_duration)]
+    /// How long to wait while someone else holds the lock (a number alone is seconds, as
+    /// for flock -w). Not for ever by default, unlike flock: a job stuck behind a lock
+    /// should fail and say so.
+    #[arg(short, long, value_name = "DUR", default_value = "10s", value_parser = parse_wait)]
     pub wait: Duration,
 
     /// One attempt, no waiting.
@@ -233,10 +246,26 @@ pub struct WatchArgs {
     #[arg(long)]
     pub fencing: bool,
 
-    /// Stop renewing after this long: the lock then ends (exit 75), and `run` stops its
-    /// command before it does.
+    /// End the lock after this long (exit 75): `run` stops its command before it does.
+    /// Shorter than --lease, it is the lock's only lease.
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub max_hold: Option<Duration>,
+
+    /// Write the library's metrics to FILE (Prometheus text format, for node-exporter's
+    /// textfile collector) when the command ends; replaced atomically.
+    #[arg(long, value_name = "FILE")]
+    pub metrics_textfile: Option<PathBuf>,
+}
+
+impl WatchArgs {
+    /// The lock's first lease: --lease, or --max-hold when that is shorter (the lock must not
+    /// outlive it).
+    pub fn first_lease(&self) -> Duration {
+        match self.max_hold {
+            Some(max) if max < self.lease => max,
+            _ => self.lease,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -258,6 +287,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub kill_grace: Option<Duration>,
 
+    /// Keep this tool's settings (QUORUM_LOCK_NODES with any passwords in it, the TLS files,
+    /// the config file) out of the command's environment.
+    #[arg(long)]
+    pub clean_env: bool,
+
     /// Run STRING with $SHELL -c (/bin/sh when SHELL is unset).
     #[arg(short = 'c', value_name = "STRING", conflicts_with = "cmd")]
     pub shell_command: Option<String>,
@@ -277,10 +311,11 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
-    /// The kill grace: as given, else 5 s or a quarter of the lease, whichever is shorter.
+    /// The kill grace: as given, else 5 s or a quarter of the first lease, whichever is
+    /// shorter.
     pub fn kill_grace(&self) -> Duration {
         self.kill_grace
-            .unwrap_or_else(|| DEFAULT_KILL_GRACE.min(self.watch.lease / 4))
+            .unwrap_or_else(|| DEFAULT_KILL_GRACE.min(self.watch.first_lease() / 4))
     }
 }
 
@@ -300,6 +335,18 @@ pub struct HoldArgs {
     #[arg(long, value_name = "ADDR")]
     pub metrics_addr: Option<std::net::SocketAddr>,
 
+    /// Warn this long before the lock's deadline when no renewal has been confirmed by then
+    /// (nodes unreachable, or --max-hold near): a line `expiring MS` on stdout (MS: what is
+    /// left of the lock) and, with --warn-signal, a signal to the parent process. A line
+    /// `renewed` follows if a renewal then comes. [default: 5s, or a quarter of the first
+    /// lease if shorter]
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub warn_before: Option<Duration>,
+
+    /// Also send this signal to the parent process (the script) with the warning.
+    #[arg(long, value_name = "SIG", value_parser = parse_signal)]
+    pub warn_signal: Option<i32>,
+
     /// The lock key.
     #[arg(value_parser = parse_key)]
     pub key: String,
@@ -310,6 +357,11 @@ pub struct StatusArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+
+    /// For a semaphore: its number of permits (the count is the clients', not stored on the
+    /// nodes), to tell whether one is left.
+    #[arg(long, value_name = "P")]
+    pub permits: Option<u32>,
 
     /// The lock key.
     #[arg(value_parser = parse_key)]

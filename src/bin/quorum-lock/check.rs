@@ -19,6 +19,9 @@ use crate::exit::{self, Failure};
 use crate::settings::Settings;
 use crate::values::format_duration;
 
+/// The severity of a node that did not answer: availability, not configuration.
+const UNAVAILABLE_FINDING: &str = "unavailable";
+
 /// How many TIME round trips per node; the fastest one gives the offset.
 const TIME_SAMPLES: usize = 3;
 
@@ -59,7 +62,7 @@ pub async fn check(settings: &Settings, args: &CheckArgs) -> Result<u8, Failure>
     let required = settings.required()?;
     let nodes = settings.node_clients()?;
     let inspected = join_all(nodes.iter().map(|n| inspect(settings, n))).await;
-    direct::refused_by_tls(inspected.iter().filter_map(|(_, e)| e.as_ref()))?;
+    direct::misconfigured(inspected.iter().filter_map(|(_, e)| e.as_ref()))?;
     let reports: Vec<NodeReport> = inspected.into_iter().map(|(r, _)| r).collect();
     let findings = findings(&reports, args.clock_tolerance);
     let reachable = reports.iter().filter(|r| r.reachable).count();
@@ -76,9 +79,16 @@ pub async fn check(settings: &Settings, args: &CheckArgs) -> Result<u8, Failure>
     } else {
         exit::print(&plain(&report))?;
     }
+    // A node that is down costs availability, not safety: it is reported, and only makes
+    // the exit code 69 when too few nodes answer for a quorum. Every other finding is about
+    // the nodes' configuration (78).
+    let configuration = report
+        .findings
+        .iter()
+        .any(|f| f.severity != UNAVAILABLE_FINDING);
     Ok(if reachable < required {
         exit::UNAVAILABLE
-    } else if !report.findings.is_empty() {
+    } else if configuration {
         exit::CONFIG
     } else {
         exit::OK
@@ -174,7 +184,7 @@ fn findings(reports: &[NodeReport], tolerance: Duration) -> Vec<Finding> {
     for r in reports {
         if !r.reachable {
             add(
-                "error",
+                UNAVAILABLE_FINDING,
                 &r.node,
                 format!("unreachable: {}", r.error.as_deref().unwrap_or("no answer")),
             );
@@ -301,10 +311,20 @@ fn plain(r: &Report) -> String {
             r.quorum
         );
     }
-    let _ = match r.findings.len() {
-        0 => writeln!(out, "no problems found"),
-        1 => writeln!(out, "1 problem found"),
-        n => writeln!(out, "{n} problems found"),
+    let problems = r
+        .findings
+        .iter()
+        .filter(|f| f.severity != UNAVAILABLE_FINDING)
+        .count();
+    let down = r.findings.len() - problems;
+    let _ = match problems {
+        0 => write!(out, "no configuration problems found"),
+        1 => write!(out, "1 configuration problem found"),
+        n => write!(out, "{n} configuration problems found"),
+    };
+    let _ = match down {
+        0 => writeln!(out),
+        n => writeln!(out, "; {n} of {} nodes unreachable", r.nodes.len()),
     };
     out
 }

@@ -53,8 +53,15 @@ impl Command {
     /// # Errors
     /// Exit 127 / 126 as a shell would, 71 for other failures.
     #[allow(unsafe_code)]
-    pub fn spawn(&self, env: &[(&str, String)]) -> Result<(Child, Group), Failure> {
+    pub fn spawn(&self, env: &[(&str, String)], clean: bool) -> Result<(Child, Group), Failure> {
         let mut command = tokio::process::Command::new(&self.program);
+        if clean {
+            for (name, _) in std::env::vars_os() {
+                if name.to_str().is_some_and(|n| SETTINGS.contains(&n)) {
+                    command.env_remove(name);
+                }
+            }
+        }
         command
             .args(&self.args)
             .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
@@ -143,6 +150,34 @@ fn spawn_failure(program: &OsString, e: &io::Error) -> Failure {
             Failure::new(exit::NOT_EXECUTABLE, format!("{shown}: exec format error"))
         }
         _ => Failure::os(format!("{shown}: could not start: {e}")),
+    }
+}
+
+/// This tool's settings in the environment, kept from the command with `--clean-env`
+/// (`QUORUM_LOCK_NODES` may hold passwords).
+const SETTINGS: [&str; 9] = [
+    "QUORUM_LOCK_NODES",
+    "QUORUM_LOCK_QUORUM",
+    "QUORUM_LOCK_NODE_TIMEOUT",
+    "QUORUM_LOCK_CONNECT_TIMEOUT",
+    "QUORUM_LOCK_CONFIG",
+    "QUORUM_LOCK_TLS_CA",
+    "QUORUM_LOCK_TLS_CERT",
+    "QUORUM_LOCK_TLS_KEY",
+    "QUORUM_LOCK_LOG",
+];
+
+/// Sends `signal` to this process's parent (`hold --warn-signal`: the script that started
+/// it).
+#[allow(unsafe_code)]
+pub fn signal_parent(signal: i32) {
+    // SAFETY: getppid and kill have no memory effects; pid 1 (the parent is gone) is never
+    // signalled.
+    unsafe {
+        let parent = libc::getppid();
+        if parent > 1 {
+            libc::kill(parent, signal);
+        }
     }
 }
 

@@ -33,17 +33,20 @@ impl NodeError {
     }
 }
 
-/// A TLS handshake refused on either side is configuration for every command (78), as it is
-/// for the lock client's build: waiting will not fix it. The first such node names it.
+/// A node that answered wrongly is configuration for every command (78), as it is for the
+/// lock client's build: waiting will not fix it. A TLS handshake refused on either side,
+/// rejected credentials, an unknown host, a server that does not speak Redis. The first such
+/// node names it.
 ///
 /// # Errors
-/// Exit 78 when a node's handshake was refused.
-pub fn refused_by_tls<'a>(errors: impl IntoIterator<Item = &'a NodeError>) -> Result<(), Failure> {
+/// Exit 78 when a node is misconfigured.
+pub fn misconfigured<'a>(errors: impl IntoIterator<Item = &'a NodeError>) -> Result<(), Failure> {
     match errors.into_iter().find_map(|e| match e {
-        NodeError::Failed(f) if f.kind() == FailureKind::Tls => Some(f),
+        NodeError::Failed(f) if crate::exit::misconfigured(f.kind()) => Some(f),
         _ => None,
     }) {
-        Some(failure) => Err(tls_refused(failure)),
+        Some(failure) if failure.kind() == FailureKind::Tls => Err(tls_refused(failure)),
+        Some(failure) => Err(Failure::config(format!("configuration: node {failure}"))),
         None => Ok(()),
     }
 }

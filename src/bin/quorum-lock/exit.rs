@@ -3,7 +3,9 @@
 
 use std::io::Write;
 
-use quorum_lock::Error;
+use quorum_lock::{Error, FailureKind};
+
+use crate::values::format_duration;
 
 pub const OK: u8 = 0;
 /// EX_USAGE: the command line is wrong.
@@ -29,13 +31,26 @@ pub const NOT_FOUND: u8 = 127;
 pub struct Failure {
     pub code: u8,
     pub message: String,
+    /// Shown only with `--verbose`: the lock stayed busy (as flock(1), silent on conflict,
+    /// so that cron mails only real failures).
+    pub quiet: bool,
 }
 
 impl Failure {
     pub fn new(code: u8, message: impl Into<String>) -> Failure {
         Failure {
             code,
-            message: message.into(),
+            message: one_line(&message.into()),
+            quiet: false,
+        }
+    }
+
+    /// The lock stayed busy: exit `code` (the `--conflict-exit-code`), silently unless
+    /// `--verbose`.
+    pub fn busy(code: u8, message: impl Into<String>) -> Failure {
+        Failure {
+            quiet: true,
+            ..Failure::new(code, message)
         }
     }
 
@@ -51,26 +66,153 @@ impl Failure {
         Failure::new(OS_ERROR, message)
     }
 
-    /// A library error, classified by its kind (never by its text): busy is `conflict`, too
-    /// few nodes is 69, a lost lock 75, a bad key, token or TTL 64, a bad setting or node 78.
-    pub fn from_lock(e: &Error, conflict: u8) -> Failure {
-        let (code, what) = match e {
-            Error::WaitTimeout { .. } => (conflict, "busy: "),
+    /// A library error, classified by its kind (never by its text): the one mapping from
+    /// errors to exit codes (the README's table):
+    ///
+    /// | error | exit |
+    /// |---|---|
+    /// | busy: the wait ended with the lock held by another holder | `conflict` (-E, 1) |
+    /// | too few nodes answered for a quorum (down, paused, cut off, too slow) | 69 |
+    /// | the lock was lost, or is not held with this token | 75 |
+    /// | a bad key, token, TTL or duration for this lock | 64 |
+    /// | a bad setting or node address, the same node twice, a replica, a node that is not Redis, wrong credentials, an unknown host, a TLS handshake refused | 78 |
+    /// | anything else | 70 |
+    ///
+    /// Library settings are named by the options that set them (`--lease` for the
+    /// watchdog's lease, `ttl` for `as_ttl`), and every message is one line.
+    pub fn from_lock(e: &Error, cx: &Context) -> Failure {
+        let code = code(e, cx.conflict);
+        let message = match e {
+            Error::WaitTimeout { .. } => format!("busy: {e}"),
             Error::NoQuorum { .. }
             | Error::Unreachable { .. }
-            | Error::ValidityExhausted { .. } => (UNAVAILABLE, "nodes unavailable: "),
-            Error::LockLost { .. } | Error::NotHeld { .. } => (LOST, ""),
-            Error::InvalidKey { .. } | Error::InvalidToken { .. } | Error::InvalidTtl { .. } => {
-                (USAGE, "")
+            | Error::ValidityExhausted { .. }
+                if code == UNAVAILABLE =>
+            {
+                format!("nodes unavailable: {e}")
             }
-            Error::InvalidConfig { .. } | Error::InvalidNodeUrl { .. } => (CONFIG, ""),
-            Error::DuplicateNode { .. } | Error::ReplicaNode { .. } | Error::Node(_) => {
-                (CONFIG, "configuration: ")
+            Error::InvalidConfig { field, reason } => {
+                format!("{}: {}", option(field, cx.ttl), options_in(reason))
             }
-            _ => (SOFTWARE, ""),
+            Error::InvalidTtl { ttl, reason } => {
+                format!(
+                    "{} {}: {}",
+                    cx.ttl,
+                    format_duration(*ttl),
+                    options_in(reason)
+                )
+            }
+            Error::Unreachable { .. }
+            | Error::NoQuorum { .. }
+            | Error::DuplicateNode { .. }
+            | Error::DuplicateAddress { .. }
+            | Error::ReplicaNode { .. }
+            | Error::Node(_) => format!("configuration: {e}"),
+            _ => e.to_string(),
         };
-        // The library's messages are one line, lowercase, with addresses redacted.
-        Failure::new(code, format!("{what}{e}"))
+        match e {
+            Error::WaitTimeout { .. } => Failure::busy(code, message),
+            _ => Failure::new(code, message),
+        }
+    }
+}
+
+/// What a command tells [`Failure::from_lock`]: its busy exit code, and the option that set
+/// the lock's TTL.
+#[derive(Debug, Clone, Copy)]
+pub struct Context {
+    pub conflict: u8,
+    pub ttl: &'static str,
+}
+
+impl Context {
+    /// A command that takes or changes a lock with `--ttl` (`acquire`, `extend`).
+    pub const fn ttl(conflict: u8) -> Context {
+        Context {
+            conflict,
+            ttl: "--ttl",
+        }
+    }
+
+    /// A command that never waits for a lock nor sets a TTL.
+    pub const NONE: Context = Context {
+        conflict: SOFTWARE,
+        ttl: "--lease",
+    };
+}
+
+/// The exit code of a library error (see [`Failure::from_lock`]).
+pub fn code(e: &Error, conflict: u8) -> u8 {
+    match e {
+        Error::WaitTimeout { .. } => conflict,
+        // Nodes that answered wrongly (credentials, TLS, not Redis, no such host) are
+        // configuration: waiting will not fix them.
+        Error::NoQuorum { failures, .. } | Error::Unreachable { failures, .. }
+            if failures.iter().any(|f| misconfigured(f.kind())) =>
+        {
+            CONFIG
+        }
+        Error::NoQuorum { .. } | Error::Unreachable { .. } | Error::ValidityExhausted { .. } => {
+            UNAVAILABLE
+        }
+        Error::LockLost { .. } | Error::NotHeld { .. } => LOST,
+        Error::InvalidKey { .. }
+        | Error::InvalidToken { .. }
+        | Error::InvalidTtl { .. }
+        | Error::WaitsForItself { .. } => USAGE,
+        Error::InvalidConfig { field, .. } if REQUEST_FIELDS.contains(field) => USAGE,
+        Error::InvalidConfig { .. }
+        | Error::InvalidNodeUrl { .. }
+        | Error::DuplicateNode { .. }
+        | Error::DuplicateAddress { .. }
+        | Error::ReplicaNode { .. }
+        | Error::Node(_) => CONFIG,
+        _ => SOFTWARE,
+    }
+}
+
+/// A node failure that means the address or the credentials are wrong, not that the node
+/// is down.
+pub fn misconfigured(kind: FailureKind) -> bool {
+    matches!(
+        kind,
+        FailureKind::Auth | FailureKind::Tls | FailureKind::UnknownHost | FailureKind::Protocol
+    )
+}
+
+/// The settings of one request (options of the command, not of the configuration): a bad
+/// value is a usage error.
+const REQUEST_FIELDS: [&str; 3] = ["max_hold", "wait", "permits"];
+
+/// The option that sets library setting `field`.
+fn option(field: &str, ttl: &'static str) -> String {
+    match field {
+        "max_hold" => "--max-hold",
+        "wait" | "wait_timeout" => "--wait",
+        "watchdog_lease" => "--lease",
+        "node_timeout" => "--node-timeout",
+        "connect_timeout" => "--connect-timeout",
+        "quorum" => "--quorum",
+        "ttl" => ttl,
+        other => return other.to_string(),
+    }
+    .to_string()
+}
+
+/// A library reason that names settings, with this tool's options instead.
+fn options_in(reason: &str) -> String {
+    reason
+        .replace("node_timeout", "--node-timeout")
+        .replace("min_validity", "the minimum validity")
+        .replace("the watchdog lease", "--lease")
+}
+
+/// Every line break and run of spaces as one space: an error is one line on stderr.
+pub fn one_line(text: &str) -> String {
+    if text.contains(['\n', '\r']) {
+        text.split_whitespace().collect::<Vec<_>>().join(" ")
+    } else {
+        text.to_string()
     }
 }
 

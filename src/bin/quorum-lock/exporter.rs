@@ -1,11 +1,14 @@
-//! `--metrics-addr`: the library's metrics (see the README's "Metrics") served in the
-//! Prometheus text format over plain HTTP, for operators who watch long holds. Any request on
-//! the address gets the current metrics; nothing else is served.
+//! The library's metrics (see the README's "Metrics") for operators: served in the
+//! Prometheus text format over plain HTTP while a lock is held (`hold --metrics-addr`), or
+//! written at the end of a run to a node-exporter textfile (`--metrics-textfile`, for cron
+//! jobs). Durations are histograms, with buckets suited to each (a node's answer, a wait for
+//! the lock, a hold), so that they can be aggregated across hosts, which summaries cannot.
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::time::Duration;
 
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -14,23 +17,61 @@ use crate::exit::Failure;
 /// How often the exporter's histograms are compacted.
 const UPKEEP: Duration = Duration::from_secs(5);
 
-/// Binds `addr`, installs the Prometheus recorder and serves it in the background for as long
-/// as the process lives. Prints the bound address on stderr (useful with port 0).
+/// A node's answer: half a millisecond to a second (the node timeout is far below).
+const NODE_BUCKETS: [f64; 11] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+];
+/// An acquire, with its wait: a millisecond to five minutes.
+const ACQUIRE_BUCKETS: [f64; 15] = [
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+];
+/// A hold: ten milliseconds to a day.
+const HOLD_BUCKETS: [f64; 12] = [
+    0.01, 0.1, 1.0, 10.0, 30.0, 60.0, 300.0, 600.0, 1800.0, 3600.0, 14_400.0, 86_400.0,
+];
+
+/// Installs the Prometheus recorder, with histograms for the durations.
 ///
 /// # Errors
-/// Exit 71 when the address cannot be bound or a recorder is already installed.
-pub async fn serve(addr: SocketAddr) -> Result<(), Failure> {
+/// Exit 71 when a recorder is already installed.
+pub fn install() -> Result<PrometheusHandle, Failure> {
+    let buckets = |builder: PrometheusBuilder, name: &str, buckets: &[f64]| {
+        builder
+            .set_buckets_for_metric(Matcher::Full(name.to_string()), buckets)
+            .map_err(|e| Failure::os(format!("metrics buckets: {e}")))
+    };
+    let builder = PrometheusBuilder::new();
+    let builder = buckets(
+        builder,
+        "quorum_lock_node_request_duration_seconds",
+        &NODE_BUCKETS,
+    )?;
+    let builder = buckets(
+        builder,
+        "quorum_lock_acquire_duration_seconds",
+        &ACQUIRE_BUCKETS,
+    )?;
+    let builder = buckets(builder, "quorum_lock_hold_duration_seconds", &HOLD_BUCKETS)?;
+    let recorder = builder.build_recorder();
+    let handle = recorder.handle();
+    metrics::set_global_recorder(recorder)
+        .map_err(|e| Failure::os(format!("installing the metrics recorder: {e}")))?;
+    quorum_lock::describe_metrics();
+    Ok(handle)
+}
+
+/// Binds `addr` and serves `handle` in the background for as long as the process lives.
+/// Prints the bound address on stderr (useful with port 0).
+///
+/// # Errors
+/// Exit 71 when the address cannot be bound.
+pub async fn serve(addr: SocketAddr, handle: PrometheusHandle) -> Result<(), Failure> {
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|e| Failure::os(format!("--metrics-addr {addr}: {e}")))?;
     let bound = listener
         .local_addr()
         .map_err(|e| Failure::os(format!("--metrics-addr {addr}: {e}")))?;
-    let recorder = PrometheusBuilder::new().build_recorder();
-    let handle = recorder.handle();
-    metrics::set_global_recorder(recorder)
-        .map_err(|e| Failure::os(format!("installing the metrics recorder: {e}")))?;
-    quorum_lock::describe_metrics();
     eprintln!("quorum-lock: metrics on http://{bound}/metrics");
     let upkeep = handle.clone();
     tokio::spawn(async move {
@@ -51,6 +92,24 @@ pub async fn serve(addr: SocketAddr) -> Result<(), Failure> {
         }
     });
     Ok(())
+}
+
+/// Writes the metrics to `path` for node-exporter's textfile collector: to a temporary file
+/// beside it, then renamed over it, so that the collector never reads half a file.
+///
+/// # Errors
+/// Exit 71 when the file cannot be written.
+pub fn write_textfile(path: &Path, handle: &PrometheusHandle) -> Result<(), Failure> {
+    let fail =
+        |e: std::io::Error| Failure::os(format!("--metrics-textfile {}: {e}", path.display()));
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".{}.tmp", std::process::id()));
+    let tmp = std::path::PathBuf::from(tmp);
+    std::fs::write(&tmp, handle.render()).map_err(fail)?;
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        fail(e)
+    })
 }
 
 /// Reads the request head (bounded in size and time) and answers with the metrics.

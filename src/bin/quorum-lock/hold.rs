@@ -5,32 +5,46 @@
 use quorum_lock::{LockGuard, LockRequest, QuorumLock};
 use tokio::io::AsyncReadExt;
 
+use std::time::Duration;
+
+use tokio::time::Instant;
+
 use crate::args::{AcquireArgs, HoldArgs, WaitArgs, WatchArgs};
 use crate::child::Signals;
-use crate::exit::{self, Failure};
+use crate::exit::{self, Context, Failure};
+use crate::exporter;
 use crate::settings::Settings;
 
-/// Takes the lock: one attempt with `--nonblock`, else waiting up to `--wait`.
+/// Takes the lock: one attempt with `--nonblock`, else waiting up to `--wait`. `ttl` names
+/// the option that set the lock's TTL, for messages.
 ///
 /// # Errors
-/// The `--conflict-exit-code` when the lock stayed busy, 69 when too few nodes answered,
-/// 64 for a bad key or lease, 78 for a bad setting.
-pub async fn take(req: LockRequest<'_>, wait: &WaitArgs, key: &str) -> Result<LockGuard, Failure> {
-    let conflict = wait.conflict_exit_code;
+/// The `--conflict-exit-code` when the lock stayed busy (silent unless `--verbose`), 69 when
+/// too few nodes answered, 64 for a bad key, lease or duration, 78 for a bad setting.
+pub async fn take(
+    req: LockRequest<'_>,
+    wait: &WaitArgs,
+    key: &str,
+    ttl: &'static str,
+) -> Result<LockGuard, Failure> {
+    let cx = Context {
+        conflict: wait.conflict_exit_code,
+        ttl,
+    };
     if wait.nonblock {
         match req.try_acquire().await {
             Ok(Some(guard)) => Ok(guard),
-            Ok(None) => Err(Failure::new(
-                conflict,
+            Ok(None) => Err(Failure::busy(
+                cx.conflict,
                 format!("busy: lock {key:?} is held by another holder"),
             )),
-            Err(e) => Err(Failure::from_lock(&e, conflict)),
+            Err(e) => Err(Failure::from_lock(&e, &cx)),
         }
     } else {
         req.wait(wait.wait)
             .acquire()
             .await
-            .map_err(|e| Failure::from_lock(&e, conflict))
+            .map_err(|e| Failure::from_lock(&e, &cx))
     }
 }
 
@@ -52,13 +66,14 @@ pub async fn take_watched(
         lease,
         fencing,
         max_hold,
+        ..
     } = watch;
     let mut req = kind.request(client, key).watchdog(*lease).fencing(*fencing);
     if let Some(max) = *max_hold {
         req = req.max_hold(max);
     }
     tokio::select! {
-        taken = take(req, wait, key) => taken.map(Ok),
+        taken = take(req, wait, key, "--lease") => taken.map(Ok),
         signal = signals.recv() => Ok(Err(exit::signalled(signal))),
     }
 }
@@ -92,8 +107,13 @@ fn print_tokens(guard: &LockGuard, key: &str, json: bool) -> Result<(), Failure>
 /// As [`take`]; 75 when the lock is lost while held (or `--max-hold` ends it), or when the
 /// release finds it no longer held by a quorum.
 pub async fn hold(settings: &Settings, args: &HoldArgs) -> Result<u8, Failure> {
-    if let Some(addr) = args.metrics_addr {
-        crate::exporter::serve(addr).await?;
+    check_max_hold(&args.watch)?;
+    let metrics = match (&args.metrics_addr, &args.watch.metrics_textfile) {
+        (None, None) => None,
+        _ => Some(exporter::install()?),
+    };
+    if let (Some(addr), Some(handle)) = (args.metrics_addr, &metrics) {
+        exporter::serve(addr, handle.clone()).await?;
     }
     let client = settings.connect().await?;
     let result = async {
@@ -108,6 +128,9 @@ pub async fn hold(settings: &Settings, args: &HoldArgs) -> Result<u8, Failure> {
             return Err(failure);
         }
         let lost = guard.lost_signal();
+        let margin = args
+            .warn_before
+            .unwrap_or_else(|| WARN_BEFORE.min(args.watch.first_lease() / 4));
         tokio::select! {
             () = lost.wait() => {
                 return Err(Failure::new(
@@ -117,18 +140,73 @@ pub async fn hold(settings: &Settings, args: &HoldArgs) -> Result<u8, Failure> {
             }
             _ = signals.recv() => {}
             () = stdin_closed() => {}
+            () = warn_when_late(&guard, margin, args.warn_signal) => {}
         }
         guard
             .release()
             .await
             .map(|()| exit::OK)
-            .map_err(|e| Failure::from_lock(&e, exit::SOFTWARE))
+            .map_err(|e| Failure::from_lock(&e, &Context::NONE))
     }
     .await;
     // The release (or acquire) returned at quorum: let its requests to the slower nodes
     // land before the process exits.
     client.finish_background().await;
+    if let (Some(path), Some(handle)) = (&args.watch.metrics_textfile, &metrics) {
+        exporter::write_textfile(path, handle)?;
+    }
     result
+}
+
+/// `hold`'s default warning margin: 5 s, or a quarter of the first lease if shorter.
+const WARN_BEFORE: Duration = Duration::from_secs(5);
+
+/// How often the deadline is read again while waiting for the warning's moment.
+const RECHECK: Duration = Duration::from_millis(100);
+
+/// Warns the script when no renewal has been confirmed by `margin` before the lock's
+/// deadline (the deadline moves with every confirmed renewal; it is read again every
+/// 100 ms): `expiring MS` on stdout and `signal` to the parent process. `renewed` follows if
+/// a renewal then moves the deadline. Never completes: the lock's loss ends `hold`.
+async fn warn_when_late(guard: &LockGuard, margin: Duration, signal: Option<i32>) {
+    let mut warned = false;
+    loop {
+        let deadline = guard.deadline();
+        let now = Instant::now();
+        let late = now + margin >= deadline;
+        if late && !warned {
+            warned = true;
+            let left = deadline.saturating_duration_since(now).as_millis();
+            let _ = exit::print(&format!("expiring {left}\n"));
+            if let Some(signal) = signal {
+                crate::child::signal_parent(signal);
+            }
+        } else if !late && warned {
+            warned = false;
+            let _ = exit::print("renewed\n");
+        }
+        let until = if warned {
+            now + RECHECK
+        } else {
+            deadline
+                .checked_sub(margin)
+                .unwrap_or(now)
+                .min(now + RECHECK)
+        };
+        tokio::time::sleep_until(until.max(now + Duration::from_millis(1))).await;
+    }
+}
+
+/// `--max-hold` must leave the lock some time: zero is a usage error (caught before any
+/// node is contacted).
+///
+/// # Errors
+/// Exit 64 for a zero `--max-hold`.
+pub fn check_max_hold(watch: &WatchArgs) -> Result<(), Failure> {
+    match watch.max_hold {
+        Some(max) if max.is_zero() => Err(Failure::usage("--max-hold 0ms: must be positive")),
+        _ => Ok(()),
+    }
 }
 
 /// Completes at the end of stdin (the script closed it, or exited). Whatever is written to
@@ -151,7 +229,7 @@ async fn stdin_closed() {
 pub async fn acquire(settings: &Settings, args: &AcquireArgs) -> Result<u8, Failure> {
     let client = settings.connect().await?;
     let req = client.lock(&args.key).ttl(args.ttl).fencing(args.fencing);
-    let guard = take(req, &args.wait, &args.key).await?;
+    let guard = take(req, &args.wait, &args.key, "--ttl").await?;
     if let Err(failure) = print_tokens(&guard, &args.key, args.json) {
         let _ = guard.release().await;
         return Err(failure);

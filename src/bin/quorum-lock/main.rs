@@ -54,10 +54,13 @@ fn main() {
             exit::finish(exit::OS_ERROR)
         }
     };
+    let verbose = cli.global.verbose;
     let code = match runtime.block_on(dispatch(cli)) {
         Ok(code) => code,
         Err(failure) => {
-            eprintln!("quorum-lock: {}", failure.message);
+            if !failure.quiet || verbose {
+                eprintln!("quorum-lock: {}", failure.message);
+            }
             failure.code
         }
     };

@@ -54,14 +54,23 @@ struct Stop {
 }
 
 pub async fn run(settings: &Settings, args: &RunArgs) -> Result<u8, Failure> {
+    crate::hold::check_max_hold(&args.watch)?;
     let grace = args.kill_grace();
-    if grace > args.watch.lease / 2 {
+    let first = args.watch.first_lease();
+    if grace > first / 2 {
+        let limit = match args.watch.max_hold {
+            Some(max) if max < args.watch.lease => format!("--max-hold ({})", format_duration(max)),
+            _ => format!("--lease ({})", format_duration(args.watch.lease)),
+        };
         return Err(Failure::usage(format!(
-            "--kill-grace ({}) must be at most half the --lease ({}): the first renewal comes after a third of it",
+            "--kill-grace ({}) must be at most half the {limit}: the command is stopped that long before the lock's first deadline",
             format_duration(grace),
-            format_duration(args.watch.lease)
         )));
     }
+    let metrics = match &args.watch.metrics_textfile {
+        Some(_) => Some(crate::exporter::install()?),
+        None => None,
+    };
     if args.hold_min.is_some_and(|d| d > quorum_lock::MAX_DURATION) {
         return Err(Failure::usage("--hold-min is longer than 365d"));
     }
@@ -86,7 +95,7 @@ pub async fn run(settings: &Settings, args: &RunArgs) -> Result<u8, Failure> {
         }
         // Spawned here, in the top-level future, which `block_on` polls on the main thread (see
         // `Command::spawn` on the parent-death signal).
-        let (child, group) = match command.spawn(&env) {
+        let (child, group) = match command.spawn(&env, args.clean_env) {
             Ok(spawned) => spawned,
             Err(failure) => {
                 let _ = guard.release().await;
@@ -141,6 +150,9 @@ pub async fn run(settings: &Settings, args: &RunArgs) -> Result<u8, Failure> {
     // The release (or acquire) returned at quorum: let its requests to the slower nodes
     // land before the process exits.
     client.finish_background().await;
+    if let (Some(path), Some(handle)) = (&args.watch.metrics_textfile, &metrics) {
+        crate::exporter::write_textfile(path, handle)?;
+    }
     result
 }
 

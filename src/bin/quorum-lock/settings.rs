@@ -250,7 +250,7 @@ impl Settings {
                 },
             ) => Failure::config(format!("{}, {}: {reason}", cert.source, key.source)),
             (Error::Node(failure), _) if failure.kind() == FailureKind::Tls => tls_refused(failure),
-            _ => Failure::from_lock(e, exit::SOFTWARE),
+            _ => Failure::from_lock(e, &exit::Context::NONE),
         }
     }
 }
@@ -347,6 +347,7 @@ mod tests {
             tls_ca: None,
             tls_cert: None,
             tls_key: None,
+            verbose: false,
         }
     }
 

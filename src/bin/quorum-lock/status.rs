@@ -1,6 +1,7 @@
-//! `status KEY`: each node's view of the lock (reachable, an entry present, its remaining TTL,
-//! the fencing counter) and the verdict: held by a quorum, free, split, or unknown. Holder
-//! values are never shown: entries are told apart by a number per distinct holder.
+//! `status KEY`: each node's view of the key and the verdict. The key's kind is read from
+//! the nodes: a mutex (or a fair lock: the same entry, plus its line), a read-write lock
+//! (readers, a writer, a waiting writer's mark) or a semaphore (its permits). Holder values
+//! are never shown: entries are told apart by a number per distinct holder.
 
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -23,46 +24,71 @@ struct NodeView {
     reachable: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
+    /// The key's entry (a mutex's, a fair lock's or a writer's) is there.
     held: bool,
     /// Which holder (1, 2, ... by order of appearance), when held.
     holder: Option<usize>,
     ttl_ms: Option<i64>,
     fence: Option<i64>,
+    /// Live readers of a read-write lock.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    readers: Option<u64>,
+    /// A waiting writer's pending mark (new readers are refused).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    writer_waiting: bool,
+    /// Live permits of a semaphore.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    permits: Option<u64>,
+    /// Live waiters in a fair lock's line.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    line: Option<u64>,
 }
 
 /// What a node answered, before holder values are replaced by numbers.
+#[derive(Default)]
 struct Raw {
+    /// A string entry: the holder value (never shown).
     holder: Option<String>,
     pttl: Option<i64>,
     fence: Option<i64>,
+    readers: u64,
+    writer_waiting: bool,
+    /// `Some` when the key is a sorted set (a semaphore).
+    permits: Option<u64>,
+    line: u64,
 }
 
 #[derive(Debug, Serialize)]
 struct Report {
     key: String,
+    /// mutex, fair, read-write or semaphore (as found on the nodes).
+    kind: &'static str,
     nodes: usize,
     quorum: usize,
     reachable: usize,
     verdict: &'static str,
     /// Nodes holding the most common holder's entry.
     held_by: usize,
-    /// Reachable nodes without an entry.
+    /// Reachable nodes where the key is free (for its kind).
     free: usize,
+    /// The permit count given with `--permits` (semaphores).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    permits: Option<u32>,
     node_status: Vec<NodeView>,
 }
 
 pub async fn status(settings: &Settings, args: &StatusArgs) -> Result<u8, Failure> {
     let required = settings.required()?;
     let nodes = settings.node_clients()?;
-    let fence_key = format!("{}fence:{}", quorum_lock::RESERVED_PREFIX, args.key);
     let answers = join_all(
         nodes
             .iter()
-            .map(|node| read_node(settings, node, &args.key, &fence_key)),
+            .map(|node| read_node(settings, node, &args.key)),
     )
     .await;
-    direct::refused_by_tls(answers.iter().filter_map(|a| a.as_ref().err()))?;
+    direct::misconfigured(answers.iter().filter_map(|a| a.as_ref().err()))?;
 
+    let kind = kind(answers.iter().filter_map(|a| a.as_ref().ok()));
     // Holder values become numbers here and are dropped: nothing below can print them.
     let mut holders: HashMap<String, usize> = HashMap::new();
     let mut counts: Vec<usize> = Vec::new();
@@ -87,6 +113,10 @@ pub async fn status(settings: &Settings, args: &StatusArgs) -> Result<u8, Failur
                     holder,
                     ttl_ms: raw.pttl.filter(|_| holder.is_some()),
                     fence: raw.fence,
+                    readers: (kind == "read-write").then_some(raw.readers),
+                    writer_waiting: raw.writer_waiting,
+                    permits: raw.permits,
+                    line: (kind == "fair").then_some(raw.line),
                 }
             }
             Err(e) => NodeView {
@@ -97,19 +127,54 @@ pub async fn status(settings: &Settings, args: &StatusArgs) -> Result<u8, Failur
                 holder: None,
                 ttl_ms: None,
                 fence: None,
+                readers: None,
+                writer_waiting: false,
+                permits: None,
+                line: None,
             },
         };
         views.push(view);
     }
     let reachable = views.iter().filter(|v| v.reachable).count();
-    let free = views.iter().filter(|v| v.reachable && !v.held).count();
-    let held_by = counts.iter().copied().max().unwrap_or(0);
     let unreachable = nodes.len() - reachable;
+    let held_by = counts.iter().copied().max().unwrap_or(0);
+    // Where the key is free for a new holder of its kind: no entry (mutex, fair, writer);
+    // for a read-write lock, no writer and no reader either; for a semaphore, a permit left
+    // (when the count is known) or none taken.
+    let free = views
+        .iter()
+        .filter(|v| v.reachable)
+        .filter(|v| match kind {
+            "semaphore" => match args.permits {
+                Some(p) => v.permits.unwrap_or(0) < u64::from(p),
+                None => v.permits.unwrap_or(0) == 0,
+            },
+            "read-write" => !v.held && v.readers.unwrap_or(0) == 0,
+            _ => !v.held,
+        })
+        .count();
+    let taken = match kind {
+        "semaphore" => reachable - free,
+        "read-write" => views
+            .iter()
+            .filter(|v| v.reachable && v.readers.unwrap_or(0) > 0)
+            .count()
+            .max(held_by),
+        _ => held_by,
+    };
     let verdict = if held_by >= required {
         "held"
+    } else if kind == "read-write" && taken >= required {
+        "read"
+    } else if kind == "semaphore" && taken >= required {
+        if args.permits.is_some() {
+            "full"
+        } else {
+            "taken"
+        }
     } else if free >= required {
         "free"
-    } else if held_by + unreachable >= required || free + unreachable >= required {
+    } else if taken + unreachable >= required || free + unreachable >= required {
         // The nodes that did not answer could tip it either way.
         "unknown"
     } else {
@@ -117,12 +182,14 @@ pub async fn status(settings: &Settings, args: &StatusArgs) -> Result<u8, Failur
     };
     let report = Report {
         key: args.key.clone(),
+        kind,
         nodes: nodes.len(),
         quorum: required,
         reachable,
         verdict,
         held_by,
         free,
+        permits: args.permits,
         node_status: views,
     };
     if args.json {
@@ -139,39 +206,82 @@ pub async fn status(settings: &Settings, args: &StatusArgs) -> Result<u8, Failur
     })
 }
 
-/// GET, PTTL and the fencing counter, within the connect timeout (a diagnostic may wait
-/// longer than a lock call would).
-async fn read_node(
-    settings: &Settings,
-    node: &NodeClient,
-    key: &str,
-    fence_key: &str,
-) -> Result<Raw, NodeError> {
+/// The kind of lock the nodes keep at the key: a semaphore's sorted set, a read-write lock's
+/// readers or writer mark, a fair lock's line or holder value (`fair:...`, whose prefix and
+/// waiter id are not secret), else a mutex.
+fn kind<'a>(answers: impl Iterator<Item = &'a Raw> + Clone) -> &'static str {
+    if answers.clone().any(|r| r.permits.is_some()) {
+        "semaphore"
+    } else if answers.clone().any(|r| r.readers > 0 || r.writer_waiting) {
+        "read-write"
+    } else if answers
+        .clone()
+        .any(|r| r.line > 0 || r.holder.as_deref().is_some_and(|h| h.starts_with("fair:")))
+    {
+        "fair"
+    } else {
+        "mutex"
+    }
+}
+
+/// The key's kind and state on one node, within the connect timeout (a diagnostic may wait
+/// longer than a lock call would). Expired members (readers, permits, waiters) are not
+/// counted: they are compared with the node's own clock.
+async fn read_node(settings: &Settings, node: &NodeClient, key: &str) -> Result<Raw, NodeError> {
     let limit = settings.connect_timeout;
-    let mut conn = direct::connect(node, limit, limit).await?;
-    let mut get = redis::cmd("GET");
-    get.arg(key);
-    let mut pttl = redis::cmd("PTTL");
-    pttl.arg(key);
-    let mut fence = redis::cmd("GET");
-    fence.arg(fence_key);
-    let holder = direct::query(node, &mut conn, &get, limit).await?;
-    let pttl = direct::query(node, &mut conn, &pttl, limit).await?;
-    let fence = direct::query(node, &mut conn, &fence, limit).await?;
-    Ok(Raw {
-        holder: text(&holder),
-        // -2: no key (it expired between the two commands), -1: no TTL.
-        pttl: int(&pttl).filter(|&t| t != -2),
-        fence: int(&fence),
-    })
+    let conn = direct::connect(node, limit, limit).await?;
+    let prefix = quorum_lock::RESERVED_PREFIX;
+    let ask = |cmd: redis::Cmd| {
+        let node = node.clone();
+        let mut conn = conn.clone();
+        async move { direct::query(&node, &mut conn, &cmd, limit).await }
+    };
+    let cmd = |name: &str, args: &[&str]| {
+        let mut c = redis::cmd(name);
+        for a in args {
+            c.arg(*a);
+        }
+        c
+    };
+    let time = ask(cmd("TIME", &[])).await?;
+    let now_ms = match &time {
+        redis::Value::Array(t) => match (t.first().and_then(int), t.get(1).and_then(int)) {
+            (Some(s), Some(us)) => s * 1000 + us / 1000,
+            _ => 0,
+        },
+        _ => 0,
+    };
+    let live = format!("({now_ms}");
+    let mut raw = Raw::default();
+    match text(&ask(cmd("TYPE", &[key])).await?).as_deref() {
+        Some("zset") => {
+            raw.permits =
+                int(&ask(cmd("ZCOUNT", &[key, &live, "+inf"])).await?).map(|n| n.max(0) as u64);
+        }
+        Some("string") => {
+            raw.holder = text(&ask(cmd("GET", &[key])).await?);
+            // -2: no key (it expired between the two commands), -1: no TTL.
+            raw.pttl = int(&ask(cmd("PTTL", &[key])).await?).filter(|&t| t != -2);
+        }
+        _ => {}
+    }
+    let readers = format!("{prefix}readers:{key}");
+    raw.readers = int(&ask(cmd("ZCOUNT", &[&readers, &live, "+inf"])).await?).unwrap_or(0) as u64;
+    let mark = format!("{prefix}writer-waiting:{key}");
+    raw.writer_waiting = int(&ask(cmd("EXISTS", &[&mark])).await?) == Some(1);
+    let leases = format!("{prefix}queue-expiry:{key}");
+    raw.line = int(&ask(cmd("ZCOUNT", &[&leases, &live, "+inf"])).await?).unwrap_or(0) as u64;
+    let fence = format!("{prefix}fence:{key}");
+    raw.fence = int(&ask(cmd("GET", &[&fence])).await?);
+    Ok(raw)
 }
 
 fn plain(r: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "key {:?}: {} nodes, quorum {}, {} reachable",
-        r.key, r.nodes, r.quorum, r.reachable
+        "key {:?} ({}): {} nodes, quorum {}, {} reachable",
+        r.key, r.kind, r.nodes, r.quorum, r.reachable
     );
     let width = r
         .node_status
@@ -180,9 +290,15 @@ fn plain(r: &Report) -> String {
         .max()
         .unwrap_or(4)
         .max(4);
+    let extra = match r.kind {
+        "read-write" => "READERS  ",
+        "semaphore" => "PERMITS  ",
+        "fair" => "LINE     ",
+        _ => "",
+    };
     let _ = writeln!(
         out,
-        "  {:width$}  {:9}  {:9}  {:9}  FENCE",
+        "  {:width$}  {:9}  {:9}  {:9}  {extra}FENCE",
         "NODE", "REACHABLE", "LOCK", "TTL"
     );
     for v in &r.node_status {
@@ -190,32 +306,80 @@ fn plain(r: &Report) -> String {
             let _ = writeln!(out, "  {:width$}  no: {e}", v.node);
             continue;
         }
-        let lock = match v.holder {
-            Some(n) => format!("held #{n}"),
-            None => "free".to_string(),
+        let lock = match (v.holder, r.kind) {
+            (Some(n), "read-write") => format!("writer #{n}"),
+            (Some(n), _) => format!("held #{n}"),
+            (None, _) => "free".to_string(),
         };
         let ttl = match v.ttl_ms {
             Some(-1) => "no ttl".to_string(),
             Some(ms) => format_duration(std::time::Duration::from_millis(ms.max(0) as u64)),
             None => "-".to_string(),
         };
+        let extra = match r.kind {
+            "read-write" => {
+                let mark = if v.writer_waiting { "+w" } else { "" };
+                format!("{:9}", format!("{}{mark}", v.readers.unwrap_or(0)))
+            }
+            "semaphore" => format!("{:9}", v.permits.unwrap_or(0)),
+            "fair" => format!("{:9}", v.line.unwrap_or(0)),
+            _ => String::new(),
+        };
         let fence = v.fence.map_or_else(|| "-".to_string(), |f| f.to_string());
         let _ = writeln!(
             out,
-            "  {:width$}  {:9}  {:9}  {:9}  {fence}",
+            "  {:width$}  {:9}  {:9}  {:9}  {extra}{fence}",
             v.node, "yes", lock, ttl
         );
     }
-    let verdict = match r.verdict {
-        "held" => format!(
+    let waiting = r.node_status.iter().filter(|v| v.writer_waiting).count();
+    let line = r
+        .node_status
+        .iter()
+        .filter_map(|v| v.line)
+        .max()
+        .unwrap_or(0);
+    let verdict = match (r.verdict, r.kind) {
+        ("held", "read-write") => format!(
+            "write-locked ({} of {} nodes hold one writer's entry)",
+            r.held_by, r.nodes
+        ),
+        ("held", "fair") => format!(
+            "held by a quorum ({} of {} nodes hold one holder's entry), {line} waiting in line",
+            r.held_by, r.nodes
+        ),
+        ("held", _) => format!(
             "held by a quorum ({} of {} nodes hold one holder's entry)",
             r.held_by, r.nodes
         ),
-        "free" => format!(
+        ("read", _) => format!(
+            "read-locked (readers on a quorum); a writer must wait{}",
+            if waiting >= r.quorum {
+                ", and one does: new readers are refused"
+            } else {
+                ""
+            }
+        ),
+        ("full", _) => format!(
+            "full (all {} permits taken on a quorum of nodes)",
+            r.permits.unwrap_or(0)
+        ),
+        ("taken", _) => "permits are taken on a quorum of nodes (give --permits P to tell \
+                         whether one is left)"
+            .to_string(),
+        ("free", "read-write") if waiting >= r.quorum => format!(
+            "free for the waiting writer ({} of {} nodes have neither readers nor a writer; new readers are refused)",
+            r.free, r.nodes
+        ),
+        ("free", "fair") if line > 0 => format!(
+            "free ({} of {} nodes have no entry), {line} waiting in line: the first of them gets it",
+            r.free, r.nodes
+        ),
+        ("free", _) => format!(
             "free ({} of {} nodes have no entry: an acquire can succeed)",
             r.free, r.nodes
         ),
-        "split" => format!(
+        ("split", _) => format!(
             "split (no holder has a quorum and fewer than {} nodes are free; entries expire with their TTL)",
             r.quorum
         ),

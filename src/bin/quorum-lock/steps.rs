@@ -106,7 +106,7 @@ fn failure(e: &Error, key: &str) -> Failure {
         } if confirmed + failures.len() >= *required => {
             Failure::new(exit::UNAVAILABLE, format!("nodes unavailable: {e}"))
         }
-        e => Failure::from_lock(e, exit::SOFTWARE),
+        e => Failure::from_lock(e, &exit::Context::ttl(exit::SOFTWARE)),
     }
 }
 

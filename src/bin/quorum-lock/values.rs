@@ -41,6 +41,15 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(total)
 }
 
+/// A wait: a duration, or a number alone as seconds (as flock's `-w 2`).
+pub fn parse_wait(text: &str) -> Result<Duration, String> {
+    let plain = text.trim();
+    if !plain.is_empty() && plain.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        return parse_duration(&format!("{plain}s"));
+    }
+    parse_duration(text)
+}
+
 /// A duration for people: `250ms`, `1.5s`, `2m30s`.
 pub fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
@@ -146,6 +155,15 @@ mod tests {
         for bad in ["", "30", "s", "3x", "-1s", "1..2s", "999999d", "1e9s"] {
             assert!(parse_duration(bad).is_err(), "{bad:?} parsed");
         }
+    }
+
+    #[test]
+    fn a_wait_without_unit_is_seconds_as_for_flock() {
+        assert_eq!(parse_wait("2"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_wait("0.5"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_wait("250ms"), Ok(Duration::from_millis(250)));
+        assert!(parse_wait("").is_err());
+        assert!(parse_wait("2x").is_err());
     }
 
     #[test]
