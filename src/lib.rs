@@ -1,4 +1,4 @@
-#![doc = include_str!("../README.md")]
+#![doc = include_str!(concat!(env!("OUT_DIR"), "/README.md"))]
 //!
 //! ---
 //!
@@ -103,6 +103,24 @@ mod watchdog;
 #[cfg(feature = "testkit")]
 #[allow(unsafe_code)]
 pub mod testkit;
+
+/// The project's notes, as the repository keeps them in `docs/` and at its root.
+pub mod docs {
+    /// What must hold, how the algorithms keep it, and where each rule lives
+    /// (docs/DESIGN.md).
+    #[doc = include_str!(concat!(env!("OUT_DIR"), "/DESIGN.md"))]
+    pub mod design {}
+
+    /// The safety argument, the tolerance table, the model check and how it is all tested
+    /// (docs/SAFETY.md).
+    #[doc = include_str!(concat!(env!("OUT_DIR"), "/SAFETY.md"))]
+    pub mod safety {}
+
+    /// The benchmarks: figures, the commands that produced them, and what is left
+    /// (BENCHMARKS.md).
+    #[doc = include_str!(concat!(env!("OUT_DIR"), "/BENCHMARKS.md"))]
+    pub mod benchmarks {}
+}
 
 pub use builder::Builder;
 pub use client::QuorumLock;
