@@ -162,4 +162,4 @@ echo "build-image: wrote $line to $env_file"
 
 size=$(docker image inspect --format '{{.Size}}' "$image")
 echo "build-image: done: $image, $((size / 1024 / 1024)) MiB. Start the fleet with:"
-echo "  docker-compose up -d && docker/wait-healthy.sh"
+echo "  docker/compose.sh up"

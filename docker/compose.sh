@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Runs docker-compose.yml with whichever Compose this machine has (the `docker compose`
+# plugin, v2, or the `docker-compose` program, v1), on movable ports, and says what to do
+# when the Redis image is missing:
+#
+#   docker/compose.sh up            # up -d, then waits until every node is healthy
+#   docker/compose.sh down          # stop, and forget the data (down -v)
+#   docker/compose.sh ps | logs ... # anything else goes to Compose as it is
+#
+# QUORUM_LOCK_PORT_BASE (default 7000): the nodes listen on 127.0.0.1 at BASE+1..BASE+5,
+# the demo's stock database at BASE+6 (the variables QUORUM_LOCK_PORT_1..6, which
+# docker-compose.yml reads, can also be set one by one).
+#
+# Why a script: `docker compose down -v` on a machine with Compose v1 only prints
+# docker's own help (it has no `compose` command), exits 0 and removes nothing; and
+# without a local image, `up` fails on a registry lookup with only a DNS error.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+
+if docker compose version >/dev/null 2>&1; then
+  compose=(docker compose)
+elif command -v docker-compose >/dev/null 2>&1; then
+  compose=(docker-compose)
+else
+  echo "compose.sh: neither 'docker compose' (Compose v2) nor docker-compose (v1) is installed" >&2
+  exit 2
+fi
+
+base=${QUORUM_LOCK_PORT_BASE:-7000}
+case "$base" in
+  '' | *[!0-9]*)
+    echo "compose.sh: QUORUM_LOCK_PORT_BASE must be a port number, got '$base'" >&2
+    exit 2
+    ;;
+esac
+for i in 1 2 3 4 5 6; do
+  var=QUORUM_LOCK_PORT_$i
+  export "$var=${!var:-$((base + i))}"
+done
+
+# The image: as docker-compose.yml resolves it (environment, then .env, then redis:7.2).
+image=${QUORUM_LOCK_REDIS_IMAGE:-}
+if [ -z "$image" ] && [ -f .env ]; then
+  image=$(sed -n 's/^QUORUM_LOCK_REDIS_IMAGE=//p' .env | tail -n 1)
+fi
+image=${image:-redis:7.2}
+
+case "${1:-}" in
+  up)
+    shift
+    if ! docker image inspect "$image" >/dev/null 2>&1 && ! docker pull -q "$image" >/dev/null 2>&1; then
+      echo "compose.sh: the image '$image' is not on this machine and cannot be pulled (no registry reachable?)." >&2
+      echo "  Build one from this machine's redis-server first:  docker/build-image.sh" >&2
+      exit 1
+    fi
+    "${compose[@]}" up -d "$@"
+    COMPOSE="${compose[*]}" docker/wait-healthy.sh "${QUORUM_LOCK_HEALTHY_TIMEOUT:-120}"
+    nodes=""
+    for i in 1 2 3 4 5; do
+      var=QUORUM_LOCK_PORT_$i
+      nodes="$nodes${nodes:+,}redis://127.0.0.1:${!var}"
+    done
+    echo "export QUORUM_LOCK_NODES=$nodes"
+    ;;
+  down)
+    shift
+    exec "${compose[@]}" down -v "$@"
+    ;;
+  *)
+    exec "${compose[@]}" "$@"
+    ;;
+esac
