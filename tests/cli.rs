@@ -684,6 +684,10 @@ fn status_during_a_hold_shows_a_quorum_and_never_the_holder_value() {
     let (token, fence) = line.split_once(' ').expect("token and fencing token");
     assert_eq!(token.len(), 32, "{line}");
     assert!(fence.parse::<u64>().is_ok_and(|f| f > 0), "{line}");
+    // `hold` prints as soon as a quorum confirmed: the third node's entry may still be coming.
+    wait_for(Duration::from_secs(5), "the entry on every node", || {
+        holding(&fleet, key) == 3
+    });
 
     let (code, text, _) = run(cli(&fleet).args(["status", "--json", key]));
     assert_eq!(code, 0);

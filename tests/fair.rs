@@ -1047,6 +1047,8 @@ async fn a_ticket_drawn_by_a_waiter_that_never_joins_the_line_expires() {
     let key = unique_key("fair-ticket-expiry");
     let holder = client(fleet, Quorum::Majority).await;
     let _guard = holder.fair_lock(&key).ttl(LONG).acquire().await.unwrap();
+    // The acquire returned at a quorum: node 0 may not have the entry yet.
+    holder.finish_background().await;
     let mut node = conn(fleet, 0).await;
     let queue_lease = Duration::from_secs(2);
     let drawn = testkit::fair_first_attempt_on_node(

@@ -757,6 +757,9 @@ async fn readers_released_in_different_orders_on_the_nodes_wake_the_waiting_writ
     for _ in 0..3 {
         let locks = client(fleet, Quorum::Majority).await;
         let guard = try_read(&locks, &key).await.expect("readers share");
+        // Every node must have every reader before the writer's mark goes down: a reader's
+        // late request, after the mark, would be refused there.
+        locks.finish_background().await;
         readers.push((locks, guard));
     }
     let (writers, waiting) = waiting_writer(fleet, &key, Duration::from_secs(60)).await;

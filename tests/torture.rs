@@ -465,6 +465,8 @@ async fn negative_control_a_majority_restarted_without_persistence_admits_a_seco
     let key = unique_key("control-restart");
     let (first, guard_a) = hold(&a, &key, "a").await;
     on_all_nodes(&fleet, &key, guard_a.holder()).await;
+    // The fencing calls' stragglers too: nothing of `a` may reach a restarted node.
+    a.finish_background().await;
     for i in 0..3 {
         fleet.restart(i).unwrap();
     }
