@@ -1,5 +1,5 @@
-//! Retry timing of a waiting acquire: pure (the randomness is passed in), so it is unit-tested
-//! without a runtime or a clock.
+//! Retry timing of a waiting acquire and of the watchdog's failed renewals: pure (the
+//! randomness is passed in), so it is unit-tested without a runtime or a clock.
 
 use std::time::Duration;
 

@@ -1,7 +1,6 @@
 //! The builder: settings with their defaults, their validation into a [`Config`], and the
 //! build-time checks on the nodes (docs/DESIGN.md, "Build-time checks").
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,10 +8,12 @@ use futures::future::join_all;
 
 use crate::address::{redact, NodeAddr};
 use crate::client::QuorumLock;
-use crate::config::{check_duration, Config, Human};
-use crate::error::{Error, FailureKind, NodeFailure, Result};
+use crate::config::{check_duration, Config};
+use crate::error::{Error, FailureKind, Result};
+use crate::human::Human;
 use crate::node::{Node, NodeClient};
 use crate::quorum::Quorum;
+use crate::safety::{self};
 use crate::scripts::MAX_NODES;
 use crate::state::ClientState;
 #[cfg(feature = "tls")]
@@ -345,6 +346,7 @@ impl Builder {
             quorum: self.quorum,
             required,
             node_timeout: self.node_timeout,
+            connect_timeout: self.connect_timeout,
             drift_factor: self.drift_factor,
             retry_delay: self.retry_delay,
             retry_jitter: self.retry_jitter,
@@ -432,15 +434,15 @@ impl Builder {
         let nodes: Arc<[Node]> = self
             .addresses()?
             .into_iter()
-            .map(|addr| Node::new(addr, config.node_timeout, self.connect_timeout))
+            .map(|addr| Node::new(addr, config.node_timeout, config.connect_timeout))
             .collect();
-        let probes = join_all(nodes.iter().map(|n| probe(n, self.connect_timeout))).await;
+        let probes = join_all(nodes.iter().map(|n| n.probe(config.connect_timeout))).await;
 
         let mut failures = Vec::new();
-        let mut seen: HashMap<String, &str> = HashMap::new();
-        for (node, probe) in nodes.iter().zip(probes) {
-            let info = match probe {
-                Ok(info) => info,
+        let mut infos = Vec::new();
+        for probe in probes {
+            match probe {
+                Ok(info) => infos.push(info),
                 // What waiting will not fix: a wrong address or credentials, a refused TLS
                 // handshake, or a server that is not Redis (it answered, but not RESP).
                 Err(f)
@@ -454,27 +456,11 @@ impl Builder {
                 {
                     return Err(Error::Node(f))
                 }
-                Err(f) => {
-                    failures.push(f);
-                    continue;
-                }
-            };
-            if let Some(run_id) = info.get("run_id") {
-                if let Some(first) = seen.insert(run_id.clone(), node.name()) {
-                    return Err(Error::DuplicateNode {
-                        first: first.to_string(),
-                        second: node.name().to_string(),
-                        run_id: run_id.clone(),
-                    });
-                }
+                Err(f) => failures.push(f),
             }
-            if info.get("role").is_some_and(|r| r != "master") {
-                return Err(Error::ReplicaNode {
-                    node: node.name().to_string(),
-                });
-            }
-            warn_unsafe_settings(node.name(), &info);
         }
+        // The same rules as `quorum-lock check`: refused here, or logged.
+        safety::refuse_or_warn(&infos)?;
         let reachable = nodes.len() - failures.len();
         if reachable < config.required && !self.lazy {
             return Err(Error::Unreachable {
@@ -491,66 +477,6 @@ impl Builder {
             tracing::warn!("a single-node lock has no fault tolerance");
         }
         Ok(QuorumLock::from_state(ClientState::new(nodes, config)))
-    }
-}
-
-/// Connects to one node and reads `INFO` (server, replication, persistence, memory).
-async fn probe(node: &Node, limit: Duration) -> Result<HashMap<String, String>, NodeFailure> {
-    let info = node.query_within(&redis::cmd("INFO"), limit).await?;
-    let text = match &info {
-        redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-        redis::Value::VerbatimString { text, .. } => text.clone(),
-        redis::Value::SimpleString(s) => s.clone(),
-        other => {
-            return Err(NodeFailure::new(
-                node.name(),
-                FailureKind::Protocol,
-                format!("INFO answered {other:?}"),
-            ))
-        }
-    };
-    let mut info: HashMap<String, String> = text
-        .lines()
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
-        .collect();
-    // INFO does not show appendfsync; CONFIG GET may be renamed away or denied by an ACL, in
-    // which case the setting stays unknown (and the warning says so).
-    let mut get = redis::cmd("CONFIG");
-    get.arg("GET").arg("appendfsync");
-    if let Ok(redis::Value::Array(items)) = node.query_within(&get, limit).await {
-        if let [_, redis::Value::BulkString(value)] = items.as_slice() {
-            info.insert(
-                "appendfsync".into(),
-                String::from_utf8_lossy(value).into_owned(),
-            );
-        }
-    }
-    Ok(info)
-}
-
-fn warn_unsafe_settings(node: &str, info: &HashMap<String, String>) {
-    if let Some(policy) = info.get("maxmemory_policy") {
-        if policy.starts_with("allkeys") || policy.starts_with("volatile") {
-            tracing::warn!(node, policy = %policy, "evicting maxmemory policy: locks may be evicted early");
-        }
-    }
-    let aof = info.get("aof_enabled").is_some_and(|v| v == "1");
-    let fsync = info.get("appendfsync").map(String::as_str);
-    if !aof {
-        tracing::warn!(
-            node,
-            "no AOF persistence: after a restart this node forgets its locks; delay restarts \
-             by more than the longest TTL or enable appendonly with appendfsync always"
-        );
-    } else if fsync != Some("always") {
-        tracing::warn!(
-            node,
-            appendfsync = fsync.unwrap_or("unknown (CONFIG GET refused)"),
-            "AOF without appendfsync always: after a crash this node may forget the locks of \
-             the last second; delay restarts by more than the longest TTL or set appendfsync \
-             always"
-        );
     }
 }
 

@@ -4,12 +4,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::acquire::Target;
 use crate::builder::Builder;
 use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::lease::LostSignal;
 use crate::owner::Owner;
+use crate::plan::Target;
 use crate::request::{LockRequest, Scoped};
 use crate::state::{ClientState, Stats};
 
@@ -262,12 +262,12 @@ impl QuorumLock {
         self.lock(key).ttl(ttl).try_acquire().await
     }
 
-    /// Extends the lock on `key` held with the holder value `token` to `ttl` from now, without
-    /// its guard, and returns the new validity: for a process that was handed the token (what
+    /// Extends the lock on `key` held with the holder value `holder` to `ttl` from now, without
+    /// its guard, and returns the new validity: for a process that was handed the holder value (what
     /// [`LockGuard::holder`] returned where the lock was taken), like redsync's `WithValue`.
     ///
     /// The same rules as [`LockGuard::extend`]: compare-and-PEXPIRE on every node, acting only
-    /// where the stored holder value is `token`, never re-creating an entry (an expired or
+    /// where the stored holder value is `holder`, never re-creating an entry (an expired or
     /// released lock stays gone, and another holder's entry is never touched); a quorum must
     /// confirm, and the validity is measured from the start of this call: `ttl` minus the time
     /// taken, minus the drift allowance (`ttl` x drift factor + 2 ms). With no guard, no earlier
@@ -277,15 +277,16 @@ impl QuorumLock {
     /// connection is being re-made at that moment is not sent: it could land after this
     /// client's next call.
     ///
-    /// A guard of this process holding the same lock does not learn of it (its deadline, loss
-    /// signal and watchdog stay as they were): while you have the guard, use its methods.
+    /// Made through the client whose live guard holds the lock with that holder value, it acts
+    /// through the guard: the guard's deadline moves (a shorter `ttl` cuts it before anything
+    /// is sent), as for [`LockGuard::extend`]. A guard in another process does not learn of it.
     ///
     /// # Errors
     /// [`Error::InvalidKey`](crate::Error::InvalidKey),
-    /// [`Error::InvalidToken`](crate::Error::InvalidToken) (never showing the token) and
+    /// [`Error::InvalidHolder`](crate::Error::InvalidHolder) (never showing it) and
     /// [`Error::InvalidTtl`](crate::Error::InvalidTtl), before any node is contacted;
     /// [`Error::LockLost`](crate::Error::LockLost) when enough nodes do not hold `key` for
-    /// `token` that no quorum can (it expired, was released, or another holder has it), or the
+    /// `holder` that no quorum can (it expired, was released, or another holder has it), or the
     /// quorum came too late to leave any validity; [`Error::NoQuorum`](crate::Error::NoQuorum)
     /// when too many nodes failed to answer. After an error the nodes that applied the extend
     /// keep the entry `ttl` from when they did: trust the lock no longer than the earlier of
@@ -294,28 +295,32 @@ impl QuorumLock {
     /// # Cancel safety
     /// Cancel safe in effect: a cancelled extend may have been applied by some nodes, as after
     /// an error (above); its requests not yet sent are never sent.
-    pub async fn extend_token(
+    pub async fn extend_by_holder(
         &self,
         key: impl AsRef<[u8]>,
-        token: &str,
+        holder: &str,
         ttl: Duration,
     ) -> Result<Duration> {
-        crate::token::extend(&self.state, key.as_ref(), token, ttl).await
+        crate::holder::extend(&self.state, key.as_ref(), holder, ttl).await
     }
 
-    /// Releases the lock on `key` held with the holder value `token`, without its guard: for a
-    /// process that was handed the token (see [`extend_token`](Self::extend_token)).
+    /// Releases the lock on `key` held with the holder value `holder`, without its guard: for a
+    /// process that was handed the holder value (see [`extend_by_holder`](Self::extend_by_holder)).
     ///
     /// The same as [`LockGuard::release`]: compare-and-delete on every node, acting only where
-    /// the stored holder value is `token` (another holder's entry is never deleted), with the
+    /// the stored holder value is `holder` (another holder's entry is never deleted), with the
     /// release notice that wakes this key's waiters in every client. `Ok` when a quorum
-    /// confirmed that `token` held the key; returns at quorum, and otherwise waits for every
+    /// confirmed that `holder` held the key; returns at quorum, and otherwise waits for every
     /// node's answer (each within the node timeout), so that the count in the error is exact.
-    /// A guard of this process holding the same lock does not learn of it.
+    /// A fair lock's holder value leaves the line and hands the key on, as its guard's release
+    /// does. Made through the client whose live guard holds the lock with that holder value,
+    /// it ends the guard first (its loss signals fire) and then releases; the guard's own
+    /// release then reports [`Error::NotHeld`](crate::Error::NotHeld) without sending
+    /// anything. A guard in another process does not learn of it.
     ///
     /// # Errors
     /// [`Error::InvalidKey`](crate::Error::InvalidKey) and
-    /// [`Error::InvalidToken`](crate::Error::InvalidToken), before any node is contacted;
+    /// [`Error::InvalidHolder`](crate::Error::InvalidHolder), before any node is contacted;
     /// [`Error::NotHeld`](crate::Error::NotHeld) when fewer than a quorum confirmed, with how
     /// many did and the nodes that failed: the lock expired, was released, is another
     /// holder's, or nodes did not answer. The critical section may have overlapped another
@@ -325,8 +330,8 @@ impl QuorumLock {
     /// Not cancel safe in its report: if cancelled, the release may or may not have reached
     /// the nodes (its requests not yet sent are never sent); the entries expire with their TTL
     /// in any case.
-    pub async fn release_token(&self, key: impl AsRef<[u8]>, token: &str) -> Result<()> {
-        crate::token::release(&self.state, key.as_ref(), token).await
+    pub async fn release_by_holder(&self, key: impl AsRef<[u8]>, holder: &str) -> Result<()> {
+        crate::holder::release(&self.state, key.as_ref(), holder).await
     }
 
     /// Runs `work` while holding `key` under the watchdog, and releases at the end.

@@ -6,6 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
+use crate::human::Human;
 use crate::quorum::{self, Quorum};
 
 /// The longest TTL accepted (365 days): far beyond any sane lease, and well inside what
@@ -15,58 +16,6 @@ pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 /// The longest duration accepted for any setting (365 days, the same as [`MAX_TTL`]): longer
 /// ones are surely a mistake, and every instant computed from a setting stays representable.
 pub const MAX_DURATION: Duration = MAX_TTL;
-
-/// A duration as messages show it: `0ms`, `250µs`, `50.5ms`, `1.002s`, `2m30s`, `1h30m`,
-/// `365d` (not `Debug`'s `1.00178812s`).
-pub(crate) struct Human(pub(crate) Duration);
-
-impl std::fmt::Display for Human {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let d = self.0;
-        let secs = d.as_secs();
-        if d.is_zero() {
-            f.write_str("0ms")
-        } else if d < Duration::from_millis(1) {
-            write!(f, "{}µs", d.as_micros())
-        } else if d < Duration::from_secs(1) {
-            let tenths = d.as_micros() / 100;
-            trimmed(f, tenths / 10, tenths % 10, 1, "ms")
-        } else if secs < 60 {
-            let millis = d.subsec_millis();
-            trimmed(f, u128::from(secs), u128::from(millis), 3, "s")
-        } else if secs < 3600 {
-            match secs % 60 {
-                0 => write!(f, "{}m", secs / 60),
-                s => write!(f, "{}m{s}s", secs / 60),
-            }
-        } else if secs < 86_400 {
-            match (secs % 3600) / 60 {
-                0 => write!(f, "{}h", secs / 3600),
-                m => write!(f, "{}h{m}m", secs / 3600),
-            }
-        } else {
-            match (secs % 86_400) / 3600 {
-                0 => write!(f, "{}d", secs / 86_400),
-                h => write!(f, "{}d{h}h", secs / 86_400),
-            }
-        }
-    }
-}
-
-/// `whole.fraction` with `digits` fraction digits, trailing zeros dropped, then `unit`.
-fn trimmed(
-    f: &mut std::fmt::Formatter<'_>,
-    whole: u128,
-    fraction: u128,
-    digits: usize,
-    unit: &str,
-) -> std::fmt::Result {
-    if fraction == 0 {
-        return write!(f, "{whole}{unit}");
-    }
-    let text = format!("{fraction:0digits$}");
-    write!(f, "{whole}.{}{unit}", text.trim_end_matches('0'))
-}
 
 /// Checks a duration setting against [`MAX_DURATION`], naming the setting when it is longer.
 pub(crate) fn check_duration(field: &'static str, value: Duration) -> Result<()> {
@@ -89,6 +38,9 @@ pub(crate) struct Config {
     pub(crate) quorum: Quorum,
     pub(crate) required: usize,
     pub(crate) node_timeout: Duration,
+    /// How long a connection may take to be made (TCP, TLS, handshake, script loads): the
+    /// lock connections' and the pub/sub connections' alike.
+    pub(crate) connect_timeout: Duration,
     pub(crate) drift_factor: f64,
     pub(crate) retry_delay: Duration,
     pub(crate) retry_jitter: Duration,
@@ -111,6 +63,16 @@ impl Config {
         start + quorum::trusted_for(ttl, quorum::drift(ttl, self.drift_factor))
     }
 
+    /// The one validity rule (docs/DESIGN.md, invariants 2 and 3): what is left at `now` of a
+    /// deadline (from [`trusted_until`](Self::trusted_until)), when it leaves more than
+    /// `min_validity`; `None` when it does not (the quorum came too late, or the time ran out).
+    /// Every new hold goes through it: an attempt's quorum, a grant claimed or handed over, an
+    /// extend by holder value.
+    pub(crate) fn validity(&self, deadline: Instant, now: Instant) -> Option<Duration> {
+        let left = deadline.checked_duration_since(now)?;
+        (left > self.min_validity && !left.is_zero()).then_some(left)
+    }
+
     /// The TTL, in ms as the nodes take it, of an entry that a guard counts on for `ttl`:
     /// `ttl` plus the lock delay. The deadline is still computed from `ttl`, so it never
     /// outlives the entries (invariant 2); they outlive it by the delay.
@@ -119,7 +81,7 @@ impl Config {
     }
 
     /// How long a fair lock's short grant to a waiter of this client lasts (see
-    /// `scripts::FAIR_ACQUIRE`): time for a live waiter to claim it with one attempt, whether
+    /// `family/lua/fair_acquire.lua`): time for a live waiter to claim it with one attempt, whether
     /// its grant's notices wake it or, lost, its own timer does: four node timeouts, or its
     /// longest pause between attempts (the retry delay and jitter, at most a third of the
     /// queue lease) plus two node timeouts when that is longer. The nodes cap it by the
@@ -160,28 +122,5 @@ impl Config {
             ));
         }
         Ok(ttl_ms)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_are_shown_as_people_write_them() {
-        let ms = Duration::from_millis;
-        for (d, shown) in [
-            (Duration::ZERO, "0ms"),
-            (Duration::from_micros(250), "250µs"),
-            (ms(50), "50ms"),
-            (Duration::from_micros(50_500), "50.5ms"),
-            (Duration::from_nanos(1_001_788_120), "1.001s"),
-            (ms(30_000), "30s"),
-            (ms(150_000), "2m30s"),
-            (ms(5_400_000), "1h30m"),
-            (MAX_TTL, "365d"),
-        ] {
-            assert_eq!(Human(d).to_string(), shown, "{d:?}");
-        }
     }
 }

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::config::Human;
+use crate::human::Human;
 
 /// A `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -161,12 +161,12 @@ pub enum Error {
         reason: String,
     },
 
-    /// A holder token given to [`QuorumLock::extend_token`](crate::QuorumLock::extend_token) or
-    /// [`QuorumLock::release_token`](crate::QuorumLock::release_token) is not one: empty, longer
-    /// than [`MAX_TOKEN_LEN`](crate::MAX_TOKEN_LEN), or with a character no holder value has.
-    /// The message never shows the token.
-    #[error("invalid token: {reason}")]
-    InvalidToken {
+    /// A holder value given to [`QuorumLock::extend_by_holder`](crate::QuorumLock::extend_by_holder) or
+    /// [`QuorumLock::release_by_holder`](crate::QuorumLock::release_by_holder) is not one: empty, longer
+    /// than [`MAX_HOLDER_LEN`](crate::MAX_HOLDER_LEN), or with a character no holder value has.
+    /// The message never shows the value.
+    #[error("invalid holder value: {reason}")]
+    InvalidHolder {
         /// Why it was rejected.
         reason: String,
     },

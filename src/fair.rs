@@ -197,7 +197,7 @@ impl FairWaiters {
             return;
         }
         let deadline = config.trusted_until(sent, slot.ttl);
-        if deadline <= Instant::now() + config.min_validity {
+        if config.validity(deadline, Instant::now()).is_none() {
             return;
         }
         *state = SlotState::Granted(Grant {

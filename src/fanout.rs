@@ -13,21 +13,11 @@ use redis::Value;
 use tokio::time::{Instant, Sleep};
 
 use crate::error::{Error, FailureKind, NodeFailure, Op};
+use crate::family::{fair::granted_to, Answer, Reader};
 use crate::node::{Node, Nodes};
 use crate::ordering::{BackgroundWork, Stragglers};
 use crate::quorum::{Decision, Tally, Vote};
 use crate::scripts::{Call, SendBy};
-
-/// What a node's script answer means for the operation.
-pub(crate) enum Answer {
-    /// Counts toward the quorum, with the answer's value (a fencing counter's new value;
-    /// otherwise not meaningful).
-    Yes(i64),
-    /// Refused; with the holder's remaining TTL as a wake-up hint, when known.
-    Refused(Option<Duration>),
-    /// Refused, with the node's next ticket number (a fair lock's first attempt).
-    Drawn(i64),
-}
 
 /// The answers counted so far of one fan-out.
 pub(crate) struct Outcome {
@@ -118,7 +108,7 @@ impl Outcome {
 pub(crate) struct FanOut<F> {
     nodes: Nodes,
     call: Arc<Call>,
-    read: fn(&Value) -> Option<Answer>,
+    read: Reader,
     /// `None` once detached: taking the set out, rather than leaving an empty one behind,
     /// spares allocating a new one for every call that returns at quorum.
     pending: Option<FuturesUnordered<F>>,
@@ -136,7 +126,7 @@ pub(crate) fn fan_out(
     nodes: &Nodes,
     required: usize,
     call: Call,
-    read: fn(&Value) -> Option<Answer>,
+    read: Reader,
 ) -> FanOut<impl Future<Output = NodeAnswer> + Send + 'static> {
     let call = Arc::new(call);
     let pending = (0..nodes.len())
@@ -331,77 +321,4 @@ pub(crate) async fn broadcast(
         async move { nodes[i].run_within_timeout(&call, form, i).await }
     }))
     .await
-}
-
-/// Reads an integer reply.
-pub(crate) fn int(v: &Value) -> Option<i64> {
-    match v {
-        Value::Int(i) => Some(*i),
-        _ => None,
-    }
-}
-
-/// Reads an acquire's reply: `OK` / nil from `SET NX` (and from its re-sent form).
-pub(crate) fn read_acquire(v: &Value) -> Option<Answer> {
-    match v {
-        Value::Okay => Some(Answer::Yes(1)),
-        Value::Nil => Some(Answer::Refused(None)),
-        _ => None,
-    }
-}
-
-/// Reads a counter's new value (`INCR`).
-pub(crate) fn read_counter(v: &Value) -> Option<Answer> {
-    int(v).map(Answer::Yes)
-}
-
-/// Reads a fair lock's acquire: 1, or a refusal `{0, drawn ticket or 0, the key's PTTL}`: with
-/// a ticket number drawn on a first attempt, or with the key's remaining TTL as a wake-up
-/// hint (a short grant's lapse, or a holder's expiry).
-pub(crate) fn read_drawn(v: &Value) -> Option<Answer> {
-    match v {
-        Value::Array(items) => match items.as_slice() {
-            [Value::Int(0), Value::Int(n), Value::Int(_)] if *n > 0 => Some(Answer::Drawn(*n)),
-            [Value::Int(0), Value::Int(0), Value::Int(pttl)] => Some(Answer::Refused(
-                u64::try_from(*pttl).ok().map(Duration::from_millis),
-            )),
-            _ => None,
-        },
-        _ => read_flag(v),
-    }
-}
-
-/// Reads a fair lock's release (and rollback): a 1 / 0 reply as [`read_flag`], or `{1 or 0,
-/// waiter id, grant ms}` when the node handed the key to that waiter (see [`granted_to`];
-/// recorded in [`Outcome::granted`]).
-pub(crate) fn read_grant(v: &Value) -> Option<Answer> {
-    match v {
-        Value::Array(items) => match items.as_slice() {
-            [flag, Value::BulkString(_), Value::Int(_)] => read_flag(flag),
-            _ => None,
-        },
-        _ => read_flag(v),
-    }
-}
-
-/// The waiter a fair lock's release or rollback handed the key to on one node, and for how
-/// many ms, if its answer says so (`{1 or 0, waiter id, grant ms}`).
-pub(crate) fn granted_to(v: &Value) -> Option<(&[u8], i64)> {
-    match v {
-        Value::Array(items) => match items.as_slice() {
-            [_, Value::BulkString(waiter), Value::Int(ms)] => Some((waiter, *ms)),
-            _ => None,
-        },
-        _ => None,
-    }
-}
-
-/// Reads a 1 / 0 script reply: 1 yes (released, extended, token written), 0 refused (this
-/// holder does not hold the key there).
-pub(crate) fn read_flag(v: &Value) -> Option<Answer> {
-    match int(v)? {
-        1 => Some(Answer::Yes(1)),
-        0 => Some(Answer::Refused(None)),
-        _ => None,
-    }
 }

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::lease::{Lease, LostSignal};
 use crate::quorum::Decision;
 use crate::reentry::HoldTable;
-use crate::telemetry::{self, ReleasedBy};
+use crate::telemetry::ReleasedBy;
 
 /// A held lock. Dropping it releases the lock in the background (best effort: after a renewal
 /// in flight, if any, and within about twice the node timeout after that); call
@@ -60,10 +60,10 @@ impl LockGuard {
 
     /// The random value that proves ownership on the nodes (fresh for every acquisition).
     /// Anyone who knows it can extend or release the lock
-    /// ([`QuorumLock::extend_token`](crate::QuorumLock::extend_token),
-    /// [`release_token`](crate::QuorumLock::release_token)): hand it only to whom should, and
-    /// do not publish it. The calls by token act on a mutex or a fair lock, not on a multi-key
-    /// lock, a semaphore permit or a read-write lock (see [`into_token`](Self::into_token)).
+    /// ([`QuorumLock::extend_by_holder`](crate::QuorumLock::extend_by_holder),
+    /// [`release_by_holder`](crate::QuorumLock::release_by_holder)): hand it only to whom should, and
+    /// do not publish it. The calls by holder value act on a mutex or a fair lock, not on a multi-key
+    /// lock, a semaphore permit or a read-write lock (see [`into_holder`](Self::into_holder)).
     /// Made from this client while this guard lives, they act through the guard: an extend
     /// moves (or cuts) its deadline, a release ends it and fires its loss signals.
     pub fn holder(&self) -> &str {
@@ -159,9 +159,9 @@ impl LockGuard {
     }
 
     /// Lets go of the guard **without releasing the lock**, and returns its holder value: for
-    /// another process to [`extend_token`](crate::QuorumLock::extend_token) or
-    /// [`release_token`](crate::QuorumLock::release_token) it. The lock stays on the nodes
-    /// until its TTL runs out or it is released by token; nothing renews it any more (the
+    /// another process to [`extend_by_holder`](crate::QuorumLock::extend_by_holder) or
+    /// [`release_by_holder`](crate::QuorumLock::release_by_holder) it. The lock stays on the nodes
+    /// until its TTL runs out or it is released by holder value; nothing renews it any more (the
     /// watchdog stops) and its loss signals fire, since this process no longer tracks it.
     /// Unlike `std::mem::forget`, this frees the guard's state and ends its hold in the
     /// metrics. A nested guard of a reentrant owner only gives up its hold; the lock is let go
@@ -169,12 +169,12 @@ impl LockGuard {
     ///
     /// # Errors
     /// The guard itself, unchanged, for a multi-key lock, a semaphore permit or a read-write
-    /// lock: the calls by token act on one key's entry (a mutex's or a fair lock's), so a
+    /// lock: the calls by holder value act on one key's entry (a mutex's or a fair lock's), so a
     /// set's token would extend or release one of its keys only, and a permit's or a reader's
     /// none.
-    pub fn into_token(mut self) -> std::result::Result<String, LockGuard> {
-        use crate::shape::Shape;
-        if !matches!(self.lease.shape, Shape::Single(_) | Shape::Fair(_)) {
+    pub fn into_holder(mut self) -> std::result::Result<String, LockGuard> {
+        use crate::family::Shape;
+        if !matches!(self.lease.shape, Shape::Mutex(_) | Shape::Fair(_)) {
             return Err(self);
         }
         let holder = self.lease.holder.clone();
@@ -212,9 +212,9 @@ impl LockGuard {
                 None => Err(self.not_held()),
             };
         }
-        // Released by token from this client already (see `token`): its report was that
+        // Released by holder value from this client already (see `token`): its report was that
         // call's, and nothing is left to send.
-        if self.lease.released_by_token() {
+        if self.lease.released_by_holder_value() {
             self.lease.end();
             return Err(self.not_held());
         }
@@ -230,7 +230,7 @@ impl Drop for LockGuard {
     /// timeout, then releases, at most the node timeout); without one, the entries simply
     /// expire with their TTL. Either way the watchdog stops at once.
     fn drop(&mut self) {
-        if self.released || !self.let_go() || self.lease.released_by_token() {
+        if self.released || !self.let_go() || self.lease.released_by_holder_value() {
             return;
         }
         let was_lost = self.lease.end();
@@ -239,7 +239,7 @@ impl Drop for LockGuard {
             let release = async move {
                 let outcome = lease.release_on_nodes().await;
                 let confirmed = outcome.decision == Decision::Reached && !was_lost;
-                telemetry::release(ReleasedBy::Drop, confirmed);
+                lease.client().counters.release(ReleasedBy::Drop, confirmed);
             };
             handle.spawn(self.lease.background().track(release));
         }

@@ -16,14 +16,7 @@ pub const MAX_KEY_LEN: usize = 64 * 1024;
 /// round.
 pub const RESERVED_PREFIX: &str = "quorum-lock:";
 
-const FENCE_PREFIX: &[u8] = b"quorum-lock:fence:";
 const RELEASED_PREFIX: &[u8] = b"quorum-lock:released:";
-const READERS_PREFIX: &[u8] = b"quorum-lock:readers:";
-const WRITER_WAITING_PREFIX: &[u8] = b"quorum-lock:writer-waiting:";
-const TICKET_PREFIX: &[u8] = b"quorum-lock:ticket:";
-const QUEUE_PREFIX: &[u8] = b"quorum-lock:queue:";
-const QUEUE_EXPIRY_PREFIX: &[u8] = b"quorum-lock:queue-expiry:";
-const QUEUE_HOLDER_PREFIX: &[u8] = b"quorum-lock:queue-holder:";
 
 /// A checked lock key: its bytes and its release channel, made once and shared by the
 /// acquisition's lease, requests and logs. Shown as lossy UTF-8.
@@ -67,39 +60,18 @@ impl Key {
         &self.channel
     }
 
-    /// The key of this key's fencing counter.
+    /// The key of this key's fencing counter (every kind of lock on the key shares it).
     pub(crate) fn fence_key(&self) -> Vec<u8> {
-        prefixed(FENCE_PREFIX, &self.bytes)
+        self.derived(kept::FENCE)
     }
 
-    /// The sorted set of a read-write lock's readers on this key.
-    pub(crate) fn readers_key(&self) -> Vec<u8> {
-        prefixed(READERS_PREFIX, &self.bytes)
-    }
-
-    /// The pending-writer mark of a read-write lock on this key.
-    pub(crate) fn writer_waiting_key(&self) -> Vec<u8> {
-        prefixed(WRITER_WAITING_PREFIX, &self.bytes)
-    }
-
-    /// The ticket counter of a fair lock on this key.
-    pub(crate) fn ticket_key(&self) -> Vec<u8> {
-        prefixed(TICKET_PREFIX, &self.bytes)
-    }
-
-    /// A fair lock's line on this key: waiter ids by ticket, their queue leases' expiries,
-    /// and what a release needs to hand the lock to each (see `scripts::FAIR_ACQUIRE`).
-    pub(crate) fn queue_keys(&self) -> [Vec<u8>; 3] {
-        [
-            prefixed(QUEUE_PREFIX, &self.bytes),
-            prefixed(QUEUE_EXPIRY_PREFIX, &self.bytes),
-            prefixed(QUEUE_HOLDER_PREFIX, &self.bytes),
-        ]
+    /// The name of a key the library keeps for this key, in its namespace:
+    /// `quorum-lock:<what>:<key>` (each kind of lock names its own in `family`).
+    pub(crate) fn derived(&self, what: &str) -> Vec<u8> {
+        derived(what, &self.bytes)
     }
 }
 
-// Equality and hashing are the bytes' alone (the channel follows from them), so that a map
-// keyed by `Key` can be looked up with the bytes.
 impl PartialEq for Key {
     fn eq(&self, other: &Key) -> bool {
         self.bytes == other.bytes
@@ -132,9 +104,34 @@ impl fmt::Debug for Key {
     }
 }
 
-fn prefixed(prefix: &[u8], key: &[u8]) -> Vec<u8> {
-    let mut name = Vec::with_capacity(prefix.len() + key.len());
-    name.extend_from_slice(prefix);
+/// The `<what>` of each key the library keeps for a lock key, `quorum-lock:<what>:<key>`
+/// (written once: the lock kinds in `family` and the public [`names`](crate::names) use
+/// these).
+pub(crate) mod kept {
+    /// The fencing counter.
+    pub(crate) const FENCE: &str = "fence";
+    /// The release channel.
+    pub(crate) const RELEASED: &str = "released";
+    /// A read-write lock's readers.
+    pub(crate) const READERS: &str = "readers";
+    /// A read-write lock's pending-writer mark.
+    pub(crate) const WRITER_MARK: &str = "writer-waiting";
+    /// A fair lock's line.
+    pub(crate) const LINE: &str = "queue";
+    /// A fair lock's queue leases.
+    pub(crate) const LINE_LEASES: &str = "queue-expiry";
+    /// What a fair lock's release needs to hand the key on.
+    pub(crate) const LINE_ENTRIES: &str = "queue-holder";
+    /// A fair lock's ticket counter.
+    pub(crate) const TICKETS: &str = "ticket";
+}
+
+/// `quorum-lock:<what>:<key>`: the name of a key the library keeps for `key`.
+pub(crate) fn derived(what: &str, key: &[u8]) -> Vec<u8> {
+    let mut name = Vec::with_capacity(RESERVED_PREFIX.len() + what.len() + 1 + key.len());
+    name.extend_from_slice(RESERVED_PREFIX.as_bytes());
+    name.extend_from_slice(what.as_bytes());
+    name.push(b':');
     name.extend_from_slice(key);
     name
 }
@@ -151,20 +148,9 @@ mod tests {
         let key = Key::new(b"stock:1").unwrap();
         assert_eq!(key.release_channel(), b"quorum-lock:released:stock:1");
         assert_eq!(key.fence_key(), b"quorum-lock:fence:stock:1");
-        assert_eq!(key.readers_key(), b"quorum-lock:readers:stock:1");
-        assert_eq!(
-            key.writer_waiting_key(),
-            b"quorum-lock:writer-waiting:stock:1"
-        );
-        assert_eq!(key.ticket_key(), b"quorum-lock:ticket:stock:1");
-        assert_eq!(
-            key.queue_keys(),
-            [
-                b"quorum-lock:queue:stock:1".to_vec(),
-                b"quorum-lock:queue-expiry:stock:1".to_vec(),
-                b"quorum-lock:queue-holder:stock:1".to_vec()
-            ]
-        );
+        assert_eq!(key.derived("readers"), b"quorum-lock:readers:stock:1");
         assert_eq!(key.to_string(), "stock:1");
+        // The channel is made without `derived`, once per key: the same name.
+        assert_eq!(key.release_channel(), key.derived(kept::RELEASED));
     }
 }

@@ -1,7 +1,7 @@
 //! One acquisition's shared state (key, holder value, deadline, loss) and the operations on it
 //! that talk to the nodes: renew (extend), repair and release. Guards, the watchdog and loss
 //! signals all share one `Lease`. The extend and release rounds themselves (one call to every
-//! node, and what its answers mean) are free functions, which the operations by token (`token`)
+//! node, and what its answers mean) are free functions, which the operations by holder value (`token`)
 //! share.
 
 use std::future::Future;
@@ -16,14 +16,14 @@ use tracing::Instrument;
 
 use crate::config::Config;
 use crate::error::{Error, Op, Result};
-use crate::fanout::{broadcast, fan_out, read_flag, FanOut, NodeAnswer, Outcome};
+use crate::family::{read_flag, Notice, Shape};
+use crate::fanout::{broadcast, fan_out, FanOut, NodeAnswer, Outcome};
 use crate::key::Key;
 use crate::ordering::{BackgroundWork, InFlight, Stragglers};
 use crate::quorum::Decision;
 use crate::scripts::SendBy;
-use crate::shape::{Notice, Shape};
 use crate::state::{AnyLease, ClientState};
-use crate::telemetry::{self, Hold, HoldEnd, LossReason, ReleasedBy, RenewalEnd, RenewedBy};
+use crate::telemetry::{Hold, HoldEnd, LossReason, ReleasedBy, RenewalEnd, RenewedBy};
 
 pub(crate) struct Lease {
     /// The client's nodes, settings and counters.
@@ -53,9 +53,9 @@ pub(crate) struct Lease {
     hold: Hold,
     /// The task that acquired it (see [`Lease::rw_held_by_current_task`]).
     taken_by: Caller,
-    /// A release by token from this client ran on the nodes: the guard's own release has
+    /// A release by holder value from this client ran on the nodes: the guard's own release has
     /// nothing left to send.
-    released_by_token: std::sync::atomic::AtomicBool,
+    released_by_holder_value: std::sync::atomic::AtomicBool,
 }
 
 /// Who is calling: a tokio task, or the future a runtime's `block_on` runs (no task of its
@@ -111,7 +111,7 @@ impl Lease {
             in_flight: InFlight::new(in_flight),
             hold: Hold::start(),
             taken_by: Caller::current(),
-            released_by_token: std::sync::atomic::AtomicBool::new(false),
+            released_by_holder_value: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -121,7 +121,7 @@ impl Lease {
         self.client.held.insert(self.key.bytes(), &any);
     }
 
-    /// The live lease of this client that holds `key` with `holder`, if any: a call by token
+    /// The live lease of this client that holds `key` with `holder`, if any: a call by holder value
     /// from this client then acts through it.
     pub(crate) fn find(client: &ClientState, key: &[u8], holder: &str) -> Option<Arc<Lease>> {
         client
@@ -156,6 +156,11 @@ impl Lease {
     /// token from this client).
     pub(crate) fn is_ended(&self) -> bool {
         self.state().ended
+    }
+
+    /// The client.
+    pub(crate) fn client(&self) -> &ClientState {
+        &self.client
     }
 
     /// The client's settings.
@@ -205,8 +210,7 @@ impl Lease {
             first
         };
         if first {
-            self.client.counters.lost.fetch_add(1, Ordering::Relaxed);
-            telemetry::lost(reason);
+            self.client.counters.lost(reason);
             self.hold.end(HoldEnd::Lost);
             tracing::warn!(key = %self.shape, "lock lost");
         }
@@ -233,21 +237,21 @@ impl Lease {
         was_lost
     }
 
-    /// A release by token of this lease's holder value from its own client: ends the lease
+    /// A release by holder value of this lease's holder value from its own client: ends the lease
     /// first (its guards stop trusting the lock before any node lets go of it), then releases
     /// as the guard would.
-    pub(crate) async fn release_by_token(&self) -> Result<()> {
+    pub(crate) async fn release_by_holder_value(&self) -> Result<()> {
         let was_lost = self.end();
         let outcome = self.release_on_nodes().await;
-        // Only now: a release by token cancelled before its round leaves the guard's own
+        // Only now: a release by holder value cancelled before its round leaves the guard's own
         // release (or drop) to send it.
-        self.released_by_token.store(true, Ordering::Release);
+        self.released_by_holder_value.store(true, Ordering::Release);
         self.release_result(&outcome, was_lost)
     }
 
-    /// Whether a release by token from this client already released the lease on the nodes.
-    pub(crate) fn released_by_token(&self) -> bool {
-        self.released_by_token.load(Ordering::Acquire)
+    /// Whether a release by holder value from this client already released the lease on the nodes.
+    pub(crate) fn released_by_holder_value(&self) -> bool {
+        self.released_by_holder_value.load(Ordering::Acquire)
     }
 
     pub(crate) fn lost_error(&self) -> Error {
@@ -304,7 +308,7 @@ impl Lease {
                 if !self.state().ended {
                     self.mark_lost(LossReason::Expired);
                 }
-                telemetry::renewal(by, RenewalEnd::Lost);
+                self.client.counters.renewal(by, RenewalEnd::Lost);
                 Err(self.lost_error())
             };
             // A quorum confirmed after the deadline proves nothing: the entries may have
@@ -335,11 +339,7 @@ impl Lease {
             let background = &self.client.background;
             match ended {
                 Extended::Confirmed(at) if self.confirm(ttl, next, at) => {
-                    self.client
-                        .counters
-                        .extended
-                        .fetch_add(1, Ordering::Relaxed);
-                    telemetry::renewal(by, RenewalEnd::Confirmed);
+                    self.client.counters.renewal(by, RenewalEnd::Confirmed);
                     if let Some(by) = repair_by {
                         // Bounded, so that the next renewal is not delayed by a slow node.
                         let _ = tokio::time::timeout_at(by, fan.collect()).await;
@@ -361,12 +361,12 @@ impl Lease {
                 Extended::Refused => {
                     self.in_flight.push(fan.detach(background));
                     self.mark_lost(LossReason::Refused);
-                    telemetry::renewal(by, RenewalEnd::Lost);
+                    self.client.counters.renewal(by, RenewalEnd::Lost);
                     Err(self.lost_error())
                 }
                 Extended::Failed(error) => {
                     self.in_flight.push(fan.detach(background));
-                    telemetry::renewal(by, RenewalEnd::Failed);
+                    self.client.counters.renewal(by, RenewalEnd::Failed);
                     Err(error)
                 }
             }
@@ -386,18 +386,14 @@ impl Lease {
             return;
         }
         let ms = self.client.config.node_ttl_ms(remaining);
-        let call = self.shape.repair(&self.holder, &ms);
+        let (call, put_back) = self.shape.repair(&self.holder, &ms);
         let answers = broadcast(&self.client.nodes, nodes.iter().copied(), call, SendBy::Sha).await;
         let repaired = answers
             .iter()
-            .filter(|a| a.as_ref().is_ok_and(|v| self.shape.repaired(v)))
+            .filter(|a| a.as_ref().is_ok_and(put_back))
             .count();
         if repaired > 0 {
-            self.client
-                .counters
-                .repaired
-                .fetch_add(repaired as u64, Ordering::Relaxed);
-            telemetry::repaired(repaired);
+            self.client.counters.repaired(repaired);
             tracing::info!(key = %self.shape, repaired, "lock entry restored on nodes that had lost it");
         }
     }
@@ -434,7 +430,7 @@ impl Drop for Lease {
     }
 }
 
-/// How one extend round ended: what a lease's renewal and an extend by token both act on.
+/// How one extend round ended: what a lease's renewal and an extend by holder value both act on.
 pub(crate) enum Extended {
     /// A quorum confirmed, at this instant, before the bound.
     Confirmed(Instant),
@@ -500,13 +496,8 @@ pub(crate) async fn release_round(
     let sure = fair
         .as_ref()
         .map_or(&[][..], |(_, _, sure, _)| sure.as_slice());
-    let call = shape.release_handing_off(holder, Notice::Release, sure);
-    let mut fan = fan_out(
-        &client.nodes,
-        client.config.required,
-        call,
-        shape.release_reader(),
-    );
+    let (call, read) = shape.release_handing_off(holder, Notice::Release, sure);
+    let mut fan = fan_out(&client.nodes, client.config.required, call, read);
     if fan.decide().await == Decision::Reached {
         let mut stragglers = fan.detach(&client.background);
         if let Some((releasing, stamp, _, sent)) = fair {
@@ -531,16 +522,10 @@ pub(crate) fn release_result(
     was_lost: bool,
 ) -> Result<()> {
     let confirmed = outcome.decision == Decision::Reached && !was_lost;
-    telemetry::release(ReleasedBy::Release, confirmed);
-    if confirmed {
-        client.counters.released.fetch_add(1, Ordering::Relaxed);
-        Ok(())
-    } else {
-        client
-            .counters
-            .release_failed
-            .fetch_add(1, Ordering::Relaxed);
-        Err(outcome.not_held(key))
+    client.counters.release(ReleasedBy::Release, confirmed);
+    match confirmed {
+        true => Ok(()),
+        false => Err(outcome.not_held(key)),
     }
 }
 

@@ -25,42 +25,59 @@
 //!   labels in the README's "Metrics" table; no exporter is chosen for you).
 //! - `cli`: the `quorum-lock` command (a binary; it turns on `tls` and `metrics`).
 //!
-//! # Layout
+//! # Where things are
 //!
-//! One file per concept, listed so that each module imports only from those above it (the one
-//! exception: `builder` and `client` name each other, as a builder and what it builds do):
+//! One file per concept (a folder where a concept has parts). Listed bottom up: each module
+//! imports only from those above it, with one exception, `builder` and `client`, which name
+//! each other as a builder and what it builds do.
 //!
-//! - `quorum`: pure arithmetic: quorum sizes, drift, validity, the tally of node answers.
+//! Pure rules, no I/O:
+//! - `quorum`: quorum sizes, drift, validity arithmetic, the tally of node answers.
+//! - `human`: durations as messages show them.
 //! - `error`: the error enum and the per-node failure.
+//! - `key`: the key check, the names derived from a key ([`names`]), the reserved namespace.
+//! - `config`: validated settings; `Config::validity`, the one deadline
+//!   rule (TTL less elapsed time and drift, against the minimum validity).
+//! - `backoff`: the retry pause, of a waiting acquire and of the watchdog.
 //! - `progress`: the stop-or-wait handshake of in-flight requests (also checked by loom).
-//! - `backoff`: retry timing of a waiting acquire (pure).
-//! - `key`: the key check, the names derived from a key, the reserved namespace.
-//! - `config`: validated settings and the checks of durations and TTLs.
-//! - `scripts`: the commands and Lua scripts run on the nodes, one call shared by all nodes.
-//! - `shape`: what an acquisition holds (one key, a set of keys, a semaphore permit, a read
-//!   or write hold, a fair lock) and the calls that acquire, extend, release, repair and
-//!   fence it.
+//!
+//! What runs on the nodes:
+//! - `scripts`: the plumbing: a script, one call shared by all nodes, EVALSHA or EVAL.
+//! - `family/`: one file per lock kind, each with its calls, reply readers and key layout:
+//!   `mutex.rs`, `set.rs` (multi-key), `permit.rs` (semaphore), `rw.rs` (read-write),
+//!   `fair.rs`; their Lua in `family/lua/` (one file per script, named after it, shared
+//!   fragments included); `family/mod.rs` dispatches a request's shape to its kind once.
+//!
+//! Talking to the nodes:
+//! - `address`, `tls` (feature): node URLs, passwords kept out of sight, TLS settings.
+//! - `safety`: the node checks shared by `build()` and `quorum-lock check`.
 //! - `telemetry`: metrics through the `metrics` facade (empty without the feature).
-//! - `address`: node URLs, and keeping their passwords out of everything shown.
-//! - `tls` (feature): the TLS settings, checked at build, and TLS errors in plain words.
-//! - `node`: one master: its connection, background reconnect, per-call timeout, errors;
-//!   [`NodeClient`], a node for connections of one's own.
+//! - `node/`: one master: its connection and reconnect (`connection.rs`), one request
+//!   (`send.rs`), the bound on what a silent node is sent (`backlog.rs`), [`NodeClient`].
 //! - `ordering`: the rules that keep a lease's later call behind its earlier ones.
-//! - `fanout`: one call to every node, decided at quorum.
-//! - `fair`: the fair lock's waiters within a client, and a release's hand-off to one.
-//! - `wakeup`: pub/sub release notices and the waiters they wake.
-//! - `state`: a client's shared state and counters.
+//! - `fanout`: one call to every node, decided at quorum (RedLock steps 2 and 4).
+//!
+//! A client:
+//! - `fair`: the fair lock's line within a client, and a release's hand-off to a waiter.
+//! - `wakeup/`: pub/sub release notices (`channel.rs` counts them per release and node;
+//!   `subscriber.rs` keeps one connection per node) and the waiters they wake.
+//! - `state`: a client's shared state, and one record per outcome (stats and metrics).
+//!
+//! Holding a lock:
 //! - `lease`: one acquisition: deadline, loss, renew, repair, release, the loss signal.
 //! - `watchdog`: renewals of a lock kept without a fixed TTL.
-//! - `reentry`: an owner's table of held leases.
-//! - `guard`: the caller's handle on a held lock.
-//! - `token`: extend and release by holder value, without a guard.
-//! - `acquire`: one attempt, the waiting loop, fencing tokens and a fair request's ticket.
-//! - `request`: a lock request and its per-request settings.
-//! - `owner`: reentrant owners.
-//! - `client`: the client handle.
-//! - `builder`: configuration and the build-time checks on the nodes.
-//! - `testkit` (feature): real redis-server fleets with failure injection.
+//! - `reentry`, `guard`, `holder`: an owner's held leases; the caller's guard; calls by
+//!   holder value, without a guard.
+//!
+//! Taking a lock:
+//! - `plan`: a request checked into the plan of its attempts.
+//! - `acquire`: one attempt (RedLock steps 1 to 5: start time, fan-out, validity, quorum,
+//!   rollback), fencing tokens, a fair request's claim of a key handed to it.
+//! - `waiting`: the waiting loop: attempts, pauses, wake-ups, a fair request's place and
+//!   ticket.
+//!
+//! The public API: `request` ([`LockRequest`]), `owner`, `client` ([`QuorumLock`]),
+//! `builder` ([`Builder`]), [`names`], [`safety`], [`quorum`], [`testkit`] (feature).
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![deny(unsafe_code)]
@@ -73,6 +90,7 @@ mod client;
 mod config;
 mod error;
 mod fair;
+mod family;
 mod fanout;
 mod guard;
 mod key;
@@ -80,8 +98,10 @@ mod lease;
 mod node;
 mod ordering;
 mod owner;
+mod plan;
 mod reentry;
 mod request;
+pub mod safety;
 /// The handshake of ordering invariant 4 (see `ordering`). Its code is in `progress.rs`,
 /// included here with the standard atomics and, by the loom test (tests/loom_progress.rs),
 /// with loom's, so that the code checked is the code that runs.
@@ -89,20 +109,73 @@ mod progress {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     include!("progress.rs");
 }
+mod holder;
+mod human;
 pub mod quorum;
 mod scripts;
-mod shape;
 mod state;
 mod telemetry;
 #[cfg(feature = "tls")]
 mod tls;
-mod token;
+mod waiting;
 mod wakeup;
 mod watchdog;
 
 #[cfg(feature = "testkit")]
 #[allow(unsafe_code)]
 pub mod testkit;
+
+/// The keys the library keeps on the nodes for a lock key, beside the key itself: for
+/// diagnostics (`quorum-lock status` reads them) and ACL rules. Part of the stable interface:
+/// a change of these names is a breaking change, said so in the release notes.
+pub mod names {
+    use crate::key::{derived, kept};
+
+    /// The fencing counter (every kind of lock on the key shares it; no TTL).
+    pub fn fencing_counter(key: &[u8]) -> Vec<u8> {
+        derived(kept::FENCE, key)
+    }
+
+    /// The pub/sub channel on which releases of the key are announced.
+    pub fn release_channel(key: &[u8]) -> Vec<u8> {
+        derived(kept::RELEASED, key)
+    }
+
+    /// A read-write lock's readers (a sorted set: holder value -> expiry in the node's ms).
+    pub fn readers(key: &[u8]) -> Vec<u8> {
+        derived(kept::READERS, key)
+    }
+
+    /// A read-write lock's waiting writer's pending mark (the request's id).
+    pub fn writer_mark(key: &[u8]) -> Vec<u8> {
+        derived(kept::WRITER_MARK, key)
+    }
+
+    /// A fair lock's line: waiter ids by ticket.
+    pub fn line(key: &[u8]) -> Vec<u8> {
+        derived(kept::LINE, key)
+    }
+
+    /// A fair lock's waiters' queue leases (waiter id -> expiry in the node's ms).
+    pub fn line_leases(key: &[u8]) -> Vec<u8> {
+        derived(kept::LINE_LEASES, key)
+    }
+
+    /// What a fair lock's release needs to hand the key to each waiter.
+    pub fn line_entries(key: &[u8]) -> Vec<u8> {
+        derived(kept::LINE_ENTRIES, key)
+    }
+
+    /// A fair lock's ticket counter.
+    pub fn tickets(key: &[u8]) -> Vec<u8> {
+        derived(kept::TICKETS, key)
+    }
+}
+
+/// The redis crate (1.x), re-exported on purpose: [`NodeClient::client`] hands out its
+/// `Client` for connections of one's own, and [`NodeClient::failure`] reads its errors. Use
+/// this path rather than a dependency of your own, so that the versions agree.
+pub use redis;
 
 /// The project's notes, as the repository keeps them in `docs/` and at its root.
 pub mod docs {
@@ -126,15 +199,15 @@ pub use builder::Builder;
 pub use client::QuorumLock;
 pub use config::{MAX_DURATION, MAX_TTL};
 pub use error::{Error, FailureKind, NodeFailure, Op, Result};
+pub use family::MAX_SET_KEYS;
 pub use guard::LockGuard;
+pub use holder::MAX_HOLDER_LEN;
 pub use key::{MAX_KEY_LEN, RESERVED_PREFIX};
 pub use lease::LostSignal;
 pub use node::NodeClient;
 pub use owner::Owner;
 pub use quorum::Quorum;
 pub use request::{LockRequest, Scoped};
-pub use shape::MAX_SET_KEYS;
 pub use state::Stats;
 #[cfg(feature = "metrics")]
 pub use telemetry::describe_metrics;
-pub use token::MAX_TOKEN_LEN;

@@ -1,6 +1,10 @@
 //! Pure quorum arithmetic: quorum sizes, clock-drift allowance, validity and the tally of
 //! per-node outcomes. No I/O and no clock: every time is passed in, so all of it is unit- and
 //! property-tested without a runtime.
+//!
+//! Public, and stable as the algorithm is: the quorum rule ([`Quorum`]), the drift allowance
+//! ([`drift`]) and the validity rule ([`validity`]), for callers who reason about a lock's
+//! validity themselves. The tally of node answers is the library's own.
 
 use std::time::Duration;
 
@@ -62,7 +66,7 @@ pub fn drift(ttl: Duration, drift_factor: f64) -> Duration {
 
 /// How long after the start of a request its entries may be trusted: `ttl - drift`, zero
 /// when the drift is larger. A deadline is the request's start plus this.
-pub fn trusted_for(ttl: Duration, drift: Duration) -> Duration {
+pub(crate) fn trusted_for(ttl: Duration, drift: Duration) -> Duration {
     ttl.saturating_sub(drift)
 }
 
@@ -79,7 +83,7 @@ pub fn validity(ttl: Duration, elapsed: Duration, drift: Duration) -> Option<Dur
 /// What one node said about one step of an operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum Vote {
+pub(crate) enum Vote {
     /// The node confirmed (acquired, extended, released).
     Yes,
     /// The node answered, but refused: the key is held by someone else (or, for extend and
@@ -91,7 +95,7 @@ pub enum Vote {
 
 /// The running count of node votes for one operation, deciding as early as possible.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Tally {
+pub(crate) struct Tally {
     nodes: usize,
     required: usize,
     yes: usize,
@@ -102,7 +106,7 @@ pub struct Tally {
 /// The outcome a [`Tally`] has reached so far.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum Decision {
+pub(crate) enum Decision {
     /// Not decided yet: more answers are needed.
     Pending,
     /// The quorum confirmed.
@@ -113,7 +117,7 @@ pub enum Decision {
 
 impl Tally {
     /// A new tally over `nodes` nodes of which `required` must say yes.
-    pub fn new(nodes: usize, required: usize) -> Self {
+    pub(crate) fn new(nodes: usize, required: usize) -> Self {
         Tally {
             nodes,
             required,
@@ -124,7 +128,7 @@ impl Tally {
     }
 
     /// Counts one vote and returns the decision so far.
-    pub fn add(&mut self, vote: Vote) -> Decision {
+    pub(crate) fn add(&mut self, vote: Vote) -> Decision {
         match vote {
             Vote::Yes => self.yes += 1,
             Vote::Refused => self.refused += 1,
@@ -134,7 +138,7 @@ impl Tally {
     }
 
     /// The decision the votes counted so far allow.
-    pub fn decision(&self) -> Decision {
+    pub(crate) fn decision(&self) -> Decision {
         if self.yes >= self.required {
             Decision::Reached
         } else if self
@@ -151,33 +155,33 @@ impl Tally {
 
     /// Whether the failed nodes alone leave room for a quorum: when an attempt missed it,
     /// refusals (other holders) made the difference, not failures (contention, not an outage).
-    pub fn failures_leave_room(&self) -> bool {
+    pub(crate) fn failures_leave_room(&self) -> bool {
         self.nodes.saturating_sub(self.failed) >= self.required
     }
 
     /// Whether so many nodes refused that no quorum can hold the entry any more (for extend:
     /// the lock is gone).
-    pub fn refusals_rule_out_quorum(&self) -> bool {
+    pub(crate) fn refusals_rule_out_quorum(&self) -> bool {
         self.nodes.saturating_sub(self.refused) < self.required
     }
 
     /// Nodes that confirmed.
-    pub fn yes(&self) -> usize {
+    pub(crate) fn yes(&self) -> usize {
         self.yes
     }
 
     /// Nodes that answered with a refusal.
-    pub fn refused(&self) -> usize {
+    pub(crate) fn refused(&self) -> usize {
         self.refused
     }
 
     /// Nodes that failed or timed out.
-    pub fn failed(&self) -> usize {
+    pub(crate) fn failed(&self) -> usize {
         self.failed
     }
 
     /// Confirmations required.
-    pub fn required(&self) -> usize {
+    pub(crate) fn required(&self) -> usize {
         self.required
     }
 }

@@ -5,10 +5,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::acquire::{self, LeaseMode, Spec, Target};
 use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::lease::LostSignal;
+use crate::plan::{LeaseMode, Spec, Target};
 use crate::reentry::HoldTable;
 use crate::state::ClientState;
 
@@ -135,7 +135,7 @@ impl<'a> LockRequest<'a> {
     /// # Cancel safety
     /// As [`QuorumLock::acquire`](crate::QuorumLock::acquire).
     pub async fn acquire(self) -> Result<LockGuard> {
-        acquire::waiting(self.state, self.spec).await
+        crate::waiting::waiting(self.state, self.spec).await
     }
 
     /// One attempt; `Ok(None)` when another holder has the lock. See
@@ -147,7 +147,7 @@ impl<'a> LockRequest<'a> {
     /// # Cancel safety
     /// As [`QuorumLock::acquire`](crate::QuorumLock::acquire).
     pub async fn try_acquire(self) -> Result<Option<LockGuard>> {
-        acquire::once(self.state, self.spec).await
+        crate::acquire::once(self.state, self.spec).await
     }
 
     /// Acquires the lock (waiting), runs `work` while holding it, and releases it. See

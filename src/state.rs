@@ -10,6 +10,7 @@ use crate::config::Config;
 use crate::fair::FairWaiters;
 use crate::node::Nodes;
 use crate::ordering::BackgroundWork;
+use crate::telemetry::{self, AttemptEnd, LossReason, ReleasedBy, RenewalEnd, RenewedBy};
 use crate::wakeup::Wakeups;
 
 /// State shared by a client's clones and its guards.
@@ -33,8 +34,8 @@ pub(crate) struct ClientState {
 /// and weak, so that the registry never keeps a lease alive.
 pub(crate) type AnyLease = Arc<dyn Any + Send + Sync>;
 
-/// The live leases of a client, by their first key: a call by token on a lock this client
-/// holds goes through its lease, so that the guard learns of it (docs/DESIGN.md, "By token"),
+/// The live leases of a client, by their first key: a call by holder value on a lock this client
+/// holds goes through its lease, so that the guard learns of it (docs/DESIGN.md, "By holder value"),
 /// and a task that holds a read lock of a key is told it cannot wait for the write lock.
 #[derive(Default)]
 pub(crate) struct HeldLeases(Mutex<LeasesByKey>);
@@ -85,6 +86,7 @@ impl ClientState {
                 nodes.clone(),
                 config.required,
                 config.node_timeout,
+                config.connect_timeout,
             ))
         });
         ClientState {
@@ -100,7 +102,9 @@ impl ClientState {
     }
 }
 
-/// Counters of one client, shared by its clones.
+/// Counters of one client, shared by its clones. Every outcome is recorded once, here: each
+/// method below bumps the counter behind [`Stats`] and records the metric (`telemetry`), so
+/// the two never disagree.
 #[derive(Default)]
 pub(crate) struct Counters {
     pub(crate) attempts: AtomicU64,
@@ -113,6 +117,71 @@ pub(crate) struct Counters {
     pub(crate) lost: AtomicU64,
     pub(crate) repaired: AtomicU64,
     pub(crate) woken: AtomicU64,
+}
+
+impl Counters {
+    /// An attempt starts (one fan-out to every node).
+    pub(crate) fn attempt_started(&self) {
+        self.attempts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An attempt (or a claim of a grant) ended.
+    pub(crate) fn attempt(&self, end: AttemptEnd) {
+        let counter = match end {
+            AttemptEnd::Acquired => &self.acquired,
+            AttemptEnd::Contended => &self.contended,
+            AttemptEnd::Failed => &self.failed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        telemetry::attempt(end);
+    }
+
+    /// A failed or contended attempt is rolled back.
+    pub(crate) fn rollback(&self) {
+        telemetry::rollback();
+    }
+
+    /// A wait between two attempts ended: by a notice (a release's, a grant's, the lapse of
+    /// a grant to the waiter before) or by the waiter's timer.
+    pub(crate) fn wakeup(&self, by_notice: bool) {
+        if by_notice {
+            self.woken.fetch_add(1, Ordering::Relaxed);
+        }
+        telemetry::wakeup(by_notice);
+    }
+
+    /// A renewal (an extend, the watchdog's) ended.
+    pub(crate) fn renewal(&self, by: RenewedBy, end: RenewalEnd) {
+        if end == RenewalEnd::Confirmed {
+            self.extended.fetch_add(1, Ordering::Relaxed);
+        }
+        telemetry::renewal(by, end);
+    }
+
+    /// A lock was found lost.
+    pub(crate) fn lost(&self, reason: LossReason) {
+        self.lost.fetch_add(1, Ordering::Relaxed);
+        telemetry::lost(reason);
+    }
+
+    /// Nodes got an entry back from a repair.
+    pub(crate) fn repaired(&self, nodes: usize) {
+        self.repaired.fetch_add(nodes as u64, Ordering::Relaxed);
+        telemetry::repaired(nodes);
+    }
+
+    /// A release ended, confirmed by a quorum or not. Releases of dropped guards are not
+    /// counted in the stats (nobody learns their outcome), only in the metrics.
+    pub(crate) fn release(&self, by: ReleasedBy, confirmed: bool) {
+        if by == ReleasedBy::Release {
+            let counter = match confirmed {
+                true => &self.released,
+                false => &self.release_failed,
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+        telemetry::release(by, confirmed);
+    }
 }
 
 impl ClientState {

@@ -62,7 +62,7 @@ pub(crate) enum RenewedBy {
 }
 
 /// How a renewal ended.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum RenewalEnd {
     Confirmed,
     /// No quorum, but the lock is still valid (the watchdog retries).
@@ -79,7 +79,7 @@ pub(crate) enum HoldEnd {
 }
 
 /// Who released a lock on the nodes.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ReleasedBy {
     /// `LockGuard::release`.
     Release,

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::backoff::Backoff;
 use crate::error::Error;
 use crate::lease::Lease;
 
@@ -25,6 +26,14 @@ pub(crate) async fn run(lease: Arc<Lease>, ttl: Duration, max_hold: Option<Durat
     let limit = max_hold.and_then(|m| Instant::now().checked_add(m));
     // The first renewal is due a third into the lease as the acquire measured it (from its
     // start, not from now: a slow acquire leaves less of the lease).
+    // Failed renewals are retried with the waiting acquire's policy: the retry delay plus a
+    // share of the jitter (so that the watchdogs of many guards cut off at once do not retry
+    // in step), never sooner than 10 ms, and never later than the next renewal would be due.
+    let config = lease.config();
+    let mut backoff = Backoff::new(
+        config.retry_delay.max(Duration::from_millis(10)),
+        config.retry_jitter,
+    );
     let mut next = lease
         .deadline()
         .checked_sub(ttl * 2 / 3)
@@ -53,8 +62,7 @@ pub(crate) async fn run(lease: Arc<Lease>, ttl: Duration, max_hold: Option<Durat
                 // The current validity still stands: try again soon, until it runs out (renew
                 // then reports the loss).
                 tracing::warn!(key = %lease.key, error = %e, "renewal failed; retrying");
-                let pause = lease.config().retry_delay.max(Duration::from_millis(10));
-                next = Instant::now() + pause.min(ttl / 3);
+                next = Instant::now() + backoff.pause(false, Some(ttl / 3), rand::random());
             }
         }
     }

@@ -388,7 +388,7 @@ fn exit_codes_for_contention_and_for_the_command() {
     let dir = tempdir();
     let (code, token, _) = run(cli(&fleet).args(["acquire", "cli:busy", "--ttl", "30s"]));
     assert_eq!(code, 0, "acquire");
-    assert_eq!(token.trim().len(), 32, "a holder token: {token}");
+    assert_eq!(token.trim().len(), 32, "a holder value: {token}");
 
     let (code, _, stderr) = run(cli(&fleet).args(["run", "-n", "cli:busy", "true"]));
     assert_eq!(code, 1, "busy, one attempt: {stderr}");

@@ -1110,7 +1110,7 @@ async fn a_fair_locks_token_releases_it_from_another_client_with_the_hand_off() 
         .acquire()
         .await
         .unwrap()
-        .into_token()
+        .into_holder()
         .expect("a fair lock's guard gives its token");
     holder.finish_background().await;
     let live = patient_client(fleet).await;
@@ -1130,11 +1130,11 @@ async fn a_fair_locks_token_releases_it_from_another_client_with_the_hand_off() 
     .await;
     let other = client(fleet, Quorum::Majority).await;
     let validity = other
-        .extend_token(&key, &token, LONG)
+        .extend_by_holder(&key, &token, LONG)
         .await
-        .expect("extended by token");
+        .expect("extended by holder value");
     assert!(validity > LONG / 2);
-    other.release_token(&key, &token).await.unwrap();
+    other.release_by_holder(&key, &token).await.unwrap();
     let got = tokio::time::timeout(Duration::from_secs(10), waiting)
         .await
         .expect("the waiter was handed the key, not left to its timer")
@@ -1149,7 +1149,7 @@ async fn a_fair_locks_token_releases_it_from_another_client_with_the_hand_off() 
     );
 }
 
-/// A token's release by token takes its request out of the line as the guard's would: here
+/// A token's release by holder value takes its request out of the line as the guard's would: here
 /// its holder came through the line (so its waiter is still first in line, its place good
 /// for a minute), and the next waiter must be handed the key at once, not after that minute.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1179,7 +1179,7 @@ async fn a_fair_token_of_a_holder_that_came_through_the_line_hands_the_key_on() 
     })
     .await;
     first.release().await.unwrap();
-    let token = held.await.unwrap().unwrap().into_token().unwrap();
+    let token = held.await.unwrap().unwrap().into_holder().unwrap();
     holder.finish_background().await;
     let live = patient_client(fleet).await;
     let waiting = {
@@ -1197,7 +1197,7 @@ async fn a_fair_token_of_a_holder_that_came_through_the_line_hands_the_key_on() 
     })
     .await;
     let other = client(fleet, Quorum::Majority).await;
-    other.release_token(&key, &token).await.unwrap();
+    other.release_by_holder(&key, &token).await.unwrap();
     let got = tokio::time::timeout(Duration::from_secs(10), waiting)
         .await
         .expect("handed on by the token's release")
@@ -1236,7 +1236,7 @@ async fn a_made_up_fair_token_takes_nobody_out_of_the_line() {
     let stranger = client(fleet, Quorum::Majority).await;
     let forged = format!("fair:{waiter_id}:0123456789abcdef0123456789abcdef");
     assert!(matches!(
-        stranger.release_token(&key, &forged).await,
+        stranger.release_by_holder(&key, &forged).await,
         Err(Error::NotHeld { .. })
     ));
     stranger.finish_background().await;

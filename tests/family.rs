@@ -790,10 +790,10 @@ async fn negative_control_a_majority_semaphore_of_three_permits_admits_five_hold
     }
 }
 
-/// A set's or a permit's token cannot be handed on: the calls by token act on one key's
-/// mutex entry. `into_token` gives the guard back, still holding.
+/// A set's or a permit's token cannot be handed on: the calls by holder value act on one key's
+/// mutex entry. `into_holder` gives the guard back, still holding.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn into_token_gives_back_the_guard_of_a_set_or_a_permit() {
+async fn into_holder_gives_back_the_guard_of_a_set_or_a_permit() {
     let fleet = shared_fleet();
     let locks = client(fleet, Quorum::All).await;
     let (a, b) = (unique_key("token-set-a"), unique_key("token-set-b"));
@@ -804,7 +804,7 @@ async fn into_token_gives_back_the_guard_of_a_set_or_a_permit() {
         .await
         .unwrap()
         .expect("a free set");
-    let set = set.into_token().expect_err("a set has no token calls");
+    let set = set.into_holder().expect_err("a set has no token calls");
     assert!(set.is_held());
     let key = unique_key("token-permit");
     let permit = locks
@@ -815,7 +815,7 @@ async fn into_token_gives_back_the_guard_of_a_set_or_a_permit() {
         .unwrap()
         .expect("a free permit");
     let permit = permit
-        .into_token()
+        .into_holder()
         .expect_err("a permit has no token calls");
     assert!(permit.is_held());
     set.release().await.unwrap();

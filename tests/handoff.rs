@@ -165,3 +165,65 @@ async fn notices_from_the_nodes_that_have_pubsub_suffice() {
         .unwrap();
     assert_prompt_handoff(&fleet, "some-pubsub").await;
 }
+
+/// The pub/sub connections honour the client's connect timeout, as its lock connections do
+/// (they used a fixed 2 s). On a slow link (2.2 s to every answer) a connection's handshake
+/// (AUTH: the nodes have a password) takes longer than 2 s: with a connect timeout of 15 s the
+/// waiter's subscriptions are made, and a release's notices wake it, long before its
+/// minute-long retry delay. The clients are built before the link slows down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscriptions_honour_the_connect_timeout_on_a_slow_link() {
+    let fleet = Fleet::builder()
+        .nodes(3)
+        .proxied(true)
+        .password("slow-link-pw")
+        .start()
+        .expect("fleet");
+    let slow = |retry: Duration| {
+        QuorumLock::builder()
+            .nodes(fleet.urls())
+            .node_timeout(Duration::from_secs(5))
+            .connect_timeout(Duration::from_secs(15))
+            .retry_delay(retry)
+            .retry_jitter(Duration::ZERO)
+            .build()
+    };
+    let holder = slow(Duration::from_millis(100)).await.unwrap();
+    let waiter = slow(Duration::from_secs(60)).await.unwrap();
+    let key = unique_key("slow-link");
+    let held = holder.try_acquire(&key, TTL).await.unwrap().unwrap();
+    for i in 0..3 {
+        fleet.proxy(i).latency(Duration::from_millis(2200));
+    }
+    let task = {
+        let (waiter, key) = (waiter.clone(), key.clone());
+        tokio::spawn(async move {
+            waiter
+                .lock(&key)
+                .ttl(TTL)
+                .wait(Duration::from_secs(50))
+                .acquire()
+                .await
+        })
+    };
+    eventually(
+        &fleet,
+        Duration::from_secs(40),
+        "the waiter listens",
+        || async { waiter.stats().contended >= 2 },
+    )
+    .await;
+    // Its second attempt came after its subscriptions were made (or given up).
+    held.release().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("woken by the release's notices, not by its minute-long timer")
+        .unwrap()
+        .unwrap();
+    assert!(waiter.stats().woken >= 1, "{:?}", waiter.stats());
+    for i in 0..3 {
+        fleet.proxy(i).heal();
+    }
+    guard.release().await.unwrap();
+    finish_background(&[holder, waiter]).await;
+}

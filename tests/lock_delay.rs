@@ -36,7 +36,7 @@ async fn a_holder_that_vanishes_keeps_the_key_for_the_delay_past_its_deadline() 
         );
     }
     // The holder vanishes without releasing (its process died, or it was cut off).
-    let _token = guard.into_token().unwrap();
+    let _token = guard.into_holder().unwrap();
     tokio::time::sleep_until(deadline + Duration::from_millis(100)).await;
     assert!(
         other.try_acquire(&key, TTL).await.unwrap().is_none(),

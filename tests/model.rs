@@ -35,8 +35,8 @@
 //! - **Release** (`lease.rs`, `release_on_nodes`): compare-and-delete on every node, after the
 //!   lease's earlier requests on each connection; the client stops believing it holds when
 //!   the release starts.
-//! - **The read-write lock** (`src/shape.rs`, `Shape::Read` and `Shape::Write`; the scripts in
-//!   `src/scripts.rs`): the same client machinery, with each call replaced by the script the
+//! - **The read-write lock** (`src/family/rw.rs`, `Shape::Read` and `Shape::Write`; the
+//!   scripts in `src/family/lua/`): the same client machinery, with each call replaced by the script the
 //!   shape sends (see [`Role`]). On a node, a reader acquire (READ_ACQUIRE) is refused by a
 //!   writer's entry or a pending-writer mark and adds the reader's member with its own expiry;
 //!   a writer acquire (WRITE_ACQUIRE) is refused by a writer's entry or a live reader, and a

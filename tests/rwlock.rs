@@ -596,18 +596,18 @@ async fn the_watchdog_renews_readers_and_writers_and_repairs_only_where_compatib
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn into_token_gives_back_the_guard_of_a_reader_or_a_writer() {
+async fn into_holder_gives_back_the_guard_of_a_reader_or_a_writer() {
     let fleet = shared_fleet();
     let locks = client(fleet, Quorum::All).await;
     let (a, b) = (unique_key("rw-token-a"), unique_key("rw-token-b"));
     let reader = try_read(&locks, &a).await.expect("free");
     let reader = reader
-        .into_token()
+        .into_holder()
         .expect_err("a reader has no token calls");
     assert!(reader.is_held());
     let writer = try_write(&locks, &b).await.expect("free");
     let writer = writer
-        .into_token()
+        .into_holder()
         .expect_err("a writer has no token calls");
     assert!(writer.is_held());
     reader.release().await.unwrap();

@@ -49,7 +49,7 @@ fn returned_futures_are_send(locks: QuorumLock, guard: LockGuard, owner: Owner) 
     send(&guard.extend(ttl));
     send(&guard.lost());
     send(&guard.lost_signal().wait());
-    send(&locks.extend_token("k", "token", ttl));
-    send(&locks.release_token("k", "token"));
+    send(&locks.extend_by_holder("k", "token", ttl));
+    send(&locks.release_by_holder("k", "token"));
     send(&guard.release());
 }

@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::{install_hint, server_from_env, Persistence, START_TIMEOUT};
+use super::{Persistence, START_TIMEOUT};
 
 /// How one node is started.
 #[derive(Debug, Clone)]
@@ -45,6 +45,17 @@ pub(crate) fn find_server() -> io::Result<PathBuf> {
             .find(|p| p.is_file())
     });
     found.ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, install_hint()))
+}
+
+pub(crate) fn install_hint() -> String {
+    "redis-server was not found on PATH (and QUORUM_LOCK_REDIS_SERVER is not set). Install it, \
+     e.g. `apt-get install -y redis-server` on Debian/Ubuntu or `brew install redis` on macOS, \
+     or point QUORUM_LOCK_REDIS_SERVER at the binary"
+        .to_string()
+}
+
+pub(crate) fn server_from_env() -> Option<PathBuf> {
+    std::env::var_os("QUORUM_LOCK_REDIS_SERVER").map(PathBuf::from)
 }
 
 type SpawnReply = mpsc::Sender<io::Result<Child>>;

@@ -138,15 +138,15 @@ pub enum Command {
     /// Run a command while holding KEY (flock(1) across the fleet).
     #[command(after_help = RUN_HELP)]
     Run(RunArgs),
-    /// Acquire KEY, print the holder token, keep the lock until a signal or stdin closes.
+    /// Acquire KEY, print the holder value, keep the lock until a signal or stdin closes.
     Hold(HoldArgs),
     /// Show each node's view of KEY and whether a quorum holds it.
     Status(StatusArgs),
-    /// For scripts: acquire KEY for a fixed TTL and print the holder token (no renewal).
+    /// For scripts: acquire KEY for a fixed TTL and print the holder value (no renewal).
     Acquire(AcquireArgs),
-    /// For scripts: extend KEY held with TOKEN to a new TTL.
+    /// For scripts: extend KEY held with HOLDER (its holder value) to a new TTL.
     Extend(ExtendArgs),
-    /// For scripts: release KEY held with TOKEN.
+    /// For scripts: release KEY held with HOLDER (its holder value).
     Release(ReleaseArgs),
     /// Check every node for what weakens the lock's safety.
     Check(CheckArgs),
@@ -242,7 +242,7 @@ pub struct WatchArgs {
     pub lease: Duration,
 
     /// Also take a fencing token (`run`: in QUORUM_LOCK_FENCING_TOKEN; `hold`: printed after
-    /// the holder token).
+    /// the holder value).
     #[arg(long)]
     pub fencing: bool,
 
@@ -377,7 +377,7 @@ pub struct AcquireArgs {
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub ttl: Duration,
 
-    /// Also take a fencing token (printed after the holder token).
+    /// Also take a fencing token (printed after the holder value).
     #[arg(long)]
     pub fencing: bool,
 
@@ -404,9 +404,9 @@ pub struct ExtendArgs {
     #[arg(value_parser = parse_key)]
     pub key: String,
 
-    /// The holder token printed by `acquire`, or `-` to read it from stdin (the command line
+    /// The holder value printed by `acquire`, or `-` to read it from stdin (the command line
     /// is visible to other local users).
-    pub token: String,
+    pub holder: String,
 }
 
 #[derive(Debug, Args)]
@@ -419,8 +419,8 @@ pub struct ReleaseArgs {
     #[arg(value_parser = parse_key)]
     pub key: String,
 
-    /// The holder token printed by `acquire`, or `-` to read it from stdin.
-    pub token: String,
+    /// The holder value printed by `acquire`, or `-` to read it from stdin.
+    pub holder: String,
 }
 
 #[derive(Debug, Args)]

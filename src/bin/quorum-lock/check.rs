@@ -4,7 +4,6 @@
 //! TTL, so even `volatile-*` may evict them), and a clock far from the others' (TIME against
 //! the local clock, corrected by half the round trip).
 
-use std::collections::HashMap;
 use std::fmt::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -12,9 +11,10 @@ use futures::future::join_all;
 use serde::Serialize;
 
 use crate::args::CheckArgs;
+use quorum_lock::safety::{self, NodeInfo, Severity};
 use quorum_lock::NodeClient;
 
-use crate::direct::{self, int, text, NodeError};
+use crate::direct::{self, int, NodeError};
 use crate::exit::{self, Failure};
 use crate::settings::Settings;
 use crate::values::format_duration;
@@ -41,6 +41,9 @@ struct NodeReport {
     /// The node's clock minus this machine's, corrected by half the round trip.
     clock_offset_ms: Option<f64>,
     rtt_ms: Option<f64>,
+    /// What the library's safety rules read (`quorum_lock::safety`).
+    #[serde(skip)]
+    info: Option<NodeInfo>,
 }
 
 #[derive(Debug, Serialize)]
@@ -118,27 +121,22 @@ async fn read(
     let mut conn = direct::connect(node, limit, limit).await?;
     let info = direct::query(node, &mut conn, &redis::cmd("INFO"), limit).await?;
     report.reachable = true;
-    let info: HashMap<String, String> = text(&info)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
-        .collect();
-    report.run_id = info.get("run_id").cloned();
-    report.version = info.get("redis_version").cloned();
-    report.aof = info.get("aof_enabled").map(|v| v == "1");
-    report.maxmemory_policy = info.get("maxmemory_policy").cloned();
     // ROLE is the authoritative answer; INFO's replication section is the fallback when an
-    // ACL denies ROLE.
-    report.role = match direct::query(node, &mut conn, &redis::cmd("ROLE"), limit).await {
-        Ok(redis::Value::Array(items)) => items.first().and_then(text),
-        _ => info.get("role").cloned(),
-    };
+    // ACL denies ROLE (or CONFIG GET, which leaves appendfsync unknown).
+    let role = direct::query(node, &mut conn, &redis::cmd("ROLE"), limit)
+        .await
+        .ok();
     let mut get = redis::cmd("CONFIG");
     get.arg("GET").arg("appendfsync");
-    if let Ok(redis::Value::Array(items)) = direct::query(node, &mut conn, &get, limit).await {
-        report.appendfsync = items.get(1).and_then(text);
-    }
+    let appendfsync = direct::query(node, &mut conn, &get, limit).await.ok();
+    let read = NodeInfo::from_replies(node.name(), &info, role.as_ref(), appendfsync.as_ref());
+    report.run_id = read.run_id.clone();
+    report.version = read.version.clone();
+    report.role = read.role.clone();
+    report.aof = read.aof;
+    report.appendfsync = read.appendfsync.clone();
+    report.maxmemory_policy = read.maxmemory_policy.clone();
+    report.info = Some(read);
     let mut best: Option<(f64, f64)> = None;
     for _ in 0..TIME_SAMPLES {
         let sent = SystemTime::now();
@@ -180,64 +178,21 @@ fn findings(reports: &[NodeReport], tolerance: Duration) -> Vec<Finding> {
             message,
         });
     };
-    let mut seen: HashMap<&str, &str> = HashMap::new();
-    for r in reports {
-        if !r.reachable {
-            add(
-                UNAVAILABLE_FINDING,
-                &r.node,
-                format!("unreachable: {}", r.error.as_deref().unwrap_or("no answer")),
-            );
-            continue;
-        }
-        if let Some(run_id) = &r.run_id {
-            if let Some(first) = seen.insert(run_id, &r.node) {
-                add(
-                    "error",
-                    &r.node,
-                    format!(
-                        "the same redis server as {first} (run_id {run_id}): it would count twice toward the quorum"
-                    ),
-                );
-            }
-        }
-        if let Some(role) = r.role.as_deref().filter(|role| *role != "master") {
-            add(
-                "error",
-                &r.node,
-                format!("role {role}: every node must be an independent master"),
-            );
-        }
-        match (r.aof, r.appendfsync.as_deref()) {
-            (Some(false), _) => add(
-                "warning",
-                &r.node,
-                "no AOF (appendonly no): after a restart this node forgets its locks; enable appendonly with appendfsync always, or delay restarts by more than the longest TTL".into(),
-            ),
-            (Some(true), Some("always")) => {}
-            (Some(true), Some(other)) => add(
-                "warning",
-                &r.node,
-                format!("appendfsync {other}: after a crash this node may forget the locks of the last second; set appendfsync always"),
-            ),
-            (Some(true), None) => add(
-                "warning",
-                &r.node,
-                "appendfsync unknown (CONFIG GET refused): it must be always for a restart to keep the locks".into(),
-            ),
-            (None, _) => {}
-        }
-        if let Some(policy) = r
-            .maxmemory_policy
-            .as_deref()
-            .filter(|p| p.starts_with("allkeys") || p.starts_with("volatile"))
-        {
-            add(
-                "warning",
-                &r.node,
-                format!("maxmemory-policy {policy} may evict lock entries early; use noeviction"),
-            );
-        }
+    for r in reports.iter().filter(|r| !r.reachable) {
+        add(
+            UNAVAILABLE_FINDING,
+            &r.node,
+            format!("unreachable: {}", r.error.as_deref().unwrap_or("no answer")),
+        );
+    }
+    // The library's own rules, the same that `build()` applies.
+    let infos: Vec<NodeInfo> = reports.iter().filter_map(|r| r.info.clone()).collect();
+    for finding in safety::findings(&infos) {
+        let severity = match finding.severity {
+            Severity::Refused => "error",
+            _ => "warning",
+        };
+        add(severity, &finding.node, finding.message);
     }
     // The clocks: each node against the median of all, so that one wrong clock stands out
     // (and this machine's own offset, shared by all, cancels).

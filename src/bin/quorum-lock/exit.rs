@@ -157,7 +157,7 @@ pub fn code(e: &Error, conflict: u8) -> u8 {
         }
         Error::LockLost { .. } | Error::NotHeld { .. } => LOST,
         Error::InvalidKey { .. }
-        | Error::InvalidToken { .. }
+        | Error::InvalidHolder { .. }
         | Error::InvalidTtl { .. }
         | Error::WaitsForItself { .. } => USAGE,
         Error::InvalidConfig { field, .. } if REQUEST_FIELDS.contains(field) => USAGE,

@@ -1,5 +1,5 @@
 //! Taking a lock through the library (shared by `run`, `hold` and `acquire`), and the two
-//! commands that hand the holder token to a script: `hold` (renewed until a signal or stdin
+//! commands that hand the holder value to a script: `hold` (renewed until a signal or stdin
 //! closes) and `acquire` (a fixed TTL, left to expire or to `extend` / `release`).
 
 use quorum_lock::{LockGuard, LockRequest, QuorumLock};
@@ -78,11 +78,11 @@ pub async fn take_watched(
     }
 }
 
-/// What `hold` and `acquire` print: the holder token, and the fencing token if asked for.
+/// What `hold` and `acquire` print: the holder value, and the fencing token if asked for.
 ///
 /// # Errors
 /// Exit 71 when stdout cannot be written (the caller still holds the guard, and releases it).
-fn print_tokens(guard: &LockGuard, key: &str, json: bool) -> Result<(), Failure> {
+fn print_holder(guard: &LockGuard, key: &str, json: bool) -> Result<(), Failure> {
     let line = if json {
         serde_json::json!({
             "key": key,
@@ -100,7 +100,7 @@ fn print_tokens(guard: &LockGuard, key: &str, json: bool) -> Result<(), Failure>
     exit::print(&format!("{line}\n"))
 }
 
-/// `hold KEY`: acquires under the watchdog, prints the tokens, and keeps the lock until a
+/// `hold KEY`: acquires under the watchdog, prints the holder value (and the fencing token), and keeps the lock until a
 /// signal (INT, TERM, HUP) or the end of stdin; then releases it.
 ///
 /// # Errors
@@ -123,7 +123,7 @@ pub async fn hold(settings: &Settings, args: &HoldArgs) -> Result<u8, Failure> {
             Ok(guard) => guard,
             Err(signalled) => return Ok(signalled),
         };
-        if let Err(failure) = print_tokens(&guard, &args.key, args.json) {
+        if let Err(failure) = print_holder(&guard, &args.key, args.json) {
             let _ = guard.release().await;
             return Err(failure);
         }
@@ -221,8 +221,8 @@ async fn stdin_closed() {
     }
 }
 
-/// `acquire KEY --ttl DUR`: takes the lock for a fixed TTL and prints the tokens. The lock is
-/// then left to expire, or to `extend` and `release` with the holder token.
+/// `acquire KEY --ttl DUR`: takes the lock for a fixed TTL and prints the holder value (and the fencing token). The lock is
+/// then left to expire, or to `extend` and `release` with the holder value.
 ///
 /// # Errors
 /// As [`take`].
@@ -230,13 +230,13 @@ pub async fn acquire(settings: &Settings, args: &AcquireArgs) -> Result<u8, Fail
     let client = settings.connect().await?;
     let req = client.lock(&args.key).ttl(args.ttl).fencing(args.fencing);
     let guard = take(req, &args.wait, &args.key, "--ttl").await?;
-    if let Err(failure) = print_tokens(&guard, &args.key, args.json) {
+    if let Err(failure) = print_holder(&guard, &args.key, args.json) {
         let _ = guard.release().await;
         return Err(failure);
     }
     // Dropping the guard would release the lock; the script owns it now.
     // A single key's lock: never refused.
-    let _ = guard.into_token();
+    let _ = guard.into_holder();
     // The acquire returned at quorum; its requests to the slower nodes finish in the
     // background, so that the entry lands on every reachable node: wait for them.
     client.finish_background().await;

@@ -12,7 +12,7 @@
 //! command and its loss handling; `child` its process group, exit status and the CLI's
 //! signals; `hold` taking a lock through the library, `hold` and `acquire`; `direct`
 //! per-node connections (the library's node clients) for `status` and `check`; `steps`
-//! extend and release by holder token; `status`; `check`; `exporter` the Prometheus
+//! extend and release by holder value; `status`; `check`; `exporter` the Prometheus
 //! endpoint of `hold --metrics-addr`.
 
 #![deny(unsafe_code)]

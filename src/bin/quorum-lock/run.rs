@@ -250,7 +250,7 @@ async fn keep_until(guard: LockGuard, until: Instant, key: &str) {
     if guard.extend(remaining).await.is_ok() {
         // Releasing (or dropping) would end the lock now; the entries end at `until`.
         // A single key's lock: never refused.
-        let _ = guard.into_token();
+        let _ = guard.into_holder();
         return;
     }
     tokio::time::sleep_until(until).await;

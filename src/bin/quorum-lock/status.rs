@@ -230,7 +230,6 @@ fn kind<'a>(answers: impl Iterator<Item = &'a Raw> + Clone) -> &'static str {
 async fn read_node(settings: &Settings, node: &NodeClient, key: &str) -> Result<Raw, NodeError> {
     let limit = settings.connect_timeout;
     let conn = direct::connect(node, limit, limit).await?;
-    let prefix = quorum_lock::RESERVED_PREFIX;
     let ask = |cmd: redis::Cmd| {
         let node = node.clone();
         let mut conn = conn.clone();
@@ -265,15 +264,20 @@ async fn read_node(settings: &Settings, node: &NodeClient, key: &str) -> Result<
         }
         _ => {}
     }
-    let readers = format!("{prefix}readers:{key}");
+    let readers = text_name(quorum_lock::names::readers(key.as_bytes()));
     raw.readers = int(&ask(cmd("ZCOUNT", &[&readers, &live, "+inf"])).await?).unwrap_or(0) as u64;
-    let mark = format!("{prefix}writer-waiting:{key}");
+    let mark = text_name(quorum_lock::names::writer_mark(key.as_bytes()));
     raw.writer_waiting = int(&ask(cmd("EXISTS", &[&mark])).await?) == Some(1);
-    let leases = format!("{prefix}queue-expiry:{key}");
+    let leases = text_name(quorum_lock::names::line_leases(key.as_bytes()));
     raw.line = int(&ask(cmd("ZCOUNT", &[&leases, &live, "+inf"])).await?).unwrap_or(0) as u64;
-    let fence = format!("{prefix}fence:{key}");
+    let fence = text_name(quorum_lock::names::fencing_counter(key.as_bytes()));
     raw.fence = int(&ask(cmd("GET", &[&fence])).await?);
     Ok(raw)
+}
+
+/// A key name as text (the CLI's keys are text, and so are the names made from them).
+fn text_name(name: Vec<u8>) -> String {
+    String::from_utf8_lossy(&name).into_owned()
 }
 
 fn plain(r: &Report) -> String {

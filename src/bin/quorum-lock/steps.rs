@@ -1,7 +1,7 @@
-//! `extend KEY TOKEN` and `release KEY TOKEN`: fixed-TTL steps for scripts that cannot keep a
+//! `extend KEY HOLDER` and `release KEY HOLDER`: fixed-TTL steps for scripts that cannot keep a
 //! process alive (`run` and `hold` are the safe paths: they renew, watch the deadline and stop
 //! the work in time). The library acts on the lock by its holder value
-//! (`QuorumLock::extend_token` and `release_token`): its own scripts, quorum and validity rule.
+//! (`QuorumLock::extend_by_holder` and `release_by_holder`): its own scripts, quorum and validity rule.
 
 use std::time::Instant;
 
@@ -13,9 +13,9 @@ use crate::exit::{self, Failure};
 use crate::settings::Settings;
 
 pub async fn extend(settings: &Settings, args: &ExtendArgs) -> Result<u8, Failure> {
-    let token = token(&args.token)?;
+    let holder = holder_arg(&args.holder)?;
     let client = settings.connect().await?;
-    let result = client.extend_token(&args.key, &token, args.ttl).await;
+    let result = client.extend_by_holder(&args.key, &holder, args.ttl).await;
     let until = result.as_ref().ok().map(|v| Instant::now() + *v);
     // The slower nodes' requests land before the report (and before the process exits): the
     // validity printed is what is left after that wait, and none left is a lost lock.
@@ -43,9 +43,9 @@ pub async fn extend(settings: &Settings, args: &ExtendArgs) -> Result<u8, Failur
 }
 
 pub async fn release(settings: &Settings, args: &ReleaseArgs) -> Result<u8, Failure> {
-    let token = token(&args.token)?;
+    let holder = holder_arg(&args.holder)?;
     let client = settings.connect().await?;
-    let result = client.release_token(&args.key, &token).await;
+    let result = client.release_by_holder(&args.key, &holder).await;
     let released = result.is_ok();
     let report = |confirmed| {
         json!({
@@ -70,7 +70,7 @@ async fn finish(
     client.finish_background().await;
     let usage = matches!(
         result,
-        Err(Error::InvalidKey { .. } | Error::InvalidToken { .. } | Error::InvalidTtl { .. })
+        Err(Error::InvalidKey { .. } | Error::InvalidHolder { .. } | Error::InvalidTtl { .. })
     );
     if json && !usage {
         // The nodes that confirmed: a success returns at quorum; a lost lock's count is not
@@ -87,14 +87,14 @@ async fn finish(
     result.map(|()| exit::OK).map_err(|e| failure(&e, key))
 }
 
-/// Not held with this token is 75. A release below the quorum that the nodes which failed to
+/// Not held with this holder value is 75. A release below the quorum that the nodes which failed to
 /// answer could have completed is 69 (nodes unavailable), as a failed extend is.
 fn failure(e: &Error, key: &str) -> Failure {
     match e {
         Error::LockLost { .. } => Failure::new(
             exit::LOST,
             format!(
-                "lock {key:?} is not held with this token by a quorum: it expired, was released \
+                "lock {key:?} is not held with this holder value by a quorum: it expired, was released \
                  or is another holder's"
             ),
         ),
@@ -110,16 +110,16 @@ fn failure(e: &Error, key: &str) -> Failure {
     }
 }
 
-/// The holder token as given, or read from stdin for `-` (the command line is visible to
+/// The holder value as given, or read from stdin for `-` (the command line is visible to
 /// other local users; stdin is not). The library checks it.
-fn token(arg: &str) -> Result<String, Failure> {
+fn holder_arg(arg: &str) -> Result<String, Failure> {
     if arg != "-" {
         return Ok(arg.to_string());
     }
     let mut line = String::new();
     std::io::stdin()
         .read_line(&mut line)
-        .map_err(|e| Failure::usage(format!("reading the token from stdin: {e}")))?;
+        .map_err(|e| Failure::usage(format!("reading the holder value from stdin: {e}")))?;
     Ok(line.trim().to_string())
 }
 
@@ -128,7 +128,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn not_held_with_this_token_is_75_and_nodes_that_failed_are_69() {
+    fn not_held_with_this_holder_value_is_75_and_nodes_that_failed_are_69() {
         let lost = Error::LockLost { key: "k".into() };
         assert_eq!(failure(&lost, "k").code, exit::LOST);
         let refused = Error::NotHeld {
@@ -147,7 +147,7 @@ mod tests {
             failures: Vec::new(),
         };
         assert_eq!(failure(&down, "k").code, exit::UNAVAILABLE);
-        let bad = Error::InvalidToken {
+        let bad = Error::InvalidHolder {
             reason: "must not be empty".into(),
         };
         assert_eq!(failure(&bad, "k").code, exit::USAGE);

@@ -1,42 +1,41 @@
-//! Acting on a lock by its holder value, without a guard (docs/DESIGN.md, "By token"): extend
-//! and release for a process that was handed the token, or a guard given up with
-//! [`LockGuard::into_token`](crate::LockGuard::into_token). The rounds are a lease's own (`lease::extend_call`,
+//! Acting on a lock by its holder value, without a guard (docs/DESIGN.md, "By holder value"): extend
+//! and release for a process that was handed the holder, or a guard given up with
+//! [`LockGuard::into_holder`](crate::LockGuard::into_holder). The rounds are a lease's own (`lease::extend_call`,
 //! `lease::release_round`); only the deadline differs: with no guard, none is known before the
 //! call, so the new one must hold when the quorum confirms.
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::error::{Error, Result};
+use crate::family::{Fair, Shape};
 use crate::key::Key;
 use crate::lease::{decide_extend, extend_call, release_result, release_round, Extended, Lease};
-use crate::shape::{Fair, Shape};
 use crate::state::ClientState;
-use crate::telemetry::{self, RenewalEnd, RenewedBy};
+use crate::telemetry::{RenewalEnd, RenewedBy};
 
-/// The longest holder token accepted (256 bytes). The library's own holder values are 32
+/// The longest holder value accepted (256 bytes). The library's own holder values are 32
 /// characters, or about 100 for a reentrant [`Owner`](crate::Owner)'s.
-pub const MAX_TOKEN_LEN: usize = 256;
+pub const MAX_HOLDER_LEN: usize = 256;
 
-/// Checks a holder token: 1 to [`MAX_TOKEN_LEN`] bytes of printable ASCII without spaces, the
+/// Checks a holder value: 1 to [`MAX_HOLDER_LEN`] bytes of printable ASCII without spaces, the
 /// characters of every holder value (the library's are hexadecimal digits and `:`). A line read
 /// with its newline, or an empty one, is refused here rather than refused by every node. The
-/// reason never quotes the token: it is the proof of ownership.
-fn check_token(token: &str) -> Result<()> {
-    let invalid = |reason: String| Err(Error::InvalidToken { reason });
-    if token.is_empty() {
+/// reason never quotes the holder: it is the proof of ownership.
+fn check_holder(holder: &str) -> Result<()> {
+    let invalid = |reason: String| Err(Error::InvalidHolder { reason });
+    if holder.is_empty() {
         return invalid("must not be empty".into());
     }
-    if token.len() > MAX_TOKEN_LEN {
+    if holder.len() > MAX_HOLDER_LEN {
         return invalid(format!(
-            "{} bytes, longer than {MAX_TOKEN_LEN}",
-            token.len()
+            "{} bytes, longer than {MAX_HOLDER_LEN}",
+            holder.len()
         ));
     }
-    if let Some(at) = token.bytes().position(|b| !b.is_ascii_graphic()) {
+    if let Some(at) = holder.bytes().position(|b| !b.is_ascii_graphic()) {
         return invalid(format!(
             "byte {} is not printable ASCII (a holder value has no spaces, line ends or \
              control characters)",
@@ -46,37 +45,37 @@ fn check_token(token: &str) -> Result<()> {
     Ok(())
 }
 
-/// What a holder token acts on: a mutex's entry, or a fair lock's (whose holder value names
+/// What a holder value acts on: a mutex's entry, or a fair lock's (whose holder value names
 /// its waiter, so that a release leaves the line and hands the key on as the guard's would).
-fn shape_of(client: &ClientState, key: &[u8], token: &str) -> Result<Shape> {
+fn shape_of(client: &ClientState, key: &[u8], holder: &str) -> Result<Shape> {
     let key = Key::new(key)?;
-    check_token(token)?;
-    Ok(match Fair::waiter_of(token) {
+    check_holder(holder)?;
+    Ok(match Fair::waiter_of(holder) {
         Some(waiter) => Shape::Fair(Fair {
             key,
             waiter: waiter.into(),
-            holder: token.into(),
+            holder: holder.into(),
             ticket: None,
             draws: false,
             queue_lease_ms: client.config.queue_lease.as_millis().to_string().into(),
             claim_ms: client.config.claim_window().as_millis().to_string().into(),
         }),
-        None => Shape::Single(key),
+        None => Shape::mutex(key),
     })
 }
 
-/// [`QuorumLock::extend_token`](crate::QuorumLock::extend_token).
+/// [`QuorumLock::extend_by_holder`](crate::QuorumLock::extend_by_holder).
 pub(crate) async fn extend(
     client: &ClientState,
     key: &[u8],
-    token: &str,
+    holder: &str,
     ttl: Duration,
 ) -> Result<Duration> {
-    let key = shape_of(client, key, token)?;
+    let key = shape_of(client, key, holder)?;
     let ttl = client.config.check_ttl(ttl)?;
     // A lock this client holds is extended through its guard's lease: the guard's deadline
     // follows (cut before a shortening is sent), as for the guard's own extend.
-    if let Some(lease) = Lease::find(client, key.primary().bytes(), token) {
+    if let Some(lease) = Lease::find(client, key.primary().bytes(), holder) {
         lease.renew(ttl, None).await?;
         let validity = lease.deadline().saturating_duration_since(Instant::now());
         return match validity.is_zero() {
@@ -84,10 +83,10 @@ pub(crate) async fn extend(
             false => Ok(validity),
         };
     }
-    let span = tracing::debug_span!("extend", key = %key, ?ttl, by = "token");
+    let span = tracing::debug_span!("extend", key = %key, ?ttl, by = "holder");
     async {
         let lost = || {
-            telemetry::renewal(RenewedBy::Extend, RenewalEnd::Lost);
+            client.counters.renewal(RenewedBy::Extend, RenewalEnd::Lost);
             Err(Error::LockLost {
                 key: key.to_string(),
             })
@@ -95,7 +94,7 @@ pub(crate) async fn extend(
         // The validity runs from before the first request is sent, as a guard's extend's does;
         // the quorum must come before it ends.
         let deadline = client.config.trusted_until(Instant::now(), ttl);
-        let mut fan = extend_call(client, &key, token, ttl);
+        let mut fan = extend_call(client, &key, holder, ttl);
         let ended = decide_extend(&mut fan, &key, deadline).await;
         // No lease to leave the requests still in flight with: those not yet written to their
         // connection are stopped before the call returns (waiting only for one being written
@@ -106,17 +105,19 @@ pub(crate) async fn extend(
         }
         match ended {
             Extended::Confirmed(_) => {
-                let validity = deadline.saturating_duration_since(Instant::now());
-                if validity.is_zero() {
+                let Some(validity) = client.config.validity(deadline, Instant::now()) else {
                     return lost();
-                }
-                client.counters.extended.fetch_add(1, Ordering::Relaxed);
-                telemetry::renewal(RenewedBy::Extend, RenewalEnd::Confirmed);
+                };
+                client
+                    .counters
+                    .renewal(RenewedBy::Extend, RenewalEnd::Confirmed);
                 Ok(validity)
             }
             Extended::TooLate | Extended::Refused => lost(),
             Extended::Failed(error) => {
-                telemetry::renewal(RenewedBy::Extend, RenewalEnd::Failed);
+                client
+                    .counters
+                    .renewal(RenewedBy::Extend, RenewalEnd::Failed);
                 Err(error)
             }
         }
@@ -125,21 +126,21 @@ pub(crate) async fn extend(
     .await
 }
 
-/// [`QuorumLock::release_token`](crate::QuorumLock::release_token).
-pub(crate) async fn release(client: &ClientState, key: &[u8], token: &str) -> Result<()> {
-    let key = shape_of(client, key, token)?;
+/// [`QuorumLock::release_by_holder`](crate::QuorumLock::release_by_holder).
+pub(crate) async fn release(client: &ClientState, key: &[u8], holder: &str) -> Result<()> {
+    let key = shape_of(client, key, holder)?;
     // A lock this client holds is released through its guard's lease: the guard stops
     // trusting the lock (and its loss signals fire) before any node lets go of it.
-    if let Some(lease) = Lease::find(client, key.primary().bytes(), token) {
-        return lease.release_by_token().await;
+    if let Some(lease) = Lease::find(client, key.primary().bytes(), holder) {
+        return lease.release_by_holder_value().await;
     }
-    let span = tracing::debug_span!("release", key = %key, by = "token");
+    let span = tracing::debug_span!("release", key = %key, by = "holder");
     async {
         // The slower nodes' releases finish in the background, as a guard's do: after a
-        // release nothing may be sent with this token that a late compare-and-delete could
+        // release nothing may be sent with this holder that a late compare-and-delete could
         // undo (an extend never re-creates an entry), and stopping them would leave the
         // entry on a node that was reconnecting until its TTL.
-        let (outcome, _in_background) = release_round(client, &key, token).await;
+        let (outcome, _in_background) = release_round(client, &key, holder).await;
         release_result(client, &key, &outcome, false)
     }
     .instrument(span)
@@ -152,18 +153,18 @@ mod tests {
 
     #[test]
     fn tokens_are_checked_without_being_shown() {
-        assert!(check_token("0123456789abcdef0123456789abcdef").is_ok());
-        assert!(check_token("c1:o2:0123456789abcdef").is_ok());
-        assert!(check_token(&"a".repeat(MAX_TOKEN_LEN)).is_ok());
+        assert!(check_holder("0123456789abcdef0123456789abcdef").is_ok());
+        assert!(check_holder("c1:o2:0123456789abcdef").is_ok());
+        assert!(check_holder(&"a".repeat(MAX_HOLDER_LEN)).is_ok());
         for bad in [
             String::new(),
-            "a".repeat(MAX_TOKEN_LEN + 1),
-            "s3cret-token\n".into(),
-            "s3cret token".into(),
+            "a".repeat(MAX_HOLDER_LEN + 1),
+            "s3cret-holder\n".into(),
+            "s3cret holder".into(),
             "s3cret-tökén".into(),
         ] {
-            match check_token(&bad) {
-                Err(e @ Error::InvalidToken { .. }) => {
+            match check_holder(&bad) {
+                Err(e @ Error::InvalidHolder { .. }) => {
                     assert!(!e.to_string().contains("s3cret"), "{e}");
                 }
                 other => panic!("{bad:?}: {other:?}"),

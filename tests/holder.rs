@@ -1,4 +1,4 @@
-//! Acting on a lock by its holder value (`QuorumLock::extend_token`, `release_token`), as
+//! Acting on a lock by its holder value (`QuorumLock::extend_by_holder`, `release_by_holder`), as
 //! another process handed the token does: invariant 5 (ownership: only where the value
 //! matches, never re-creating an entry), the validity rule of an extend, the exact count of a
 //! release, the release notice, and typed errors for bad input.
@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use quorum_lock::{Error, Op, Quorum, MAX_KEY_LEN, MAX_TOKEN_LEN, MAX_TTL};
+use quorum_lock::{Error, Op, Quorum, MAX_HOLDER_LEN, MAX_KEY_LEN, MAX_TTL};
 use tokio::time::Instant;
 
 const SHORT: Duration = Duration::from_millis(400);
@@ -43,7 +43,7 @@ async fn a_guards_token_extends_and_releases_its_lock_from_another_client() {
     let holder = guard.holder().to_string();
     // The process that took the lock hands the token on and lets go of the guard without
     // releasing it.
-    let token = guard.into_token().expect("a single key's lock");
+    let token = guard.into_holder().expect("a single key's lock");
     assert_eq!(token, holder);
     owner.finish_background().await;
     for i in 0..fleet.len() {
@@ -57,7 +57,7 @@ async fn a_guards_token_extends_and_releases_its_lock_from_another_client() {
     let ttl = Duration::from_secs(60);
     let drift = Duration::from_millis(602); // 60 s * 0.01 + 2 ms
     let before = Instant::now();
-    let validity = other.extend_token(&key, &token, ttl).await.unwrap();
+    let validity = other.extend_by_holder(&key, &token, ttl).await.unwrap();
     let took = before.elapsed();
     assert!(
         validity <= ttl - drift && validity >= ttl - drift - took,
@@ -70,7 +70,7 @@ async fn a_guards_token_extends_and_releases_its_lock_from_another_client() {
     }
     assert_eq!(other.stats().extended, 1);
 
-    other.release_token(&key, &token).await.unwrap();
+    other.release_by_holder(&key, &token).await.unwrap();
     other.finish_background().await;
     for i in 0..fleet.len() {
         assert_eq!(entry(fleet, i, &key).await, None, "node {i} kept the entry");
@@ -78,7 +78,7 @@ async fn a_guards_token_extends_and_releases_its_lock_from_another_client() {
     assert_eq!(other.stats().released, 1);
 
     // Released: the token holds nothing any more.
-    let err = other.release_token(&key, &token).await.unwrap_err();
+    let err = other.release_by_holder(&key, &token).await.unwrap_err();
     assert!(
         matches!(
             err,
@@ -91,7 +91,7 @@ async fn a_guards_token_extends_and_releases_its_lock_from_another_client() {
         ),
         "{err}"
     );
-    let err = other.extend_token(&key, &token, ttl).await.unwrap_err();
+    let err = other.extend_by_holder(&key, &token, ttl).await.unwrap_err();
     assert!(matches!(err, Error::LockLost { .. }), "{err}");
     for i in 0..fleet.len() {
         assert_eq!(entry(fleet, i, &key).await, None, "node {i} re-created it");
@@ -111,11 +111,11 @@ async fn a_wrong_token_is_refused_and_leaves_the_lock_as_it_was() {
     locks.finish_background().await;
 
     let err = locks
-        .extend_token(&key, WRONG, Duration::from_secs(60))
+        .extend_by_holder(&key, WRONG, Duration::from_secs(60))
         .await
         .unwrap_err();
     assert!(matches!(err, Error::LockLost { .. }), "{err}");
-    let err = locks.release_token(&key, WRONG).await.unwrap_err();
+    let err = locks.release_by_holder(&key, WRONG).await.unwrap_err();
     assert!(matches!(err, Error::NotHeld { confirmed: 0, .. }), "{err}");
     locks.finish_background().await;
     assert_eq!(
@@ -141,7 +141,7 @@ async fn an_expired_lock_is_not_resurrected_by_its_token() {
     let_expire(SHORT).await;
 
     let err = locks
-        .extend_token(&key, &token, Duration::from_secs(30))
+        .extend_by_holder(&key, &token, Duration::from_secs(30))
         .await
         .unwrap_err();
     assert!(matches!(err, Error::LockLost { .. }), "{err}");
@@ -153,7 +153,7 @@ async fn an_expired_lock_is_not_resurrected_by_its_token() {
             "node {i} re-created the key"
         );
     }
-    let err = locks.release_token(&key, &token).await.unwrap_err();
+    let err = locks.release_by_holder(&key, &token).await.unwrap_err();
     assert!(matches!(err, Error::NotHeld { confirmed: 0, .. }), "{err}");
 }
 
@@ -174,10 +174,10 @@ async fn a_stale_holders_token_never_releases_nor_extends_the_new_holders_lock()
         .expect("the expired key is free");
     b.finish_background().await;
 
-    let err = a.release_token(&key, &stale_token).await.unwrap_err();
+    let err = a.release_by_holder(&key, &stale_token).await.unwrap_err();
     assert!(matches!(err, Error::NotHeld { confirmed: 0, .. }), "{err}");
     let err = a
-        .extend_token(&key, &stale_token, Duration::from_secs(60))
+        .extend_by_holder(&key, &stale_token, Duration::from_secs(60))
         .await
         .unwrap_err();
     assert!(matches!(err, Error::LockLost { .. }), "{err}");
@@ -226,7 +226,7 @@ async fn a_release_by_token_wakes_a_waiter_with_its_notice() {
         || async { waiter.stats().contended >= 2 },
     )
     .await;
-    releaser.release_token(&key, &token).await.unwrap();
+    releaser.release_by_holder(&key, &token).await.unwrap();
     let guard = tokio::time::timeout(Duration::from_secs(30), task)
         .await
         .expect("no release notice woke the waiter")
@@ -244,12 +244,12 @@ async fn bad_keys_tokens_and_ttls_are_typed_errors_before_any_node_is_asked() {
     let ttl = Duration::from_secs(10);
     let long_key = "k".repeat(MAX_KEY_LEN + 1);
     for key in ["", "quorum-lock:fence:k", long_key.as_str()] {
-        let err = locks.extend_token(key, WRONG, ttl).await.unwrap_err();
+        let err = locks.extend_by_holder(key, WRONG, ttl).await.unwrap_err();
         assert!(matches!(err, Error::InvalidKey { .. }), "{err}");
-        let err = locks.release_token(key, WRONG).await.unwrap_err();
+        let err = locks.release_by_holder(key, WRONG).await.unwrap_err();
         assert!(matches!(err, Error::InvalidKey { .. }), "{err}");
     }
-    let long_token = "t".repeat(MAX_TOKEN_LEN + 1);
+    let long_token = "t".repeat(MAX_HOLDER_LEN + 1);
     for token in [
         "",
         "s3cret token",
@@ -258,18 +258,18 @@ async fn bad_keys_tokens_and_ttls_are_typed_errors_before_any_node_is_asked() {
         &long_token,
     ] {
         for err in [
-            locks.extend_token("k", token, ttl).await.unwrap_err(),
-            locks.release_token("k", token).await.unwrap_err(),
+            locks.extend_by_holder("k", token, ttl).await.unwrap_err(),
+            locks.release_by_holder("k", token).await.unwrap_err(),
         ] {
             assert!(
-                matches!(err, Error::InvalidToken { .. }),
+                matches!(err, Error::InvalidHolder { .. }),
                 "{token:?}: {err}"
             );
             assert!(!err.to_string().contains("s3cret"), "token shown: {err}");
         }
     }
     for ttl in [Duration::ZERO, Duration::from_millis(100), MAX_TTL * 2] {
-        let err = locks.extend_token("k", WRONG, ttl).await.unwrap_err();
+        let err = locks.extend_by_holder("k", WRONG, ttl).await.unwrap_err();
         assert!(matches!(err, Error::InvalidTtl { .. }), "{ttl:?}: {err}");
     }
     // Nothing reached the nodes: no script ran on any of them.
@@ -297,7 +297,7 @@ async fn with_nodes_down_an_extend_by_token_has_no_quorum_and_a_release_counts_e
     fleet.kill(2).unwrap();
 
     let err = locks
-        .extend_token(&key, &token, Duration::from_secs(60))
+        .extend_by_holder(&key, &token, Duration::from_secs(60))
         .await
         .unwrap_err();
     // An extend decides as soon as the quorum is out of reach: node 0's answer may not be
@@ -314,7 +314,7 @@ async fn with_nodes_down_an_extend_by_token_has_no_quorum_and_a_release_counts_e
         other => panic!("expected NoQuorum with 2 failures: {other:?}"),
     }
     // A release below the quorum waits for every answer: its count is exact.
-    let err = locks.release_token(&key, &token).await.unwrap_err();
+    let err = locks.release_by_holder(&key, &token).await.unwrap_err();
     match &err {
         Error::NotHeld {
             confirmed: 1,
@@ -327,7 +327,7 @@ async fn with_nodes_down_an_extend_by_token_has_no_quorum_and_a_release_counts_e
     assert_eq!(entry(&fleet, 0, &key).await, None, "node 0 released");
 }
 
-/// Calls by token from the client that holds the guard go through the guard: an extend to a
+/// Calls by holder value from the client that holds the guard go through the guard: an extend to a
 /// shorter TTL cuts its deadline, a release ends it (and fires its loss signal) before any
 /// node lets go, so the guard never says "held" while another client holds the lock.
 #[tokio::test]
@@ -341,7 +341,7 @@ async fn token_calls_from_the_guards_own_client_act_through_the_guard() {
     let token = guard.holder().to_string();
 
     let validity = locks
-        .extend_token(&key, &token, Duration::from_secs(1))
+        .extend_by_holder(&key, &token, Duration::from_secs(1))
         .await
         .unwrap();
     assert!(validity <= Duration::from_secs(1), "{validity:?}");
@@ -352,10 +352,10 @@ async fn token_calls_from_the_guards_own_client_act_through_the_guard() {
     );
     assert!(guard.is_held());
 
-    locks.release_token(&key, &token).await.unwrap();
+    locks.release_by_holder(&key, &token).await.unwrap();
     assert!(
         !guard.is_held(),
-        "the guard says held after its release by token"
+        "the guard says held after its release by holder value"
     );
     assert!(lost.is_fired(), "its loss signal did not fire");
     let theirs = other
@@ -366,7 +366,7 @@ async fn token_calls_from_the_guards_own_client_act_through_the_guard() {
     assert!(!guard.is_held());
     assert!(
         matches!(guard.release().await, Err(Error::NotHeld { .. })),
-        "released by token already"
+        "released by holder value already"
     );
     assert!(
         theirs.is_held(),
@@ -374,16 +374,16 @@ async fn token_calls_from_the_guards_own_client_act_through_the_guard() {
     );
     theirs.release().await.unwrap();
 
-    // A guard kept by the watchdog: released by token, its renewals stop.
+    // A guard kept by the watchdog: released by holder value, its renewals stop.
     let kept = locks.lock(&key).acquire().await.unwrap();
     let token = kept.holder().to_string();
-    locks.release_token(&key, &token).await.unwrap();
+    locks.release_by_holder(&key, &token).await.unwrap();
     assert!(!kept.is_held());
     let theirs = other
         .try_acquire(&key, Duration::from_secs(10))
         .await
         .unwrap()
-        .expect("free after the release by token");
+        .expect("free after the release by holder value");
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(theirs.is_held());
     drop(kept);

@@ -1,26 +1,17 @@
-//! Pub/sub wake-ups for waiters (docs/DESIGN.md, "Waiting"): one subscriber
-//! connection per node, shared by all waiters of a client, routed by channel; once a quorum
-//! of nodes announced the same release, one waiter of the key (the longest waiting) wakes.
-//!
-//! Wake-ups are a fast path, never a correctness mechanism: a waiter also wakes after
-//! min(PTTL hint, jittered retry delay), so a lost notice, or a node whose pub/sub is down,
-//! costs at most that delay.
+//! One key's release channel: the release notices heard from each node, counted per release
+//! (by holder digest) and per node, and the waiters they wake: the client's longest waiting
+//! waiter of the key at a quorum of notices, or the fair waiter a quorum of grants names.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
-use redis::aio::{PubSubSink, PubSubStream};
-use tokio::sync::{mpsc, oneshot, Notify};
-use tokio::time::Instant;
-
-use crate::node::Nodes;
+use tokio::sync::Notify;
 
 /// The waiters of one key's release channel.
 pub(crate) struct Channel {
-    notify: Notify,
+    notify: Arc<Notify>,
     /// The latest releases heard of, each with the nodes that announced it.
     recent: Mutex<Vec<ReleaseNotices>>,
     /// The quorum: how many nodes must announce one holder's release before a waiter is
@@ -30,7 +21,7 @@ pub(crate) struct Channel {
     /// confirms, cleared when its pub/sub connection drops).
     confirmed: AtomicU64,
     /// Fair waiters of this client by waiter id: a grant notice (see
-    /// `scripts::FAIR_RELEASE`) wakes the waiter it names, and nobody else.
+    /// `family/lua/fair_release.lua`) wakes the waiter it names, and nobody else.
     named: Mutex<HashMap<Vec<u8>, NamedWaiter>>,
 }
 
@@ -82,9 +73,9 @@ pub(crate) struct Heard {
 }
 
 impl Channel {
-    fn new(quorum: usize) -> Channel {
+    pub(super) fn new(quorum: usize) -> Channel {
         Channel {
-            notify: Notify::new(),
+            notify: Arc::default(),
             recent: Mutex::new(Vec::with_capacity(RECENT_RELEASES)),
             quorum,
             confirmed: AtomicU64::new(0),
@@ -107,7 +98,7 @@ impl Channel {
     }
 
     /// Node `node` has this channel subscribed (`true`) or lost it with its connection.
-    fn set_confirmed(&self, node: usize, subscribed: bool) {
+    pub(super) fn set_confirmed(&self, node: usize, subscribed: bool) {
         let bit = 1u64 << node;
         if subscribed {
             self.confirmed.fetch_or(bit, Ordering::Relaxed);
@@ -139,18 +130,18 @@ impl Channel {
         }
     }
 
-    pub(crate) fn notify(&self) -> &Notify {
+    pub(crate) fn notify(&self) -> &Arc<Notify> {
         &self.notify
     }
 
     /// Counts node `node`'s notice `message`: the digest of a holder value it freed the key
     /// from, or a fair grant (`grant:<waiter>:<digest>`, and for a short grant
-    /// `:<claim ms>:<next waiter>`, see `scripts::FAIR_RELEASE`). Once the threshold of nodes
+    /// `:<claim ms>:<next waiter>`, see `family/lua/fair_release.lua`). Once the threshold of nodes
     /// announced one release (an attempt can now succeed), wakes one waiter: the longest
     /// waiting, or the waiter a grant names; the release's remaining notices wake nobody. A
     /// failed attempt's rollback frees at most a minority of nodes, so it wakes nobody (no
     /// ping-pong of failing attempts).
-    fn report_free(&self, node: usize, message: &[u8]) -> Heard {
+    pub(super) fn report_free(&self, node: usize, message: &[u8]) -> Heard {
         let mut heard = Heard::default();
         // A grant is counted by its waiter and release; its claim window and next waiter,
         // which may differ from node to node, are not part of what is counted.
@@ -228,7 +219,7 @@ const LAPSE_DRIFT_FACTOR: f64 = 0.01;
 
 /// Wakes a fair waiter after the claim window of a short grant to the waiter before it, in
 /// a timer task whose handle the waiter's name keeps (dropping the name aborts it).
-fn schedule_lapse((lapse, after, timer): (Arc<Notify>, Duration, LapseTimer)) {
+pub(super) fn schedule_lapse((lapse, after, timer): (Arc<Notify>, Duration, LapseTimer)) {
     let task = tokio::spawn(async move {
         tokio::time::sleep(after).await;
         lapse.notify_one();
@@ -255,393 +246,6 @@ impl Drop for Named {
             timer.abort();
         }
     }
-}
-
-/// A waited-on channel: how many of the client's tasks wait on it.
-struct Registration {
-    waiters: usize,
-    channel: Arc<Channel>,
-}
-
-/// Channel name -> its registration.
-type Registry = HashMap<Vec<u8>, Registration>;
-
-enum Command {
-    Subscribe(Vec<u8>, oneshot::Sender<bool>),
-    Unsubscribe(Vec<u8>),
-}
-
-/// The registry of waited-on channels and the per-node subscriber tasks.
-pub(crate) struct Wakeups {
-    nodes: Nodes,
-    quorum: usize,
-    timeout: Duration,
-    channels: Mutex<Registry>,
-    workers: OnceLock<Vec<mpsc::UnboundedSender<Command>>>,
-    notices: AtomicU64,
-}
-
-impl Wakeups {
-    pub(crate) fn new(nodes: Nodes, quorum: usize, timeout: Duration) -> Wakeups {
-        Wakeups {
-            nodes,
-            quorum,
-            timeout,
-            channels: Mutex::new(HashMap::new()),
-            workers: OnceLock::new(),
-            notices: AtomicU64::new(0),
-        }
-    }
-
-    /// Wake-ups given (each after a quorum of nodes reported the key free).
-    pub(crate) fn notices(&self) -> u64 {
-        self.notices.load(Ordering::Relaxed)
-    }
-
-    /// Tasks of this client currently waiting for a release notice.
-    pub(crate) fn waiting(&self) -> u64 {
-        self.channels().values().map(|r| r.waiters as u64).sum()
-    }
-
-    fn channels(&self) -> std::sync::MutexGuard<'_, Registry> {
-        self.channels.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn workers(self: &Arc<Self>) -> &[mpsc::UnboundedSender<Command>] {
-        self.workers.get_or_init(|| {
-            (0..self.nodes.len())
-                .map(|i| {
-                    let (tx, rx) = mpsc::unbounded_channel();
-                    tokio::spawn(worker(
-                        i,
-                        self.nodes.clone(),
-                        Arc::downgrade(self),
-                        self.timeout,
-                        rx,
-                    ));
-                    tx
-                })
-                .collect()
-        })
-    }
-
-    /// Joins the line of this client's waiters on `channel`, if there is one: a newcomer then
-    /// waits for its turn (a wake-up, FIFO) instead of racing the waiters already in line,
-    /// which would only split the votes of the next hand-off.
-    fn join_line(self: &Arc<Self>, channel: &[u8]) -> Option<Subscription> {
-        let mut channels = self.channels();
-        let registration = channels.get_mut(channel)?;
-        registration.waiters += 1;
-        Some(Subscription {
-            wakeups: self.clone(),
-            name: channel.to_vec(),
-            channel: registration.channel.clone(),
-        })
-    }
-
-    /// Registers a waiter on `channel`; the first waiter subscribes on every node and waits
-    /// (bounded by the node timeout) until the subscriptions are confirmed, so that a release
-    /// after this returns is seen. Returns the subscription and how many nodes confirmed (N
-    /// when the channel was already subscribed).
-    async fn join(self: &Arc<Self>, channel: Vec<u8>) -> (Subscription, usize) {
-        let (sub, replies) = {
-            // The map lock orders SUBSCRIBE and UNSUBSCRIBE commands per channel: a leave and a
-            // join racing each other reach every node's worker in the order they happened.
-            let mut channels = self.channels();
-            let (chan, replies) = match channels.get_mut(&channel) {
-                Some(registration) => {
-                    registration.waiters += 1;
-                    (registration.channel.clone(), Vec::new())
-                }
-                None => {
-                    let chan = Arc::new(Channel::new(self.quorum));
-                    let registration = Registration {
-                        waiters: 1,
-                        channel: chan.clone(),
-                    };
-                    channels.insert(channel.clone(), registration);
-                    let replies = self
-                        .workers()
-                        .iter()
-                        .filter_map(|w| {
-                            let (tx, rx) = oneshot::channel();
-                            w.send(Command::Subscribe(channel.clone(), tx))
-                                .ok()
-                                .map(|()| rx)
-                        })
-                        .collect::<Vec<_>>();
-                    (chan, replies)
-                }
-            };
-            // The registration is owned by its drop guard before the first await: a caller
-            // that drops this future while the nodes confirm leaves (and unsubscribes) at once.
-            let sub = Subscription {
-                wakeups: self.clone(),
-                name: channel,
-                channel: chan,
-            };
-            (sub, replies)
-        };
-        let chan = &sub.channel;
-        let confirmed = if replies.is_empty() {
-            self.nodes.len()
-        } else {
-            let all = futures::future::join_all(replies);
-            let confirmed = match tokio::time::timeout(self.timeout, all).await {
-                Ok(answers) => answers
-                    .into_iter()
-                    .filter(|a| matches!(a, Ok(true)))
-                    .count(),
-                Err(_) => 0,
-            };
-            // Each node's subscriber marks the channel confirmed itself (see `worker`), and the
-            // threshold follows (`Channel::threshold`).
-            let _ = chan;
-            confirmed
-        };
-        (sub, confirmed)
-    }
-
-    fn leave(&self, name: &[u8]) {
-        let mut channels = self.channels();
-        let Some(registration) = channels.get_mut(name) else {
-            return;
-        };
-        registration.waiters -= 1;
-        if registration.waiters == 0 {
-            channels.remove(name);
-            if let Some(workers) = self.workers.get() {
-                for w in workers {
-                    let _ = w.send(Command::Unsubscribe(name.to_vec()));
-                }
-            }
-        }
-    }
-
-    fn on_message(&self, node: usize, channel: &[u8], message: &[u8]) {
-        let chan = self.channels().get(channel).map(|r| r.channel.clone());
-        if let Some(chan) = chan {
-            let heard = chan.report_free(node, message);
-            if heard.woke {
-                self.notices.fetch_add(1, Ordering::Relaxed);
-            }
-            if let Some(lapse) = heard.lapse {
-                schedule_lapse(lapse);
-            }
-        }
-    }
-
-    /// Node `node`'s subscriber has `names` subscribed (`true`), or lost every subscription
-    /// with its connection (`names` empty, `false`).
-    fn confirm(&self, node: usize, names: &[Vec<u8>], subscribed: bool) {
-        let channels = self.channels();
-        if subscribed {
-            for name in names {
-                if let Some(r) = channels.get(name) {
-                    r.channel.set_confirmed(node, true);
-                }
-            }
-        } else {
-            for r in channels.values() {
-                r.channel.set_confirmed(node, false);
-            }
-        }
-    }
-
-    fn channel_names(&self) -> Vec<Vec<u8>> {
-        self.channels().keys().cloned().collect()
-    }
-}
-
-/// One waiting acquire's place among its client's waiters of a key: its subscription to the
-/// key's release channel, made when first needed and left when the waiter is dropped (also
-/// when its acquire is cancelled).
-pub(crate) struct Waiter {
-    wakeups: Option<Arc<Wakeups>>,
-    channel: Vec<u8>,
-    subscription: Option<Subscription>,
-    /// The client already had waiters on the key: wait for a turn before the first attempt.
-    turn_first: bool,
-}
-
-impl Waiter {
-    /// A waiter on `channel`; with `wakeups` (pub/sub on) it joins the line of the client's
-    /// waiters already there (local FIFO): racing them would only split the next hand-off's
-    /// votes.
-    pub(crate) fn new(wakeups: Option<&Arc<Wakeups>>, channel: &[u8]) -> Waiter {
-        let subscription = wakeups.and_then(|w| w.join_line(channel));
-        Waiter {
-            wakeups: wakeups.cloned(),
-            channel: channel.to_vec(),
-            turn_first: subscription.is_some(),
-            subscription,
-        }
-    }
-
-    /// True once, when the waiter is to wait for its turn before its first attempt.
-    pub(crate) fn take_turn_first(&mut self) -> bool {
-        std::mem::take(&mut self.turn_first)
-    }
-
-    /// The channel to listen on, once subscribed.
-    pub(crate) fn channel(&self) -> Option<Arc<Channel>> {
-        self.subscription.as_ref().map(|s| s.channel.clone())
-    }
-
-    /// Subscribes, unless already subscribed or pub/sub is off. True when it just did: a
-    /// release before the subscription was active sent a notice nobody heard, so the caller
-    /// tries again at once.
-    ///
-    /// Cancel safe: a subscription interrupted while the nodes confirm it is left at once.
-    pub(crate) async fn subscribe(&mut self) -> bool {
-        let Some(wakeups) = self
-            .wakeups
-            .as_ref()
-            .filter(|_| self.subscription.is_none())
-        else {
-            return false;
-        };
-        let (subscription, confirmed) = wakeups.join(self.channel.clone()).await;
-        tracing::debug!(confirmed, "subscribed to release notices");
-        self.subscription = Some(subscription);
-        true
-    }
-}
-
-/// A waiter's registration on a release channel; leaving (drop) unsubscribes with the last
-/// waiter.
-struct Subscription {
-    wakeups: Arc<Wakeups>,
-    name: Vec<u8>,
-    channel: Arc<Channel>,
-}
-
-impl Drop for Subscription {
-    fn drop(&mut self) {
-        self.wakeups.leave(&self.name);
-    }
-}
-
-type Connection = (PubSubSink, PubSubStream);
-
-/// Pause between attempts to (re)connect a subscriber while channels are waited on.
-const RECONNECT_DELAY: Duration = Duration::from_millis(250);
-
-/// One node's subscriber: a pub/sub connection made on demand, re-made (and every waited-on
-/// channel re-subscribed) after it drops. Ends when the client is dropped.
-async fn worker(
-    index: usize,
-    nodes: Nodes,
-    wakeups: Weak<Wakeups>,
-    timeout: Duration,
-    mut commands: mpsc::UnboundedReceiver<Command>,
-) {
-    let node = &nodes[index];
-    // Connecting happens here, off every caller's path (callers wait at most the node timeout
-    // for a confirmation), so it may take longer than one lock call.
-    let connect_timeout = timeout.max(Duration::from_secs(2));
-    let mut conn: Option<Connection> = None;
-    let mut retry_at: Option<Instant> = None;
-    loop {
-        let reconnect = async {
-            match retry_at {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
-        let message = async {
-            match conn.as_mut() {
-                Some((_, stream)) => stream.next().await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            command = commands.recv() => {
-                let Some(command) = command else { return };
-                match command {
-                    Command::Subscribe(name, reply) => {
-                        if conn.is_none() {
-                            conn = connect(index, node, &wakeups, connect_timeout).await;
-                            if conn.is_none() {
-                                // Keep trying while the channel is waited on: its waiters are
-                                // on their timers meanwhile.
-                                retry_at = Some(Instant::now() + RECONNECT_DELAY);
-                            }
-                        }
-                        let ok = match conn.as_mut() {
-                            Some((sink, _)) => matches!(tokio::time::timeout(timeout, sink.subscribe(&name)).await, Ok(Ok(()))),
-                            None => false,
-                        };
-                        if ok {
-                            if let Some(w) = wakeups.upgrade() {
-                                w.confirm(index, std::slice::from_ref(&name), true);
-                            }
-                        }
-                        let _ = reply.send(ok);
-                    }
-                    Command::Unsubscribe(name) => {
-                        if let Some((sink, _)) = conn.as_mut() {
-                            let _ = tokio::time::timeout(timeout, sink.unsubscribe(&name)).await;
-                        }
-                    }
-                }
-            }
-            msg = message => match msg {
-                Some(msg) => {
-                    let Some(w) = wakeups.upgrade() else { return };
-                    if let Ok(channel) = msg.get_channel::<Vec<u8>>() {
-                        w.on_message(index, &channel, msg.get_payload_bytes());
-                    }
-                }
-                None => {
-                    tracing::debug!(node = node.name(), "pub/sub connection dropped");
-                    if let Some(w) = wakeups.upgrade() {
-                        w.confirm(index, &[], false);
-                    }
-                    conn = None;
-                    retry_at = Some(Instant::now());
-                }
-            },
-            () = reconnect => {
-                retry_at = None;
-                let wanted = wakeups.upgrade().is_some_and(|w| !w.channel_names().is_empty());
-                if wanted && conn.is_none() {
-                    conn = connect(index, node, &wakeups, connect_timeout).await;
-                    if conn.is_none() {
-                        retry_at = Some(Instant::now() + RECONNECT_DELAY);
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Connects and subscribes every channel currently waited on (and marks them confirmed by
-/// node `index`).
-async fn connect(
-    index: usize,
-    node: &crate::node::Node,
-    wakeups: &Weak<Wakeups>,
-    timeout: Duration,
-) -> Option<Connection> {
-    let connected = tokio::time::timeout(timeout, node.pubsub()).await;
-    let (mut sink, stream) = match connected {
-        Ok(Ok(pubsub)) => pubsub.split(),
-        Ok(Err(e)) => {
-            tracing::debug!(node = node.name(), error = %e, "pub/sub connect failed");
-            return None;
-        }
-        Err(_) => return None,
-    };
-    let names = wakeups.upgrade()?.channel_names();
-    if !names.is_empty() {
-        let resubscribed = tokio::time::timeout(timeout, sink.subscribe(&names)).await;
-        if !matches!(resubscribed, Ok(Ok(()))) {
-            return None;
-        }
-        wakeups.upgrade()?.confirm(index, &names, true);
-    }
-    Some((sink, stream))
 }
 
 #[cfg(test)]

@@ -1,14 +1,14 @@
-//! The `docker` command for container fleets: running it, bridge networks on free subnets,
-//! readiness from a container's log, and the reaper that removes a fleet when its process dies.
+//! The `docker` command for container fleets: running it, bridge networks on free subnets, and
+//! readiness from a container's log.
 //!
 //! The command, not an API client: it negotiates the API version with the engine (a client
 //! library pins one, and engines older than that version refuse every call), and it needs no
 //! async runtime, so fleets work from any test's runtime, from statics and from `Drop`.
 
-use std::io::{self, BufRead, BufReader, Write};
+use std::io::{self, BufRead, BufReader};
 use std::net::Ipv4Addr;
 use std::os::unix::process::CommandExt;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -248,80 +248,6 @@ pub(crate) fn logs(id: &str) -> String {
 /// The first 12 characters of an id, as `docker ps` shows it.
 pub(crate) fn short(id: &str) -> &str {
     &id[..id.len().min(12)]
-}
-
-/// A `sh` process that removes a fleet's containers and networks when the fleet's process
-/// dies without dropping the fleet (killed, aborted, or a fleet kept in a static): it reads
-/// the ids from a pipe whose other end only this process holds, and removes them when the
-/// pipe closes without the word `done`. A `docker run` still under way when the process died
-/// makes a container whose id never reached the pipe: after the known ids, the reaper waits
-/// for such commands to finish and removes what carries the fleet's own label (a fresh id,
-/// so nothing of anyone else's). It runs in a session of its own, so that a Ctrl-C meant for
-/// the tests does not stop it too.
-#[derive(Debug)]
-pub(crate) struct Reaper {
-    child: Child,
-    stdin: Option<ChildStdin>,
-}
-
-/// `$1` is the fleet's label, `quorum-lock.testkit=<fleet id>`.
-const REAPER_SCRIPT: &str = r#"
-containers=""
-networks=""
-while read -r kind id; do
-  case "$kind" in
-    container) containers="$containers $id" ;;
-    network) networks="$networks $id" ;;
-    done) exit 0 ;;
-  esac
-done
-if [ -n "$containers" ]; then docker rm --force --volumes $containers; fi
-sleep 5
-late=$(docker ps --all --quiet --filter "label=$1")
-if [ -n "$late" ]; then docker rm --force --volumes $late; fi
-if [ -n "$networks" ]; then docker network rm $networks; fi
-"#;
-
-impl Reaper {
-    /// Starts the reaper of the fleet whose label value is `fleet`.
-    pub(crate) fn spawn(fleet: &str) -> io::Result<Reaper> {
-        let mut cmd = Command::new("sh");
-        let label = format!("{LABEL}={fleet}");
-        cmd.args(["-c", REAPER_SCRIPT, "quorum-lock-reaper", &label])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        // SAFETY: setsid is async-signal-safe.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::setsid() == -1 {
-                    return Err(io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let mut child = cmd.spawn()?;
-        let stdin = child.stdin.take();
-        Ok(Reaper { child, stdin })
-    }
-
-    /// Adds a container or network id to remove should this process die.
-    pub(crate) fn watch(&mut self, kind: &str, id: &str) -> io::Result<()> {
-        let stdin = self
-            .stdin
-            .as_mut()
-            .ok_or_else(|| io::Error::other("the reaper was stopped"))?;
-        writeln!(stdin, "{kind} {id}")?;
-        stdin.flush()
-    }
-
-    /// Stops the reaper without removing anything (the fleet removed its resources itself).
-    pub(crate) fn stand_down(&mut self) {
-        if let Some(mut stdin) = self.stdin.take() {
-            let _ = writeln!(stdin, "done");
-        }
-        let _ = self.child.wait();
-    }
 }
 
 #[cfg(test)]

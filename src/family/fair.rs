@@ -1,0 +1,207 @@
+//! The fair lock (docs/DESIGN.md, "Fair lock"): the lock is the mutex's entry; what is added
+//! is the order in which waiting requests get it. On each node a line (waiter ids by ticket),
+//! the waiters' queue leases and what a release needs to hand the key over, and a ticket
+//! counter; a release grants the free key to the first waiter on the node itself.
+
+use std::fmt;
+use std::sync::Arc;
+
+use redis::Value;
+
+use super::{mutex, read_counter, read_flag, refs, script, Answer, Kind, Notice, Reader};
+use crate::key::{kept, Key};
+use crate::scripts::{Call, LockScript};
+
+/// A request for a fair lock: what its attempts, its place in line and a release's hand-off
+/// to it share.
+#[derive(Clone)]
+pub(crate) struct Fair {
+    pub(crate) key: Key,
+    /// The request's id: its member in the line, named by the grant notices (not a secret).
+    pub(crate) waiter: Arc<str>,
+    /// The request's holder value, one for all its attempts: a release that hands the key to
+    /// the request sets this value, which the request's next attempt then recognises as its
+    /// own. Attempts are still told apart where it matters: a rollback is written before the
+    /// next attempt on every connection (ordering invariant 5).
+    pub(crate) holder: Arc<str>,
+    /// Its place in line, once drawn (after a first attempt without one was refused).
+    pub(crate) ticket: Option<u64>,
+    /// Whether the request will wait, and so draws a ticket when its first attempt is
+    /// refused (a single attempt does not).
+    pub(crate) draws: bool,
+    /// The queue lease, in ms, as the scripts take it.
+    pub(crate) queue_lease_ms: Arc<str>,
+    /// The claim window, in ms: how long a short grant to this request lasts.
+    pub(crate) claim_ms: Arc<str>,
+}
+
+static ACQUIRE: LockScript = script!("acquire": "fair_line.lua", "fair_acquire.lua");
+static RELEASE: LockScript = script!("release": "fair_line.lua", "fair_release.lua");
+static WITHDRAW: LockScript = script!("withdraw": "fair_line.lua", "fair_withdraw.lua");
+pub(crate) static TICKET_DRAW: LockScript = script!("ticket": "ticket_draw.lua");
+
+pub(super) static SCRIPTS: &[&LockScript] = &[&ACQUIRE, &RELEASE, &WITHDRAW, &TICKET_DRAW];
+
+/// The line of `key`: waiter ids by ticket, their queue leases' expiries, and what a release
+/// needs to hand the lock to each.
+pub(crate) fn line_keys(key: &Key) -> [Vec<u8>; 3] {
+    [
+        key.derived(kept::LINE),
+        key.derived(kept::LINE_LEASES),
+        key.derived(kept::LINE_ENTRIES),
+    ]
+}
+
+/// The ticket counter of `key`.
+pub(crate) fn ticket_key(key: &Key) -> Vec<u8> {
+    key.derived(kept::TICKETS)
+}
+
+/// The keys of every fair script: the key, its line and its ticket counter.
+fn script_keys(key: &Key) -> Vec<Vec<u8>> {
+    let mut keys = Vec::with_capacity(5);
+    keys.push(key.bytes().to_vec());
+    keys.extend(line_keys(key));
+    keys.push(ticket_key(key));
+    keys
+}
+
+impl Fair {
+    /// How a fair request's holder value starts: `fair:<waiter id>:<128 random bits>`.
+    pub(crate) const HOLDER_PREFIX: &'static str = "fair:";
+
+    /// The waiter id in a fair request's holder value, if `holder` is one.
+    pub(crate) fn waiter_of(holder: &str) -> Option<&str> {
+        let rest = holder.strip_prefix(Self::HOLDER_PREFIX)?;
+        let (waiter, secret) = rest.split_once(':')?;
+        (!waiter.is_empty() && !secret.is_empty()).then_some(waiter)
+    }
+
+    /// A ticket drawn in a round of its own (`ticket_draw.lua`), read as a counter.
+    pub(crate) fn draw(&self) -> (Call, Reader) {
+        let call = Call::new(
+            &TICKET_DRAW,
+            &ticket_key(&self.key),
+            &[self.queue_lease_ms.as_bytes()],
+        );
+        (call, read_counter)
+    }
+}
+
+/// A fair acquire's reply: 1, or a refusal `{0, drawn ticket or 0, the key's PTTL}`: with a
+/// ticket number drawn on a first attempt, or with the key's remaining TTL as a wake-up hint
+/// (a short grant's lapse, or a holder's expiry).
+pub(crate) fn read_drawn(v: &Value) -> Option<Answer> {
+    match v {
+        Value::Array(items) => match items.as_slice() {
+            [Value::Int(0), Value::Int(n), Value::Int(_)] if *n > 0 => Some(Answer::Drawn(*n)),
+            [Value::Int(0), Value::Int(0), Value::Int(pttl)] => Some(Answer::Refused(
+                u64::try_from(*pttl)
+                    .ok()
+                    .map(std::time::Duration::from_millis),
+            )),
+            _ => None,
+        },
+        _ => read_flag(v),
+    }
+}
+
+/// A fair release's (and rollback's) reply: 1 / 0, or `{1 or 0, waiter id, grant ms}` when
+/// the node handed the key to that waiter (see [`granted_to`]).
+pub(crate) fn read_grant(v: &Value) -> Option<Answer> {
+    match v {
+        Value::Array(items) => match items.as_slice() {
+            [flag, Value::BulkString(_), Value::Int(_)] => read_flag(flag),
+            _ => None,
+        },
+        _ => read_flag(v),
+    }
+}
+
+/// The waiter a fair release or rollback handed the key to on one node, and for how many ms,
+/// if its reply says so.
+pub(crate) fn granted_to(v: &Value) -> Option<(&[u8], i64)> {
+    match v {
+        Value::Array(items) => match items.as_slice() {
+            [_, Value::BulkString(waiter), Value::Int(ms)] => Some((waiter, *ms)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+impl Kind for Fair {
+    fn keys(&self) -> &[Key] {
+        std::slice::from_ref(&self.key)
+    }
+
+    fn acquire(&self, holder: &str, ttl_ms: &str) -> (Call, Reader) {
+        let ticket = match (self.ticket, self.draws) {
+            (Some(t), _) => t.to_string(),
+            (None, true) => "?".to_string(),
+            (None, false) => String::new(),
+        };
+        let keys = script_keys(&self.key);
+        let argv: [&[u8]; 7] = [
+            holder.as_bytes(),
+            ttl_ms.as_bytes(),
+            self.waiter.as_bytes(),
+            ticket.as_bytes(),
+            self.queue_lease_ms.as_bytes(),
+            self.claim_ms.as_bytes(),
+            self.key.release_channel(),
+        ];
+        (Call::with_keys(&ACQUIRE, &refs(&keys), &argv), read_drawn)
+    }
+
+    fn extend(&self, holder: &str, ttl_ms: &str) -> Call {
+        mutex::extend_entry(&self.key, holder, ttl_ms)
+    }
+
+    fn release(&self, holder: &str, notice: Notice, sure: &[Arc<str>]) -> (Call, Reader) {
+        let mut argv = vec![
+            holder.as_bytes(),
+            self.key.release_channel(),
+            notice.arg(),
+            self.waiter.as_bytes(),
+        ];
+        argv.extend(sure.iter().map(|w| w.as_bytes()));
+        let keys = script_keys(&self.key);
+        (Call::with_keys(&RELEASE, &refs(&keys), &argv), read_grant)
+    }
+
+    fn repair(&self, holder: &str, ms: &str) -> (Call, fn(&Value) -> bool) {
+        (
+            mutex::set_if_absent("repair", &self.key, holder, ms),
+            mutex::set_answered_ok,
+        )
+    }
+
+    /// The waiter leaves the line when its request gives up.
+    fn withdraw(&self) -> Option<Call> {
+        let keys = script_keys(&self.key);
+        Some(Call::with_keys(
+            &WITHDRAW,
+            &refs(&keys),
+            &[
+                self.waiter.as_bytes(),
+                self.holder.as_bytes(),
+                self.key.release_channel(),
+            ],
+        ))
+    }
+
+    fn request_holder(&self) -> Option<&str> {
+        Some(&self.holder)
+    }
+
+    fn keeps_a_place(&self) -> bool {
+        true
+    }
+}
+
+impl fmt::Display for Fair {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (fair)", self.key)
+    }
+}

@@ -1,0 +1,65 @@
+-- A fair lock's acquire (fair_line.lua first).
+-- - The key already holds this request's holder value (a release granted it, or an earlier
+--   attempt of the request left it): PEXPIRE to the TTL from now, which the attempt's start
+--   bounds from below, and yes. This is how a waiter claims a short grant.
+-- - Without a ticket (a request's first attempt): yes only when the key is free and nobody
+--   waits; SET key holder PX ttl. Refused, a request that will wait (ARGV[4] "?") draws its
+--   ticket at once: the node's INCR of the counter is in the answer, and the largest of a
+--   quorum of them is the ticket (one round trip sooner than a draw of its own). The counter
+--   then lives at least a queue lease (a waiter that dies before joining leaves none).
+-- - With a ticket: the counter is raised to it (every later ticket, drawn from a quorum that
+--   meets this attempt's, is larger), the waiter joins the line at its ticket (or keeps its
+--   place) and renews its queue lease; yes when the key is free and it is the first live
+--   waiter.
+-- A refusal that finds the key free grants it to the first live waiter (a short grant, as a
+-- release would): the key is free without a release when the grant before lapsed or a
+-- holder's entry expired, and the next waiter's claim window must start then. A refusal
+-- carries the key's remaining TTL, after which the key may be free: the waiter tries again
+-- no later.
+--
+-- KEYS as fair_line.lua. ARGV[1] holder value, ARGV[2] TTL in ms, ARGV[3] the request's
+-- waiter id, ARGV[4] its ticket (empty: none, and none drawn; "?": none yet, drawn if
+-- refused), ARGV[5] the queue lease in ms, ARGV[6] the claim window in ms, ARGV[7] the
+-- release channel.
+-- Reply: 1, or {0, the ticket drawn or 0, the key's PTTL}.
+local current = redis.call('get', KEYS[1])
+if current == ARGV[1] then
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  return 1
+end
+local function refuse(drawn)
+  -- A free key whose first live waiter is someone else: that waiter's turn has come
+  -- without a release to grant it (its predecessor's grant lapsed, or a holder's entry
+  -- expired). Grant it now, so that its claim window starts, rather than leave the key free
+  -- with nobody allowed to take it.
+  if not current then
+    grant(ARGV[7], redis.sha1hex(ARGV[1]), {})
+  end
+  return {0, drawn, redis.call('pttl', KEYS[1])}
+end
+if ARGV[4] == '' or ARGV[4] == '?' then
+  if current or first_live() then
+    if ARGV[4] == '?' then
+      local n = redis.call('incr', KEYS[5])
+      if redis.call('pttl', KEYS[5]) < tonumber(ARGV[5]) then
+        redis.call('pexpire', KEYS[5], ARGV[5])
+      end
+      return refuse(n)
+    end
+    return refuse(0)
+  end
+  redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+if tonumber(redis.call('get', KEYS[5]) or '0') < tonumber(ARGV[4]) then
+  redis.call('set', KEYS[5], ARGV[4])
+end
+redis.call('zadd', KEYS[2], 'NX', ARGV[4], ARGV[3])
+redis.call('zadd', KEYS[3], now + tonumber(ARGV[5]), ARGV[3])
+redis.call('hset', KEYS[4], ARGV[3], ARGV[2] .. ' ' .. ARGV[6] .. ' ' .. ARGV[1])
+keep_line()
+if current or first_live() ~= ARGV[3] then
+  return refuse(0)
+end
+redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1

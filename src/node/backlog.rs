@@ -1,0 +1,135 @@
+//! What a node that stopped answering may still be sent (see [`Backlog`]).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// The requests written to one connection and not answered yet, as far as this client can
+/// tell: a node answers in order, so an answer to a request says that every request written
+/// before it was answered too, also those whose callers stopped waiting (timed out) and will
+/// never read their answers.
+///
+/// A node that stopped answering (frozen, black-holed) would otherwise collect every request
+/// of this client, each one timed out and forgotten by its caller but still queued on the
+/// connection; once it answers again, new requests would wait behind all of them. So once the
+/// node has been silent for a node timeout with [`MAX_SILENT_BACKLOG`] requests unanswered,
+/// requests fail at once without being written ("not sent"), except one probe per node
+/// timeout, whose answer shows that the node is back (and that the backlog drained).
+pub(super) struct Backlog {
+    /// Sequence number of the latest request written.
+    written: AtomicU64,
+    /// The highest sequence number answered.
+    answered: AtomicU64,
+    /// When (ms since `epoch`) the node last answered, or a request was written while
+    /// everything before had been answered.
+    quiet_since: AtomicU64,
+    /// When (ms since `epoch`) the latest probe was let through.
+    probed_at: AtomicU64,
+    epoch: tokio::time::Instant,
+}
+
+/// How many unanswered requests a silent node may collect before further requests are not
+/// sent (see [`Backlog`]): its answers to them, once it is back, take well under a
+/// millisecond each.
+pub(super) const MAX_SILENT_BACKLOG: u64 = 256;
+
+impl Backlog {
+    pub(super) fn new() -> Backlog {
+        Backlog {
+            written: AtomicU64::new(0),
+            answered: AtomicU64::new(0),
+            quiet_since: AtomicU64::new(0),
+            probed_at: AtomicU64::new(0),
+            epoch: tokio::time::Instant::now(),
+        }
+    }
+
+    pub(super) fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// A sequence number for a request about to be written, or `None` when it must not be
+    /// (the node has been silent for `timeout` with a full backlog, and a probe went out
+    /// less than `timeout` ago).
+    pub(super) fn admit(&self, timeout: Duration) -> Option<u64> {
+        let now = self.now_ms();
+        let timeout = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        let written = self.written.load(Ordering::Acquire);
+        let outstanding = written.saturating_sub(self.answered.load(Ordering::Acquire));
+        if outstanding == 0 {
+            self.quiet_since.store(now, Ordering::Release);
+        } else if outstanding >= MAX_SILENT_BACKLOG
+            && now.saturating_sub(self.quiet_since.load(Ordering::Acquire)) > timeout
+        {
+            let probed = self.probed_at.load(Ordering::Acquire);
+            if now.saturating_sub(probed) <= timeout
+                || self
+                    .probed_at
+                    .compare_exchange(probed, now, Ordering::AcqRel, Ordering::Acquire)
+                    .is_err()
+            {
+                return None;
+            }
+        }
+        Some(self.written.fetch_add(1, Ordering::AcqRel) + 1)
+    }
+
+    /// The request numbered `seq` was answered (and so was every request before it).
+    pub(super) fn answered(&self, seq: u64) {
+        self.answered.fetch_max(seq, Ordering::AcqRel);
+        self.quiet_since.store(self.now_ms(), Ordering::Release);
+    }
+
+    /// Requests written and not answered yet.
+    pub(super) fn outstanding(&self) -> u64 {
+        self.written
+            .load(Ordering::Acquire)
+            .saturating_sub(self.answered.load(Ordering::Acquire))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_node_collects_a_bounded_backlog_and_gets_one_probe_per_timeout() {
+        let timeout = Duration::from_millis(100);
+        let backlog = Backlog::new();
+        // A healthy node: requests come and go; nothing is held back however many are out.
+        for _ in 0..1000 {
+            assert!(backlog.admit(timeout).is_some());
+        }
+        backlog.answered(1000);
+        assert_eq!(backlog.outstanding(), 0);
+        // Many requests at once, answered a moment later: busy, not silent.
+        let mut last = 0;
+        for _ in 0..2 * MAX_SILENT_BACKLOG {
+            last = backlog.admit(timeout).expect("a busy node takes requests");
+        }
+        tokio::time::advance(timeout / 2).await;
+        assert!(
+            backlog.admit(timeout).is_some(),
+            "silent for less than the timeout"
+        );
+        backlog.answered(last + 1);
+        // The node stops answering: requests are written until the backlog is full and the
+        // node has been silent for a timeout...
+        let written = (0..MAX_SILENT_BACKLOG)
+            .filter(|_| backlog.admit(timeout).is_some())
+            .count();
+        assert_eq!(written as u64, MAX_SILENT_BACKLOG);
+        tokio::time::advance(timeout * 2).await;
+        // ...then one probe per timeout, and nothing else.
+        assert!(backlog.admit(timeout).is_some(), "the probe");
+        for _ in 0..100 {
+            assert!(backlog.admit(timeout).is_none(), "held back");
+        }
+        tokio::time::advance(timeout + Duration::from_millis(1)).await;
+        let probe = backlog.admit(timeout).expect("the next probe");
+        assert!(backlog.admit(timeout).is_none());
+        // The node is back: it answers the probe (so, everything before it).
+        backlog.answered(probe);
+        assert_eq!(backlog.outstanding(), 0);
+        assert!(backlog.admit(timeout).is_some(), "flowing again");
+    }
+}

@@ -1,0 +1,62 @@
+//! A configured node, for connections of the application's own.
+
+use std::sync::Arc;
+
+use redis::RedisError;
+
+use crate::address::NodeAddr;
+#[cfg(doc)]
+use crate::error::FailureKind;
+use crate::error::NodeFailure;
+
+use super::connection::classify;
+
+/// One configured node, for connections of your own beside the lock client's (diagnostics:
+/// `INFO`, `TIME`, reading a lock's entry), made by
+/// [`Builder::node_clients`](crate::Builder::node_clients): the address parsed as the lock
+/// client parses it, a [`redis::Client`] with the builder's TLS settings, the address as it may
+/// be shown, and the lock client's reading of its errors. The `quorum-lock` command's `status`
+/// and `check` use it.
+///
+/// The client is the redis crate's (1.x), which this method makes part of the public API.
+/// Cheap to clone; its `Debug` output shows the redacted address only.
+#[derive(Clone)]
+pub struct NodeClient {
+    addr: Arc<NodeAddr>,
+}
+
+impl std::fmt::Debug for NodeClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeClient")
+            .field("node", &self.addr.display)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NodeClient {
+    pub(crate) fn new(addr: NodeAddr) -> NodeClient {
+        NodeClient {
+            addr: Arc::new(addr),
+        }
+    }
+
+    /// The address with its password replaced by `***`: the only form to show.
+    pub fn name(&self) -> &str {
+        &self.addr.display
+    }
+
+    /// A redis client for this node, with the builder's TLS settings for `rediss://` (trusted
+    /// roots, client certificate). Connections made from it are yours: no timeout is set on
+    /// them, and they are not the lock client's.
+    pub fn client(&self) -> &redis::Client {
+        &self.addr.client
+    }
+
+    /// An error of a connection to this node, as the lock client reads its own: classified
+    /// ([`FailureKind::Tls`] for a certificate refused on either side, in plain words,
+    /// [`FailureKind::Auth`], [`FailureKind::Connection`], ...), naming the node by its
+    /// redacted address, and with every form of its password removed from the message.
+    pub fn failure(&self, error: &RedisError) -> NodeFailure {
+        classify(&self.addr, error)
+    }
+}

@@ -1,0 +1,127 @@
+//! Making a node's connection, bounded by the connect timeout, and reading its errors.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, ErrorKind, RedisError};
+
+use crate::address::NodeAddr;
+use crate::error::{FailureKind, NodeFailure};
+
+use super::backlog::Backlog;
+use super::send::{top_level_error, NOT_SENT};
+use super::{Connected, Link, QUEUE_CAPACITY};
+
+/// The background connect of one node: connects, loads every script, and publishes the new
+/// connection (or the failure) in the slot, waking the callers waiting for it.
+pub(super) async fn connect(addr: Arc<NodeAddr>, link: Arc<Link>, limit: Duration) {
+    let mut pending = ConnectInFlight {
+        link: &link,
+        addr: &addr,
+        result: None,
+    };
+    pending.result = Some(match tokio::time::timeout(limit, open(&addr)).await {
+        Ok(Ok(conn)) => Ok(conn),
+        Ok(Err(e)) => Err(classify(&addr, &e)),
+        Err(_) => Err(NodeFailure::new(
+            &addr.display,
+            FailureKind::Timeout,
+            format!("could not connect within {limit:?}"),
+        )),
+    });
+}
+
+/// Publishes a background connect's outcome when it ends, also when the task is dropped
+/// before finishing (its runtime shut down): the slot is never left "connecting" with
+/// callers waiting for a connect that will not come.
+pub(super) struct ConnectInFlight<'a> {
+    link: &'a Link,
+    addr: &'a NodeAddr,
+    result: Option<Result<MultiplexedConnection, NodeFailure>>,
+}
+
+impl Drop for ConnectInFlight<'_> {
+    fn drop(&mut self) {
+        let result = self.result.take().unwrap_or_else(|| {
+            Err(NodeFailure::new(
+                &self.addr.display,
+                FailureKind::Connection,
+                "connect abandoned (runtime shut down)",
+            ))
+        });
+        {
+            let mut slot = self.link.slot.lock().unwrap_or_else(|p| p.into_inner());
+            slot.connecting = false;
+            match result {
+                Ok(conn) => {
+                    slot.generation += 1;
+                    slot.conn = Some(Connected {
+                        conn,
+                        backlog: Arc::new(Backlog::new()),
+                    });
+                    slot.failure = None;
+                }
+                Err(failure) => {
+                    tracing::debug!(node = %self.addr.display, error = %failure, "connect failed");
+                    slot.failure = Some(failure);
+                }
+            }
+        }
+        self.link.connected.notify_waiters();
+    }
+}
+
+/// Opens a connection and loads every script on it, before it is used, so that a call can
+/// only answer NOSCRIPT after an explicit SCRIPT FLUSH.
+pub(super) async fn open(addr: &NodeAddr) -> Result<MultiplexedConnection, RedisError> {
+    // Timeouts are ours (per call), not the driver's: a driver timeout would fail a request
+    // that is still queued, and we must not reconnect underneath it.
+    // The request queue is large enough never to be full (see `MAX_IN_FLIGHT`): a request
+    // then takes its place in the queue on its first poll (ordering invariant 3).
+    let config = AsyncConnectionConfig::new()
+        .set_response_timeout(None)
+        .set_connection_timeout(None)
+        .set_pipeline_buffer_size(QUEUE_CAPACITY);
+    let conn = addr
+        .client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await?;
+    // Sent as separate commands (the connection pipelines them anyway) so that a failure
+    // keeps its error kind, e.g. NOAUTH.
+    let loads = crate::family::scripts().map(|script| {
+        let mut conn = conn.clone();
+        let mut load = redis::cmd("SCRIPT");
+        load.arg("LOAD").arg(script.source());
+        async move {
+            conn.send_packed_command(&load)
+                .await
+                .and_then(top_level_error)
+        }
+    });
+    for loaded in futures::future::join_all(loads).await {
+        loaded?;
+    }
+    Ok(conn)
+}
+
+pub(super) fn classify(addr: &NodeAddr, e: &RedisError) -> NodeFailure {
+    #[cfg(feature = "tls")]
+    if let Some(tls) = crate::tls::rustls_error(e) {
+        let msg = addr.scrub(&crate::tls::explain(tls));
+        return NodeFailure::new(&addr.display, FailureKind::Tls, msg);
+    }
+    let msg = addr.scrub(&e.to_string());
+    let kind = match e.kind() {
+        // A silent node with a full backlog (see `Backlog`): as good as a timeout.
+        ErrorKind::Client if msg.contains(NOT_SENT) => FailureKind::Timeout,
+        ErrorKind::AuthenticationFailed => FailureKind::Auth,
+        _ if matches!(e.code(), Some("WRONGPASS" | "NOAUTH")) => FailureKind::Auth,
+        ErrorKind::Io if msg.contains("lookup address") => FailureKind::UnknownHost,
+        ErrorKind::Io => FailureKind::Connection,
+        ErrorKind::Server(_) | ErrorKind::Extension => FailureKind::Server,
+        ErrorKind::Parse | ErrorKind::UnexpectedReturnType => FailureKind::Protocol,
+        _ => FailureKind::Connection,
+    };
+    NodeFailure::new(&addr.display, kind, msg)
+}

@@ -1,0 +1,422 @@
+//! One Redis master: one multiplexed connection with its background reconnect, the per-node
+//! timeout, script calls with NOSCRIPT fallback, and error classification.
+//!
+//! - `connection`: making a connection (bounded by the connect timeout) and reading errors.
+//! - `send`: one command on the connection, holding its place in the queue.
+//! - `backlog`: what a node that stopped answering may still be sent.
+//! - `client`: [`NodeClient`], a configured node for connections of the application's own.
+
+mod backlog;
+mod client;
+mod connection;
+mod send;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
+use tokio::sync::Notify;
+use tracing::Instrument;
+
+use crate::address::NodeAddr;
+use crate::error::{FailureKind, NodeFailure};
+use crate::safety::NodeInfo;
+use crate::scripts::{Call, SendBy};
+use crate::telemetry::{NodeRequest, NodeResult};
+
+use backlog::Backlog;
+pub use client::NodeClient;
+use connection::{classify, connect};
+use send::{send, top_level_error, InFlightRequest, Recorded, NOT_SENT, STOPPED};
+
+/// The connection slot: the live connection with a generation number (so that a failure
+/// observed on an old connection does not throw away a newer one), and the state of the
+/// background connect.
+#[derive(Default)]
+struct Slot {
+    generation: u64,
+    conn: Option<Connected>,
+    /// A background connect is under way.
+    connecting: bool,
+    /// Why the latest connect failed, for the callers that waited for it.
+    failure: Option<NodeFailure>,
+}
+
+/// A live connection and the account of its requests not answered yet.
+#[derive(Clone)]
+struct Connected {
+    conn: MultiplexedConnection,
+    backlog: Arc<Backlog>,
+}
+
+/// What a node's background connect shares with the node.
+struct Link {
+    // std Mutex: held only to read or swap the slot, never across an await.
+    slot: Mutex<Slot>,
+    /// Wakes the callers waiting for a connect to end.
+    connected: Notify,
+}
+
+/// One Redis master.
+///
+/// All commands to a node go through one multiplexed connection, so they execute on the server
+/// in the order they were sent: an attempt's rollback always runs after the attempt's acquire
+/// on that node, even when the acquire answered too late to be counted (ordering invariant 1).
+/// A connection is replaced only after it failed, never because of a timeout: a timed-out
+/// command may still be queued behind a paused server, and so must its rollback be (ordering
+/// invariant 2).
+///
+/// Connecting (TCP, handshake, loading the scripts: several round trips) runs in a background
+/// task bounded by the connect timeout, not inside a call: a call waits for it at most its own
+/// timeout, and the connect goes on when the call gives up, so that a link whose round trip is
+/// a large part of the node timeout still gets its connection back.
+pub(crate) struct Node {
+    addr: Arc<NodeAddr>,
+    timeout: Duration,
+    connect_timeout: Duration,
+    link: Arc<Link>,
+    /// Requests of this client on their way to the node or waiting for its answer.
+    in_flight: AtomicUsize,
+}
+
+/// The capacity of a connection's request queue.
+const QUEUE_CAPACITY: usize = 1 << 16;
+
+/// The most requests a client keeps in flight to one node; a call beyond it fails at once.
+/// Below the queue's capacity, so that the queue is never full and a request always takes
+/// its place on its first poll (a full queue would make it wait for room, and a later
+/// request could take the room first).
+const MAX_IN_FLIGHT: usize = QUEUE_CAPACITY - 64;
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("addr", &self.addr.display)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+impl Node {
+    pub(crate) fn new(addr: NodeAddr, timeout: Duration, connect_timeout: Duration) -> Node {
+        Node {
+            addr: Arc::new(addr),
+            timeout,
+            connect_timeout,
+            link: Arc::new(Link {
+                slot: Mutex::new(Slot::default()),
+                connected: Notify::new(),
+            }),
+            in_flight: AtomicUsize::new(0),
+        }
+    }
+
+    /// The redacted address.
+    pub(crate) fn name(&self) -> &str {
+        &self.addr.display
+    }
+
+    fn slot(&self) -> std::sync::MutexGuard<'_, Slot> {
+        self.link.slot.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn forget(&self, generation: u64) {
+        let mut slot = self.slot();
+        if slot.generation == generation {
+            slot.conn = None;
+        }
+    }
+
+    /// The live connection; without one, waits for the background connect (starting it if
+    /// none is under way). The caller bounds the wait; the connect itself is bounded by the
+    /// connect timeout.
+    async fn connection(&self) -> Result<(u64, Connected), NodeFailure> {
+        let connected = self.link.connected.notified();
+        {
+            let mut slot = self.slot();
+            if let Some(conn) = &slot.conn {
+                return Ok((slot.generation, conn.clone()));
+            }
+            if !slot.connecting {
+                slot.connecting = true;
+                tokio::spawn(connect(
+                    self.addr.clone(),
+                    self.link.clone(),
+                    self.connect_timeout,
+                ));
+            }
+        }
+        // Registered before the slot was released: the connect's wake-up cannot be missed.
+        connected.await;
+        let slot = self.slot();
+        match (&slot.conn, &slot.failure) {
+            (Some(conn), _) => Ok((slot.generation, conn.clone())),
+            (None, Some(failure)) => Err(failure.clone()),
+            (None, None) => Err(NodeFailure::new(
+                self.name(),
+                FailureKind::Connection,
+                "connection lost while connecting",
+            )),
+        }
+    }
+
+    /// Sends one command (connecting first if needed), bounded by `limit`.
+    pub(crate) async fn query_within(
+        &self,
+        cmd: &Cmd,
+        limit: Duration,
+    ) -> Result<Value, NodeFailure> {
+        let sent = self.on_connection(|mut link, _resent| async move {
+            link.conn
+                .send_packed_command(cmd)
+                .await
+                .and_then(top_level_error)
+        });
+        let unexpired = AtomicBool::new(false);
+        let sent = futures::FutureExt::map(sent, |r| r.map_err(|(_, failure)| failure));
+        self.bounded(limit, sent, &unexpired).await
+    }
+
+    /// Runs a lock call, bounded by the per-node timeout: for calls that wait for every
+    /// node's answer ([`broadcast`](crate::fanout::broadcast)). A fan-out bounds its requests
+    /// by one deadline of its own instead (see [`run`](Self::run)).
+    pub(crate) async fn run_within_timeout(
+        &self,
+        call: &Call,
+        form: SendBy,
+        slot: usize,
+    ) -> Result<Value, NodeFailure> {
+        // This request's own flag (the call is shared by the other nodes' requests, which may
+        // end otherwise), declared first so that it outlives the request, and set before the
+        // request is dropped.
+        let expired = AtomicBool::new(false);
+        self.bounded(self.timeout, self.run(call, form, slot, &expired), &expired)
+            .await
+    }
+
+    /// The failure of a request that got no answer within the node timeout.
+    pub(crate) fn timed_out(&self) -> NodeFailure {
+        self.no_answer_within(self.timeout)
+    }
+
+    fn no_answer_within(&self, limit: Duration) -> NodeFailure {
+        NodeFailure::new(
+            self.name(),
+            FailureKind::Timeout,
+            format!("no answer within {limit:?}"),
+        )
+    }
+
+    /// The per-node timeout.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Runs a lock call, unbounded: the caller bounds it by the node timeout, and sets
+    /// `expired` before dropping a request that ran out of time (it is then recorded as timed
+    /// out, not stopped). In [`SendBy::Sha`] a script is sent by
+    /// EVALSHA, falling back to EVAL when the node answers NOSCRIPT (scripts flushed). The
+    /// fallback is sent from the same future: a caller that drops the future (decided, or
+    /// timed out) can be sure no EVAL follows its rollback.
+    pub(crate) async fn run(
+        &self,
+        call: &Call,
+        form: SendBy,
+        slot: usize,
+        expired: &AtomicBool,
+    ) -> Result<Value, NodeFailure> {
+        let Some(_in_flight) = InFlightRequest::enter(&self.in_flight) else {
+            return Err(NodeFailure::new(
+                self.name(),
+                FailureKind::Connection,
+                format!("more than {MAX_IN_FLIGHT} requests in flight to this node"),
+            ));
+        };
+        let mut request = Recorded {
+            request: Some(NodeRequest::start(slot, call.name)),
+            expired,
+        };
+        // Named as the OpenTelemetry conventions for Redis clients name a command's span; the
+        // node is given by its index, never its address.
+        let span = tracing::trace_span!(
+            "redis",
+            "db.system.name" = "redis",
+            "db.operation.name" = call.verb(),
+            "quorum_lock.node" = slot,
+            "quorum_lock.operation" = call.name,
+        );
+        let result = self
+            .on_connection(|mut conn, resent| async move {
+                let timeout = self.timeout;
+                let first = match (form, resent) {
+                    (_, true) => send(&mut conn, &call.resend(form), call, slot, timeout).await,
+                    (SendBy::Sha, false) => {
+                        send(&mut conn, call.command(), call, slot, timeout).await
+                    }
+                    (SendBy::Eval, false) => {
+                        send(&mut conn, &call.eval(), call, slot, timeout).await
+                    }
+                };
+                match first.and_then(top_level_error) {
+                    Err(e)
+                        if call.is_script()
+                            && e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
+                    {
+                        tracing::debug!(node = %self.name(), script = call.name, "NOSCRIPT, falling back to EVAL");
+                        send(&mut conn, &call.eval(), call, slot, timeout)
+                            .await
+                            .and_then(top_level_error)
+                    }
+                    other => other,
+                }
+            })
+            .instrument(span)
+            .await
+            .map_err(|(_, failure)| failure);
+        request.end(match &result {
+            Ok(_) => NodeResult::Answered,
+            Err(f) if f.kind() == FailureKind::Timeout => NodeResult::Timeout,
+            Err(f) if f.detail().contains(NOT_SENT) => NodeResult::Timeout,
+            Err(f) if f.detail().contains(STOPPED) => NodeResult::Stopped,
+            Err(_) => NodeResult::Error,
+        });
+        result
+    }
+
+    /// Runs `op` on the node's connection. When a connection that was already open turns out
+    /// to be dead (the server restarted, or the connection was reset), `op` runs once more on
+    /// a fresh connection (with the scripts loaded again), told that it is a re-send:
+    /// otherwise every client would fail its first call to each restarted node. Every lock
+    /// call is safe to repeat in its re-sent form ([`Call::resend`]): the acquire is re-sent
+    /// as a script that recognises this holder's own entry; extend, repair and the fencing
+    /// write-back are idempotent for one holder value; a repeated fencing increment only
+    /// raises the token; a repeated release can only under-report (answer "not held" for an
+    /// entry it already deleted).
+    async fn on_connection<'a, F, Fut>(&'a self, op: F) -> Result<Value, (u64, NodeFailure)>
+    where
+        F: Fn(Connected, bool) -> Fut + 'a,
+        Fut: std::future::Future<Output = Result<Value, RedisError>> + 'a,
+    {
+        let (generation, conn) = self.connection().await.map_err(|f| (0, f))?;
+        match op(conn, false).await {
+            Err(e) if e.is_io_error() => {
+                self.forget(generation);
+                tracing::debug!(node = %self.name(), error = %self.scrubbed(&e), "connection dropped; reconnecting once");
+                let (generation, conn) = self.connection().await.map_err(|f| (0, f))?;
+                op(conn, true)
+                    .await
+                    .map_err(|e| (generation, self.failure(generation, &e)))
+            }
+            other => other.map_err(|e| (generation, self.failure(generation, &e))),
+        }
+    }
+
+    /// Classifies a call's error, dropping the connection when it is broken.
+    fn failure(&self, generation: u64, e: &RedisError) -> NodeFailure {
+        if e.is_io_error() {
+            self.forget(generation);
+        }
+        classify(&self.addr, e)
+    }
+
+    fn scrubbed(&self, e: &RedisError) -> String {
+        self.addr.scrub(&e.to_string())
+    }
+
+    /// A dedicated pub/sub connection (release notices), not bounded here.
+    pub(crate) async fn pubsub(&self) -> Result<redis::aio::PubSub, NodeFailure> {
+        self.addr
+            .client
+            .get_async_pubsub()
+            .await
+            .map_err(|e| classify(&self.addr, &e))
+    }
+
+    /// Runs `request` within `limit`: the one bound of a node request that is not part of a
+    /// fan-out (a fan-out bounds all its requests by one deadline: see
+    /// [`fan_out`](crate::fanout::fan_out)). `expired` is set before a request that ran out of
+    /// time is dropped, so that it is recorded as timed out, not stopped.
+    fn bounded<'a, F>(
+        &'a self,
+        limit: Duration,
+        request: F,
+        expired: &'a AtomicBool,
+    ) -> Bounded<'a, F>
+    where
+        F: Future<Output = Result<Value, NodeFailure>>,
+    {
+        Bounded {
+            request: tokio::time::timeout(limit, request),
+            node: self,
+            limit,
+            expired,
+        }
+    }
+
+    /// Connects to one node and reads what the safety rules need: `INFO` and `CONFIG GET
+    /// appendfsync` (`ROLE` is not asked: `INFO` has the role, and an ACL may deny `ROLE`).
+    pub(crate) async fn probe(&self, limit: Duration) -> Result<NodeInfo, NodeFailure> {
+        let info = self.query_within(&redis::cmd("INFO"), limit).await?;
+        if !matches!(
+            info,
+            redis::Value::BulkString(_)
+                | redis::Value::VerbatimString { .. }
+                | redis::Value::SimpleString(_)
+        ) {
+            return Err(NodeFailure::new(
+                self.name(),
+                FailureKind::Protocol,
+                format!("INFO answered {info:?}"),
+            ));
+        }
+        // INFO does not show appendfsync; CONFIG GET may be renamed away or denied by an ACL, in
+        // which case the setting stays unknown (and the warning says so).
+        let mut get = redis::cmd("CONFIG");
+        get.arg("GET").arg("appendfsync");
+        let appendfsync = self.query_within(&get, limit).await.ok();
+        Ok(NodeInfo::from_replies(
+            self.name(),
+            &info,
+            None,
+            appendfsync.as_ref(),
+        ))
+    }
+}
+
+/// Node connections shared by a client and its guards.
+pub(crate) type Nodes = Arc<[Node]>;
+
+pin_project_lite::pin_project! {
+    /// A node request bounded by a time limit (see [`Node::bounded`]). A future of its own,
+    /// not an `async fn`: an `async fn` would keep the request in its state beside the timeout
+    /// it is moved into, doubling the size of every node request's future; and the request
+    /// must still be alive when `expired` is set.
+    pub(crate) struct Bounded<'a, F> {
+        #[pin]
+        request: tokio::time::Timeout<F>,
+        node: &'a Node,
+        limit: Duration,
+        expired: &'a AtomicBool,
+    }
+}
+
+impl<F: Future<Output = Result<Value, NodeFailure>>> Future for Bounded<'_, F> {
+    type Output = Result<Value, NodeFailure>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let this = self.project();
+        match std::task::ready!(this.request.poll(cx)) {
+            Ok(answer) => std::task::Poll::Ready(answer),
+            Err(_) => {
+                this.expired.store(true, Ordering::Relaxed);
+                std::task::Poll::Ready(Err(this.node.no_answer_within(*this.limit)))
+            }
+        }
+    }
+}

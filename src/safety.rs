@@ -1,0 +1,236 @@
+//! What weakens a lock's safety on its nodes: one set of rules, which `build()` applies to the
+//! nodes it connects to (refusing, or warning in the log) and `quorum-lock check` reports
+//! (docs/DESIGN.md, "Build-time checks"). Pure: the callers query the nodes (`INFO`, `ROLE`,
+//! `CONFIG GET appendfsync`) and hand the replies to [`NodeInfo::from_replies`].
+
+use std::collections::HashMap;
+
+use redis::Value;
+
+use crate::error::Error;
+
+/// What a node said about itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeInfo {
+    /// The node's address, redacted.
+    pub node: String,
+    /// The server's run id (`INFO server`): two addresses of one server share it.
+    pub run_id: Option<String>,
+    /// `redis_version` (Valkey reports its Redis-compatible version there too).
+    pub version: Option<String>,
+    /// `master`, `slave` (`ROLE`, else `INFO replication`).
+    pub role: Option<String>,
+    /// Whether AOF persistence is on.
+    pub aof: Option<bool>,
+    /// `appendfsync`; `None` when `CONFIG GET` was refused (renamed away, or denied by an ACL).
+    pub appendfsync: Option<String>,
+    /// `maxmemory-policy`.
+    pub maxmemory_policy: Option<String>,
+}
+
+impl NodeInfo {
+    /// Reads a node's replies: `INFO` (all sections), `ROLE` (if it was allowed) and
+    /// `CONFIG GET appendfsync` (if it was allowed).
+    pub fn from_replies(
+        node: &str,
+        info: &Value,
+        role: Option<&Value>,
+        appendfsync: Option<&Value>,
+    ) -> NodeInfo {
+        let text = match info {
+            Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+            Value::VerbatimString { text, .. } => text.clone(),
+            Value::SimpleString(s) => s.clone(),
+            _ => String::new(),
+        };
+        let fields: HashMap<&str, &str> = text
+            .lines()
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k, v.trim()))
+            .collect();
+        let field = |k: &str| fields.get(k).map(|v| (*v).to_string());
+        let role = match role {
+            Some(Value::Array(items)) => items.first().and_then(string),
+            _ => None,
+        }
+        .or_else(|| field("role"));
+        let appendfsync = match appendfsync {
+            Some(Value::Array(items)) => items.get(1).and_then(string),
+            _ => None,
+        };
+        NodeInfo {
+            node: node.to_string(),
+            run_id: field("run_id"),
+            version: field("redis_version"),
+            role,
+            aof: fields.get("aof_enabled").map(|v| *v == "1"),
+            appendfsync,
+            maxmemory_policy: field("maxmemory_policy"),
+        }
+    }
+}
+
+fn string(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::VerbatimString { text, .. } => Some(text.clone()),
+        _ => None,
+    }
+}
+
+/// How much a finding weighs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Severity {
+    /// The lock cannot be safe with it: `build()` refuses such nodes.
+    Refused,
+    /// It weakens the lock's safety under some faults: `build()` logs a warning.
+    Warning,
+}
+
+/// What was found wrong with one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Finding {
+    /// How much it weighs.
+    pub severity: Severity,
+    /// The node (redacted address).
+    pub node: String,
+    /// What, and what to do about it, in plain words.
+    pub message: String,
+    /// The other node, when the finding is about two (the same server twice).
+    pub same_as: Option<String>,
+}
+
+/// The rules: the same server listed twice (one run id) would count twice toward the quorum;
+/// a replica is not an independent master; without AOF and `appendfsync always` a restarted
+/// node forgets its locks; an evicting `maxmemory-policy` may evict them (they have a TTL, so
+/// `volatile-*` may too).
+pub fn findings(nodes: &[NodeInfo]) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let mut seen: HashMap<&str, &str> = HashMap::new();
+    for n in nodes {
+        let mut add = |severity, message: String, same_as: Option<&str>| {
+            out.push(Finding {
+                severity,
+                node: n.node.clone(),
+                message,
+                same_as: same_as.map(str::to_string),
+            });
+        };
+        if let Some(run_id) = &n.run_id {
+            if let Some(first) = seen.insert(run_id, &n.node) {
+                add(
+                    Severity::Refused,
+                    format!(
+                        "the same redis server as {first} (run_id {run_id}): it would count twice toward the quorum"
+                    ),
+                    Some(first),
+                );
+            }
+        }
+        if let Some(role) = n.role.as_deref().filter(|r| *r != "master") {
+            add(
+                Severity::Refused,
+                format!("role {role}: every node must be an independent master"),
+                None,
+            );
+        }
+        match (n.aof, n.appendfsync.as_deref()) {
+            (Some(false), _) => add(
+                Severity::Warning,
+                "no AOF (appendonly no): after a restart this node forgets its locks; enable appendonly with appendfsync always, or delay restarts by more than the longest TTL".into(),
+                None,
+            ),
+            (Some(true), Some("always")) | (None, _) => {}
+            (Some(true), Some(other)) => add(
+                Severity::Warning,
+                format!("appendfsync {other}: after a crash this node may forget the locks of the last second; set appendfsync always"),
+                None,
+            ),
+            (Some(true), None) => add(
+                Severity::Warning,
+                "appendfsync unknown (CONFIG GET refused): it must be always for a restart to keep the locks".into(),
+                None,
+            ),
+        }
+        if let Some(policy) = n
+            .maxmemory_policy
+            .as_deref()
+            .filter(|p| p.starts_with("allkeys") || p.starts_with("volatile"))
+        {
+            add(
+                Severity::Warning,
+                format!("maxmemory-policy {policy} may evict lock entries early; use noeviction"),
+                None,
+            );
+        }
+    }
+    out
+}
+
+/// What a client's build does with the findings: a server listed twice is refused
+/// ([`Error::DuplicateNode`]), and so is a replica ([`Error::ReplicaNode`]); every other
+/// finding is logged as a warning.
+pub(crate) fn refuse_or_warn(nodes: &[NodeInfo]) -> crate::Result<()> {
+    for finding in findings(nodes) {
+        match (finding.severity, finding.same_as) {
+            (Severity::Refused, Some(first)) => {
+                let run_id = nodes
+                    .iter()
+                    .find(|i| i.node == finding.node)
+                    .and_then(|i| i.run_id.clone())
+                    .unwrap_or_default();
+                return Err(Error::DuplicateNode {
+                    first,
+                    second: finding.node,
+                    run_id,
+                });
+            }
+            (Severity::Refused, None) => return Err(Error::ReplicaNode { node: finding.node }),
+            _ => tracing::warn!(node = %finding.node, "{}", finding.message),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(node: &str, text: &str) -> NodeInfo {
+        NodeInfo::from_replies(
+            node,
+            &Value::BulkString(text.as_bytes().to_vec()),
+            None,
+            None,
+        )
+    }
+
+    #[test]
+    fn the_rules_refuse_duplicates_and_replicas_and_warn_about_persistence_and_eviction() {
+        let safe = "run_id:a\r\nrole:master\r\naof_enabled:1\r\nmaxmemory_policy:noeviction\r\n";
+        let mut a = info("n0", safe);
+        a.appendfsync = Some("always".into());
+        assert!(findings(std::slice::from_ref(&a)).is_empty());
+        let mut twice = a.clone();
+        twice.node = "n1".into();
+        let found = findings(&[a.clone(), twice]);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].severity, Severity::Refused);
+        assert_eq!(found[0].same_as.as_deref(), Some("n0"));
+        let replica = info(
+            "n2",
+            "run_id:b\r\nrole:slave\r\naof_enabled:0\r\nmaxmemory_policy:allkeys-lru\r\n",
+        );
+        let found = findings(&[replica]);
+        let severities: Vec<Severity> = found.iter().map(|f| f.severity).collect();
+        assert_eq!(
+            severities,
+            [Severity::Refused, Severity::Warning, Severity::Warning],
+            "{found:?}"
+        );
+    }
+}

@@ -1,0 +1,403 @@
+//! The container fleet as tests see it: [`ContainerFleet`], its operations (all `async`, each
+//! on a thread of its own), and [`ContainerFleetBuilder`], which makes one.
+
+use std::io;
+use std::net::Ipv4Addr;
+use std::sync::{Arc, Mutex};
+
+use super::cleanup::Resources;
+use super::docker;
+use super::nodes::{Inner, Network, Node, Spec};
+use super::{Side, DEFAULT_IMAGE, DURABLE, IMAGE_VAR, MAX_NODES, PORT};
+
+/// Options for a container fleet.
+#[derive(Debug, Clone, Default)]
+#[must_use]
+pub struct ContainerFleetBuilder {
+    nodes: usize,
+    image: Option<String>,
+    args: Vec<String>,
+}
+
+impl ContainerFleetBuilder {
+    /// How many nodes, at most [`MAX_NODES`]. Defaults to 0 (set it).
+    pub fn nodes(mut self, n: usize) -> Self {
+        self.nodes = n;
+        self
+    }
+
+    /// The image. Defaults to `$QUORUM_LOCK_REDIS_IMAGE`, else [`DEFAULT_IMAGE`].
+    pub fn image(mut self, image: impl Into<String>) -> Self {
+        self.image = Some(image.into());
+        self
+    }
+
+    /// Extra `redis-server` arguments for every node, after the durable settings (a later
+    /// option overrides an earlier one). Defaults to none.
+    pub fn server_args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Creates the networks and the containers, and waits until every node serves clients
+    /// and answers at each of its addresses.
+    ///
+    /// # Errors
+    /// Docker is not there or does not answer, the image is missing (the message says how to
+    /// build it), a node did not start (the message holds its log), or this machine cannot
+    /// reach the containers' addresses. Whatever was created is removed.
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not stop the start: it completes on its own thread, and the
+    /// fleet it made is then removed.
+    pub async fn start(self) -> io::Result<ContainerFleet> {
+        let inner = docker::off_thread(move || self.start_blocking()).await?;
+        Ok(ContainerFleet {
+            inner: Arc::new(inner),
+        })
+    }
+
+    fn start_blocking(self) -> io::Result<Inner> {
+        if self.nodes == 0 || self.nodes > MAX_NODES {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "a container fleet has 1 to {MAX_NODES} nodes, not {}",
+                    self.nodes
+                ),
+            ));
+        }
+        let image = self
+            .image
+            .or_else(|| std::env::var(IMAGE_VAR).ok().filter(|v| !v.is_empty()))
+            .unwrap_or_else(|| DEFAULT_IMAGE.to_string());
+        docker::check_image(&image)?;
+        let fleet = uuid::Uuid::new_v4().simple().to_string();
+        let resources = Resources::new(&fleet)?;
+        let mut networks = Vec::with_capacity(Side::ALL.len());
+        for side in Side::ALL {
+            let name = format!("quorum-lock-{}-{}", &fleet[..12], side.letter());
+            let (id, subnet) = docker::create_network(&name, &fleet)?;
+            resources.created("network", &id)?;
+            networks.push(Network { id, subnet });
+        }
+        let mut args: Vec<String> = DURABLE.iter().map(|s| (*s).to_string()).collect();
+        args.extend(self.args);
+        let spec = Spec {
+            fleet,
+            image,
+            args,
+            networks,
+        };
+        // The nodes start in parallel: most of a start is the engine's work, not ours.
+        let nodes = std::thread::scope(|scope| {
+            let starting: Vec<_> = (0..self.nodes)
+                .map(|i| {
+                    let (spec, resources) = (&spec, &resources);
+                    scope.spawn(move || spec.create_node(resources, i, [true; 2]))
+                })
+                .collect();
+            starting
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(io::Error::other("starting a node panicked")))
+                })
+                .collect::<io::Result<Vec<Node>>>()
+        })?;
+        let inner = Inner {
+            spec,
+            nodes: nodes.into_iter().map(Mutex::new).collect(),
+            resources,
+        };
+        inner.check_reachable()?;
+        Ok(inner)
+    }
+}
+
+/// A fleet of Redis masters in Docker containers, reachable from two sides.
+#[derive(Debug)]
+pub struct ContainerFleet {
+    inner: Arc<Inner>,
+}
+
+impl ContainerFleet {
+    /// Starts `n` nodes from the default image.
+    ///
+    /// # Errors
+    /// As [`ContainerFleetBuilder::start`].
+    ///
+    /// # Cancel safety
+    /// As [`ContainerFleetBuilder::start`].
+    pub async fn start(n: usize) -> io::Result<ContainerFleet> {
+        ContainerFleet::builder().nodes(n).start().await
+    }
+
+    /// Options for a fleet.
+    pub fn builder() -> ContainerFleetBuilder {
+        ContainerFleetBuilder::default()
+    }
+
+    /// How many nodes.
+    pub fn len(&self) -> usize {
+        self.inner.nodes.len()
+    }
+
+    /// Whether the fleet has no nodes (never: a fleet has at least one).
+    pub fn is_empty(&self) -> bool {
+        self.inner.nodes.is_empty()
+    }
+
+    /// The image the nodes run.
+    pub fn image(&self) -> &str {
+        &self.inner.spec.image
+    }
+
+    /// Node `i`'s address on `side`'s network (the same across restarts).
+    ///
+    /// # Panics
+    /// If `i` is out of range (a test bug).
+    pub fn address(&self, i: usize, side: Side) -> Ipv4Addr {
+        self.check(i);
+        self.inner.spec.address(i, side)
+    }
+
+    /// Node `i`'s URL as `side` sees it.
+    ///
+    /// # Panics
+    /// If `i` is out of range.
+    pub fn url(&self, i: usize, side: Side) -> String {
+        format!("redis://{}:{PORT}", self.address(i, side))
+    }
+
+    /// Every node's URL as `side` sees it, in node order: the nodes of one lock client.
+    pub fn urls(&self, side: Side) -> Vec<String> {
+        (0..self.len()).map(|i| self.url(i, side)).collect()
+    }
+
+    /// A plain redis client for node `i` through `side`, for checks and setup.
+    ///
+    /// # Panics
+    /// If `i` is out of range.
+    pub fn client(&self, i: usize, side: Side) -> redis::Client {
+        redis::Client::open(self.url(i, side)).expect("fleet URLs are valid")
+    }
+
+    /// The id of node `i`'s current container (a new one after
+    /// [`restart_empty`](Self::restart_empty)).
+    ///
+    /// # Panics
+    /// If `i` is out of range.
+    pub fn container_id(&self, i: usize) -> String {
+        self.check(i);
+        self.inner.node(i).container.clone()
+    }
+
+    /// Whether node `i` is on `side`'s network (not [`partition`](Self::partition)ed from it).
+    ///
+    /// # Panics
+    /// If `i` is out of range.
+    pub fn is_connected(&self, i: usize, side: Side) -> bool {
+        self.check(i);
+        self.inner.node(i).connected[side.index()]
+    }
+
+    /// Kills node `i` (SIGKILL, also when paused) and waits until its container has stopped.
+    /// Its data and addresses stay for [`restart`](Self::restart). A node already down is
+    /// left as it is.
+    ///
+    /// # Errors
+    /// The engine refused.
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not stop the operation: it completes on its own thread.
+    ///
+    /// # Panics
+    /// If `i` is out of range.
+    pub async fn kill(&self, i: usize) -> io::Result<()> {
+        self.run(i, move |inner| inner.kill(i)).await
+    }
+
+    /// Freezes node `i` (`docker pause`): it keeps its connections and accepts new ones, but
+    /// answers nothing until [`resume`](Self::resume).
+    ///
+    /// # Errors
+    /// The node is not running, or the engine refused (a freeze the runtime could not
+    /// complete is asked for again a few times first).
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not stop the operation: it completes on its own thread.
+    ///
+    /// # Panics
+    /// If `i` is out of range.
+    pub async fn pause(&self, i: usize) -> io::Result<()> {
+        self.run(i, move |inner| inner.pause(i)).await
+    }
+
+    /// Thaws node `i`; the requests it held are answered. A node not paused is left as it is.
+    ///
+    /// # Errors
+    /// The node is not running, or the engine refused.
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not stop the operation: it completes on its own thread.
+    ///
+    /// # Panics
+    /// If `i` is out of range.
+    pub async fn resume(&self, i: usize) -> io::Result<()> {
+        self.run(i, move |inner| inner.resume(i)).await
+    }
+
+    /// Kills node `i` if it runs, starts the same container again and waits until it serves
+    /// clients: it keeps every acknowledged write (its AOF), its addresses and its partitions.
+    ///
+    /// # Errors
+    /// The node did not start again (the message holds its log).
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not stop the operation: it completes on its own thread.
+    ///
+    /// # Panics
+    /// If `i` is out of range.
+    pub async fn restart(&self, i: usize) -> io::Result<()> {
+        self.run(i, move |inner| inner.restart(i)).await
+    }
+
+    /// Replaces node `i` by a new container on the same addresses and partitions, with no
+    /// data: a node that forgot every lock (a disk lost, or a restart without persistence).
+    ///
+    /// # Errors
+    /// The new node did not start (the message holds its log).
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not stop the operation: it completes on its own thread.
+    ///
+    /// # Panics
+    /// If `i` is out of range.
+    pub async fn restart_empty(&self, i: usize) -> io::Result<()> {
+        self.run(i, move |inner| inner.restart_empty(i)).await
+    }
+
+    /// Cuts node `i` from `side`'s network: that side's clients can no longer reach it (their
+    /// connects hang and their open connections stall, without a reset), the other side's
+    /// still can. A node already cut is left as it is.
+    ///
+    /// # Errors
+    /// The engine refused.
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not stop the operation: it completes on its own thread.
+    ///
+    /// # Panics
+    /// If `i` is out of range.
+    pub async fn partition(&self, i: usize, side: Side) -> io::Result<()> {
+        self.run(i, move |inner| inner.partition(i, side)).await
+    }
+
+    /// Reconnects node `i` to `side`'s network at its address; stalled connections resume.
+    /// A node not cut is left as it is.
+    ///
+    /// # Errors
+    /// The engine refused.
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not stop the operation: it completes on its own thread.
+    ///
+    /// # Panics
+    /// If `i` is out of range.
+    pub async fn heal(&self, i: usize, side: Side) -> io::Result<()> {
+        self.run(i, move |inner| inner.heal(i, side)).await
+    }
+
+    /// Cuts `side` from every node in `nodes` at once (in parallel; it returns when all are
+    /// cut). Isolating a side from a majority leaves its clients without a quorum.
+    ///
+    /// # Errors
+    /// The engine refused one of the cuts (the others are made).
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not stop the operation: it completes on its own thread.
+    ///
+    /// # Panics
+    /// If a node is out of range.
+    pub async fn isolate(
+        &self,
+        side: Side,
+        nodes: impl IntoIterator<Item = usize>,
+    ) -> io::Result<()> {
+        let nodes: Vec<usize> = nodes.into_iter().collect();
+        nodes.iter().for_each(|&i| self.check(i));
+        let inner = self.inner.clone();
+        docker::off_thread(move || {
+            let links: Vec<(usize, Side)> = nodes.into_iter().map(|i| (i, side)).collect();
+            inner.in_parallel(&links, |inner, i, side| inner.partition(i, side))
+        })
+        .await
+    }
+
+    /// Reconnects every cut link, in parallel.
+    ///
+    /// # Errors
+    /// The engine refused one of them (the others are made).
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not stop the operation: it completes on its own thread.
+    pub async fn heal_all(&self) -> io::Result<()> {
+        let inner = self.inner.clone();
+        docker::off_thread(move || {
+            let links: Vec<(usize, Side)> = (0..inner.nodes.len())
+                .flat_map(|i| Side::ALL.into_iter().map(move |side| (i, side)))
+                .filter(|&(i, side)| !inner.node(i).connected[side.index()])
+                .collect();
+            inner.in_parallel(&links, |inner, i, side| inner.heal(i, side))
+        })
+        .await
+    }
+
+    /// Node `i`'s log: all its containers, all their runs. Blocks for a `docker logs`.
+    ///
+    /// # Panics
+    /// If `i` is out of range.
+    pub fn logs(&self, i: usize) -> String {
+        self.check(i);
+        let node = self.inner.node(i);
+        format!("{}{}", node.earlier_logs, docker::logs(&node.container))
+    }
+
+    /// All nodes' logs, headed by node index, container and addresses: for failing tests to
+    /// print.
+    pub fn all_logs(&self) -> String {
+        let mut out = String::new();
+        for i in 0..self.len() {
+            out.push_str(&format!(
+                "--- node {i} (container {}, A {}, B {}) ---\n{}",
+                docker::short(&self.container_id(i)),
+                self.address(i, Side::A),
+                self.address(i, Side::B),
+                self.logs(i)
+            ));
+        }
+        out
+    }
+
+    fn check(&self, i: usize) {
+        assert!(
+            i < self.len(),
+            "node {i} of a fleet of {} (a test bug)",
+            self.len()
+        );
+    }
+
+    async fn run<F>(&self, i: usize, op: F) -> io::Result<()>
+    where
+        F: FnOnce(&Inner) -> io::Result<()> + Send + 'static,
+    {
+        self.check(i);
+        let inner = self.inner.clone();
+        docker::off_thread(move || op(&inner)).await
+    }
+}

@@ -1,0 +1,113 @@
+//! The library's own node scripts, run on one node for tests of the scripts: a fair lock's
+//! attempts and ticket draws, and a reader's release.
+
+use std::time::Duration;
+
+/// **For negative tests only**: one attempt of a fair lock on one node, with `place` as the
+/// waiter's position in that node's line (the fair lock's own acquire script, as a request
+/// with a ticket sends it; the key's counter is raised to `place`). The library orders every
+/// node's line by the same ticket; a test gives each node its own order (as if each ordered
+/// its waiters by arrival) to show what tickets prevent. Answers whether the node gave the
+/// key to `holder`.
+pub async fn fair_attempt_on_node(
+    node: &mut redis::aio::MultiplexedConnection,
+    key: &[u8],
+    waiter: &str,
+    holder: &str,
+    ttl: Duration,
+    place: u64,
+    queue_lease: Duration,
+) -> redis::RedisResult<bool> {
+    let (call, _) =
+        fair_shape(key, waiter, holder, Some(place), queue_lease, ttl)?.acquire(holder, &ms(ttl));
+    let answer: redis::Value = call.eval().query_async(node).await?;
+    Ok(answer == redis::Value::Int(1))
+}
+
+/// **For tests of the node scripts**: the first attempt of a waiting fair request on one
+/// node, with no ticket yet (the library's own call). Answers the ticket number the node drew
+/// when it refused (someone holds the key or waits), or `None` when it gave the key to
+/// `holder`.
+pub async fn fair_first_attempt_on_node(
+    node: &mut redis::aio::MultiplexedConnection,
+    key: &[u8],
+    waiter: &str,
+    holder: &str,
+    ttl: Duration,
+    queue_lease: Duration,
+) -> redis::RedisResult<Option<u64>> {
+    let (call, _) =
+        fair_shape(key, waiter, holder, None, queue_lease, ttl)?.acquire(holder, &ms(ttl));
+    match call.eval().query_async(node).await? {
+        redis::Value::Int(1) => Ok(None),
+        redis::Value::Array(items) => match items.as_slice() {
+            [_, redis::Value::Int(n), ..] => Ok(u64::try_from(*n).ok()),
+            _ => Err(unexpected("a fair first attempt")),
+        },
+        _ => Err(unexpected("a fair first attempt")),
+    }
+}
+
+/// **For tests of the node scripts**: a fair lock's ticket drawn on one node in a round of
+/// its own (the library's own call, made when fewer than a quorum of nodes drew it with the
+/// request's first attempt). Answers the ticket number.
+pub async fn fair_draw_on_node(
+    node: &mut redis::aio::MultiplexedConnection,
+    key: &[u8],
+    queue_lease: Duration,
+) -> redis::RedisResult<u64> {
+    let crate::family::Shape::Fair(fair) =
+        fair_shape(key, "waiter", "holder", None, queue_lease, queue_lease)?
+    else {
+        unreachable!("a fair shape")
+    };
+    fair.draw().0.eval().query_async(node).await
+}
+
+/// **For tests of the node scripts**: the release of a read lock of `key` held with
+/// `holder`, on one node (the library's own call). A test runs it node by node in an order
+/// of its choosing, as concurrent releases of several readers can interleave. Answers whether
+/// the reader held the key there.
+pub async fn read_release_on_node(
+    node: &mut redis::aio::MultiplexedConnection,
+    key: &[u8],
+    holder: &str,
+) -> redis::RedisResult<bool> {
+    let key = crate::key::Key::new(key).map_err(|e| invalid(e.to_string()))?;
+    let call = crate::family::Shape::Read(crate::family::Read { key })
+        .release(holder, crate::family::Notice::Release);
+    let answer: redis::Value = call.eval().query_async(node).await?;
+    Ok(answer == redis::Value::Int(1))
+}
+
+fn ms(d: Duration) -> String {
+    d.as_millis().to_string()
+}
+
+fn invalid(reason: String) -> redis::RedisError {
+    redis::RedisError::from((redis::ErrorKind::Client, "bad argument", reason))
+}
+
+fn unexpected(what: &'static str) -> redis::RedisError {
+    redis::RedisError::from((redis::ErrorKind::Client, "unexpected reply to", what.into()))
+}
+
+/// A fair request as the library makes it, for the script calls above.
+fn fair_shape(
+    key: &[u8],
+    waiter: &str,
+    holder: &str,
+    ticket: Option<u64>,
+    queue_lease: Duration,
+    claim: Duration,
+) -> redis::RedisResult<crate::family::Shape> {
+    Ok(crate::family::Shape::Fair(crate::family::Fair {
+        key: crate::key::Key::new(key).map_err(|e| invalid(e.to_string()))?,
+        waiter: waiter.into(),
+        holder: holder.into(),
+        ticket,
+        draws: true,
+        queue_lease_ms: ms(queue_lease).into(),
+        claim_ms: ms(claim).into(),
+    }))
+}

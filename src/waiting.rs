@@ -1,0 +1,433 @@
+//! Waiting for a lock: attempts until one succeeds or the wait ends, sleeping in between
+//! until a release notice, a grant or the backoff's pause (docs/DESIGN.md, "Waiting" and
+//! "Fair lock"), and a fair request's ticket.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::futures::OwnedNotified;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::acquire::{attempt, claim, reenter, Miss};
+use crate::backoff::Backoff;
+use crate::error::{Error, Op, Result};
+use crate::fair::Registration;
+use crate::family::{Fair, Shape};
+use crate::fanout::{broadcast, fan_out};
+use crate::guard::LockGuard;
+use crate::lease::Lease;
+use crate::ordering::write_now_finish_later;
+use crate::plan::{plan, Plan, Spec};
+use crate::quorum::Decision;
+use crate::scripts::{Call, SendBy};
+use crate::state::ClientState;
+use crate::telemetry::{self, AcquireEnd, Started};
+use crate::wakeup::{Named, Waiter};
+
+/// Attempts until success or the wait ends. Between attempts the waiter sleeps until the key's
+/// release notice or its [`Backoff`] pause.
+pub(crate) async fn waiting(state: &Arc<ClientState>, spec: Spec<'_>) -> Result<LockGuard> {
+    let mut plan = plan(state, spec)?;
+    // What a read-write request is, for the report of a wait that ended (see below).
+    let wanted = match &plan.shape {
+        Shape::Read(_) => Some("read"),
+        Shape::Write(_) => Some("write"),
+        _ => None,
+    };
+    let span =
+        tracing::debug_span!("acquire", key = %plan.shape, ttl = ?plan.ttl, wait = ?plan.wait);
+    let started = Started::now();
+    let mut withdraw = Withdraw {
+        state,
+        call: plan.shape.withdraw(),
+    };
+    let mut result = Waiting::new(state, &mut plan).run().instrument(span).await;
+    // A read-write request whose wait ended while its own task holds a lock of the key that
+    // conflicts (read then write, write then read or write, or a second read lock behind a
+    // writer that waits for the first) waited for itself: said so, naming the locks, rather
+    // than as a busy lock. Checked only when the wait ended: a guard moved to another task,
+    // or another future of the task, may well end its hold before that.
+    if let (Err(Error::WaitTimeout { .. }), Some(wanted)) = (&result, wanted) {
+        let key = plan.shape.primary();
+        if let Some(held) = Lease::rw_held_by_current_task(state, key.bytes()) {
+            result = Err(Error::WaitsForItself {
+                key: key.to_string(),
+                held,
+                wanted,
+            });
+        }
+    }
+    if result.is_ok() {
+        // The writer holds the lock: its release takes the mark back.
+        withdraw.call = None;
+    }
+    drop(withdraw);
+    let end = match &result {
+        Ok(_) => AcquireEnd::Acquired,
+        Err(Error::WaitTimeout { .. }) => AcquireEnd::Timeout,
+        Err(_) => AcquireEnd::Failed,
+    };
+    telemetry::acquire_ended(started, end);
+    result
+}
+
+/// A waiting writer that gives up takes back its pending mark, so that readers need not wait
+/// for it to expire: when its request fails, and also when its future is dropped (a timeout
+/// around it, an aborted task), as long as a runtime is there to send it.
+struct Withdraw<'a> {
+    state: &'a Arc<ClientState>,
+    call: Option<Call>,
+}
+
+impl Drop for Withdraw<'_> {
+    fn drop(&mut self) {
+        let Some(call) = self.call.take() else {
+            return;
+        };
+        if tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        let state = self.state.clone();
+        write_now_finish_later(&self.state.background, async move {
+            broadcast(&state.nodes, 0..state.nodes.len(), call, SendBy::Eval).await;
+        });
+    }
+}
+
+/// A waiting request between its attempts.
+struct Waiting<'a, 'p> {
+    state: &'a Arc<ClientState>,
+    plan: &'a mut Plan<'p>,
+    start: Instant,
+    deadline: Instant,
+    backoff: Backoff,
+    /// A fair request's place in its client's line (dropped before the waiters below).
+    fair: Option<Place>,
+    /// One waiter per key: a multi-key lock listens to the release channel of every key of
+    /// its set, as any of them may be the one that blocked it.
+    waiters: Vec<Waiter>,
+    attempts: u32,
+}
+
+/// A fair request's place among its client's waiters (for a release's hand-off) and its name
+/// on the key's release channel (for the grant notices naming it).
+struct Place {
+    registration: Registration,
+    named: Option<Named>,
+}
+
+/// What a waiter listens to between two attempts: enabled before the attempt, so that a
+/// notice that comes while it runs is not missed.
+struct Listening {
+    /// A release notice of any of its keys, or a grant naming this fair request.
+    notices: Vec<Pin<Box<OwnedNotified>>>,
+    /// The end of the claim window of a short grant to the fair waiter before this one: the
+    /// key may be free then, and this waiter first (see `wakeup`).
+    lapse: Option<Pin<Box<OwnedNotified>>>,
+}
+
+/// What comes after an attempt that missed.
+enum Next {
+    /// Attempt again at once (a fair request just joined the line, or a key's channel was just
+    /// subscribed).
+    Attempt,
+    /// Pause, then attempt again.
+    Pause {
+        /// The attempt failed (rather than met another holder).
+        failed: bool,
+        /// The smallest PTTL another holder reported.
+        hint: Option<Duration>,
+    },
+}
+
+impl<'a, 'p> Waiting<'a, 'p> {
+    fn new(state: &'a Arc<ClientState>, plan: &'a mut Plan<'p>) -> Self {
+        let config = &state.config;
+        let start = Instant::now();
+        let waiters = plan
+            .shape
+            .keys()
+            .iter()
+            .map(|k| Waiter::new(state.wakeups.as_ref(), k.release_channel()))
+            .collect();
+        let fair = match &plan.shape {
+            Shape::Fair(f) => {
+                let grant_ms = plan.ttl_ms.parse().unwrap_or(i64::MAX);
+                let registration =
+                    state
+                        .fair
+                        .register(f.key.bytes(), &f.waiter, plan.ttl, grant_ms);
+                Some(Place {
+                    registration,
+                    named: None,
+                })
+            }
+            _ => None,
+        };
+        Waiting {
+            state,
+            start,
+            deadline: start + plan.wait,
+            plan,
+            backoff: Backoff::new(config.retry_delay, config.retry_jitter),
+            waiters,
+            fair,
+            attempts: 0,
+        }
+    }
+
+    /// Attempts until one succeeds, the wait ends, or the retries run out.
+    async fn run(mut self) -> Result<LockGuard> {
+        loop {
+            if let Some(guard) = reenter(self.plan) {
+                return Ok(guard);
+            }
+            let listening = self.listen();
+            let miss = match self.try_once().await {
+                Ok(guard) => return Ok(guard),
+                Err(miss) => miss,
+            };
+            let miss = self.after(miss).await;
+            match self.next(miss)? {
+                Next::Attempt => continue,
+                Next::Pause { failed, hint } => self.pause(listening, failed, hint).await?,
+            }
+        }
+    }
+
+    /// Names a fair request on its key's channel (once the channel exists), and listens for
+    /// every notice that may end the pause after the coming attempt.
+    fn listen(&mut self) -> Listening {
+        let channel = self.waiters[0].channel();
+        if let (Some(place), Some(channel), Shape::Fair(f)) =
+            (&mut self.fair, channel, &self.plan.shape)
+        {
+            if place.named.is_none() {
+                let slot = &place.registration.slot;
+                place.named = Some(channel.name(
+                    f.waiter.as_bytes(),
+                    slot.notify.clone(),
+                    slot.lapse.clone(),
+                ));
+            }
+        }
+        let enabled = |notify: &Arc<Notify>| {
+            let mut n = Box::pin(notify.clone().notified_owned());
+            n.as_mut().enable();
+            n
+        };
+        let slot = self.fair.as_ref().map(|p| &p.registration.slot);
+        Listening {
+            notices: self
+                .waiters
+                .iter()
+                .filter_map(Waiter::channel)
+                .map(|c| enabled(c.notify()))
+                .chain(slot.map(|s| enabled(&s.notify)))
+                .collect(),
+            lapse: slot.map(|s| enabled(&s.lapse)),
+        }
+    }
+
+    /// One try: the claim of a key a release of this client handed over, an attempt, or
+    /// nothing when a release notice gave another waiter of this client the first turn.
+    /// `Err(None)` for a turn left to another waiter.
+    async fn try_once(&mut self) -> std::result::Result<LockGuard, Option<Miss>> {
+        let (state, plan) = (self.state, &*self.plan);
+        // Every waiter's turn is taken (not just the first found). A fair request does not
+        // wait for its turn among its client's waiters: its ticket orders it among all.
+        let mut turn_first = false;
+        for waiter in &mut self.waiters {
+            turn_first |= waiter.take_turn_first();
+        }
+        let Some(place) = &self.fair else {
+            if turn_first {
+                return Err(None);
+            }
+            self.attempts = self.attempts.saturating_add(1);
+            return attempt(state, plan).await.map_err(Some);
+        };
+        let released = state
+            .fair
+            .after_local_releases(plan.shape.primary().bytes());
+        // Bounded by the wait: a release's rounds are bounded by the node timeout anyway.
+        let _ = tokio::time::timeout_at(self.deadline, released).await;
+        if let Some(grant) = place.registration.take_grant_or_attempt() {
+            return claim(state, plan, grant).await.map_err(Some);
+        }
+        self.attempts = self.attempts.saturating_add(1);
+        attempt(state, plan).await.map_err(Some)
+    }
+
+    /// After a miss, a fair request: leaves the line when cut off from a quorum, waits for a
+    /// hand-off again, and draws a ticket when it has none (`None`: it joined the line).
+    async fn after(&mut self, miss: Option<Miss>) -> Option<Option<Miss>> {
+        let (state, plan) = (self.state, &mut *self.plan);
+        let Some(place) = &self.fair else {
+            return Some(miss);
+        };
+        // A fair request cut off from a quorum (its nodes failed, not refused) leaves the line:
+        // a place it kept with failing attempts would hold up the waiters behind it, on the
+        // nodes it still reaches, for its whole wait. It draws a new ticket once a quorum
+        // answers again (waited for, as its rollback: nothing of it may land later).
+        let cut_off = matches!(
+            (&miss, &plan.shape),
+            (
+                Some(Miss::Failed(Error::NoQuorum { .. })),
+                Shape::Fair(Fair {
+                    ticket: Some(_),
+                    ..
+                })
+            )
+        );
+        if cut_off {
+            if let Some(call) = plan.shape.withdraw() {
+                broadcast(&state.nodes, 0..state.nodes.len(), call, SendBy::Eval).await;
+            }
+            if let Shape::Fair(f) = &mut plan.shape {
+                f.ticket = None;
+            }
+        }
+        // The attempt's rollback, and a withdrawal, have run: a release may now hand this
+        // request the lock. Not before the withdrawal: a release in between could hand over
+        // a grant that the withdrawal then deletes and passes on to the next waiter.
+        place.registration.waiting();
+        // A fair request refused without a ticket draws one and joins the line at once.
+        match (miss, &mut plan.shape) {
+            (Some(Miss::Contended(c)), Shape::Fair(f)) if f.ticket.is_none() => {
+                let ticket = match c.drawn {
+                    Some(ticket) => Ok(ticket),
+                    None => draw_ticket(state, f).await,
+                };
+                match ticket {
+                    Ok(ticket) => {
+                        f.ticket = Some(ticket);
+                        None
+                    }
+                    Err(e) => Some(Some(Miss::Failed(e))),
+                }
+            }
+            (miss, _) => Some(miss),
+        }
+    }
+
+    /// What follows a miss: the end of the wait (its error), attempting again at once, or a
+    /// pause. `None` for a fair request that just joined the line.
+    fn next(&mut self, miss: Option<Option<Miss>>) -> Result<Next> {
+        let Some(miss) = miss else {
+            return Ok(Next::Attempt);
+        };
+        let retries_left = (self.state.config.max_retries).is_none_or(|max| self.attempts <= max);
+        let (error, hint) = match miss {
+            Some(Miss::Failed(e)) => (Some(e), None),
+            Some(Miss::Contended(c)) => {
+                // A fair request whose attempt raced a change of holder, or whose rollback
+                // gave the key straight back to it, retries quickly: nobody but its next
+                // attempt claims a key granted to it, and the grant's notices may have come
+                // (and been counted) while it was attempting.
+                if c.partly && self.fair.is_some() {
+                    self.backoff.woken();
+                }
+                (None, c.hint)
+            }
+            None => (None, None),
+        };
+        // Out of time or retries, once at least one attempt was made.
+        if (Instant::now() >= self.deadline || !retries_left) && self.attempts > 0 {
+            return Err(error.unwrap_or_else(|| self.timed_out()));
+        }
+        Ok(Next::Pause {
+            failed: error.is_some(),
+            hint,
+        })
+    }
+
+    /// The wait ran out.
+    fn timed_out(&self) -> Error {
+        Error::WaitTimeout {
+            key: self.plan.shape.to_string(),
+            waited: self.start.elapsed(),
+            attempts: self.attempts,
+        }
+    }
+
+    /// Pauses until a notice, the end of a short grant before this fair request, or the
+    /// backoff's pause, never past the wait's end. A contended waiter first subscribes every
+    /// key's channel it has not yet subscribed, and attempts again at once when it did; the
+    /// wait ends if that takes it past its end.
+    async fn pause(
+        &mut self,
+        mut listening: Listening,
+        failed: bool,
+        hint: Option<Duration>,
+    ) -> Result<()> {
+        let now = Instant::now();
+        let config = &self.state.config;
+        if !failed {
+            // Every key's channel at once (each subscription waits at most the node timeout
+            // for its nodes), and never past the wait's end.
+            let subscribing =
+                futures::future::join_all(self.waiters.iter_mut().map(|w| w.subscribe()));
+            match tokio::time::timeout_at(self.deadline, subscribing).await {
+                Ok(subscribed) if subscribed.contains(&true) => return Ok(()),
+                Ok(_) => {}
+                Err(_) => return Err(self.timed_out()),
+            }
+        }
+        let mut pause = self.backoff.pause(!failed, hint, rand::random());
+        if self.plan.shape.keeps_a_place() {
+            // A fair waiter renews its place in line, and a waiting writer its pending mark,
+            // with each attempt: both last a queue lease.
+            pause = pause.min(config.queue_lease / 3);
+        }
+        let sleep = tokio::time::sleep_until((now + pause).min(self.deadline));
+        let counters = &self.state.counters;
+        if listening.notices.is_empty() {
+            sleep.await;
+            counters.wakeup(false);
+            return Ok(());
+        }
+        let notice = futures::future::select_all(listening.notices.iter_mut().map(|n| n.as_mut()));
+        let lapse = async {
+            match &mut listening.lapse {
+                Some(n) => n.as_mut().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = notice => {
+                counters.wakeup(true);
+                self.backoff.woken();
+            }
+            // One attempt, with no quick retries: the waiter before this one most likely
+            // claimed its grant.
+            () = lapse => counters.wakeup(true),
+            () = sleep => counters.wakeup(false),
+        }
+        Ok(())
+    }
+}
+
+/// Draws a ticket for `fair`: `INCR` of the key's ticket counter on every node, the largest
+/// answer of a quorum. The request's next attempt raises the counter to it on the nodes it
+/// reaches and joins the line there; once a quorum answered that attempt, every ticket drawn
+/// afterwards is larger (its quorum meets that attempt's in a node whose counter is at least
+/// this ticket, and keeps it as long as the line is not empty), so a request that started
+/// waiting later is served later.
+async fn draw_ticket(state: &ClientState, fair: &Fair) -> Result<u64> {
+    let (call, read) = fair.draw();
+    let mut drawn = fan_out(&state.nodes, state.config.required, call, read);
+    let decision = drawn.decide().await;
+    // The increments still running only raise counters: nothing needs to follow them.
+    drawn.detach(&state.background);
+    match (
+        decision,
+        drawn.outcome.max_yes.and_then(|m| u64::try_from(m).ok()),
+    ) {
+        (Decision::Reached, Some(ticket)) => Ok(ticket),
+        _ => Err(drawn.outcome.no_quorum(Op::Acquire, &fair.key)),
+    }
+}

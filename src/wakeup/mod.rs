@@ -1,0 +1,302 @@
+//! Pub/sub wake-ups for waiters (docs/DESIGN.md, "Waiting"): one subscriber
+//! connection per node, shared by all waiters of a client, routed by channel; once a quorum
+//! of nodes announced the same release, one waiter of the key (the longest waiting) wakes.
+//!
+//! Wake-ups are a fast path, never a correctness mechanism: a waiter also wakes after
+//! min(PTTL hint, jittered retry delay), so a lost notice, or a node whose pub/sub is down,
+//! costs at most that delay.
+//!
+//! - `channel`: one key's release channel: counting notices per release and node, and who
+//!   wakes (the longest waiting, or the fair waiter a grant names).
+//! - `subscriber`: one node's pub/sub connection, made and re-made off the callers' path.
+//! - here: the client's registry of channels, and a waiter's subscription to one.
+
+mod channel;
+mod subscriber;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::node::Nodes;
+
+use channel::schedule_lapse;
+pub(crate) use channel::{Channel, Named};
+use subscriber::worker;
+
+/// A waited-on channel: how many of the client's tasks wait on it.
+struct Registration {
+    waiters: usize,
+    channel: Arc<Channel>,
+}
+
+/// Channel name -> its registration.
+type Registry = HashMap<Vec<u8>, Registration>;
+
+enum Command {
+    Subscribe(Vec<u8>, oneshot::Sender<bool>),
+    Unsubscribe(Vec<u8>),
+}
+
+/// The registry of waited-on channels and the per-node subscriber tasks.
+pub(crate) struct Wakeups {
+    nodes: Nodes,
+    quorum: usize,
+    timeout: Duration,
+    /// The client's connect timeout, for the subscriber connections as for the others.
+    connect_timeout: Duration,
+    channels: Mutex<Registry>,
+    workers: OnceLock<Vec<mpsc::UnboundedSender<Command>>>,
+    notices: AtomicU64,
+}
+
+impl Wakeups {
+    pub(crate) fn new(
+        nodes: Nodes,
+        quorum: usize,
+        timeout: Duration,
+        connect_timeout: Duration,
+    ) -> Wakeups {
+        Wakeups {
+            nodes,
+            quorum,
+            timeout,
+            connect_timeout,
+            channels: Mutex::new(HashMap::new()),
+            workers: OnceLock::new(),
+            notices: AtomicU64::new(0),
+        }
+    }
+
+    /// Wake-ups given (each after a quorum of nodes reported the key free).
+    pub(crate) fn notices(&self) -> u64 {
+        self.notices.load(Ordering::Relaxed)
+    }
+
+    /// Tasks of this client currently waiting for a release notice.
+    pub(crate) fn waiting(&self) -> u64 {
+        self.channels().values().map(|r| r.waiters as u64).sum()
+    }
+
+    fn channels(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.channels.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn workers(self: &Arc<Self>) -> &[mpsc::UnboundedSender<Command>] {
+        self.workers.get_or_init(|| {
+            (0..self.nodes.len())
+                .map(|i| {
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    tokio::spawn(worker(
+                        i,
+                        self.nodes.clone(),
+                        Arc::downgrade(self),
+                        self.timeout,
+                        self.connect_timeout,
+                        rx,
+                    ));
+                    tx
+                })
+                .collect()
+        })
+    }
+
+    /// Joins the line of this client's waiters on `channel`, if there is one: a newcomer then
+    /// waits for its turn (a wake-up, FIFO) instead of racing the waiters already in line,
+    /// which would only split the votes of the next hand-off.
+    fn join_line(self: &Arc<Self>, channel: &[u8]) -> Option<Subscription> {
+        let mut channels = self.channels();
+        let registration = channels.get_mut(channel)?;
+        registration.waiters += 1;
+        Some(Subscription {
+            wakeups: self.clone(),
+            name: channel.to_vec(),
+            channel: registration.channel.clone(),
+        })
+    }
+
+    /// Registers a waiter on `channel`; the first waiter subscribes on every node and waits
+    /// (bounded by the node timeout) until the subscriptions are confirmed, so that a release
+    /// after this returns is seen. Returns the subscription and how many nodes confirmed (N
+    /// when the channel was already subscribed).
+    async fn join(self: &Arc<Self>, channel: Vec<u8>) -> (Subscription, usize) {
+        let (sub, replies) = {
+            // The map lock orders SUBSCRIBE and UNSUBSCRIBE commands per channel: a leave and a
+            // join racing each other reach every node's worker in the order they happened.
+            let mut channels = self.channels();
+            let (chan, replies) = match channels.get_mut(&channel) {
+                Some(registration) => {
+                    registration.waiters += 1;
+                    (registration.channel.clone(), Vec::new())
+                }
+                None => {
+                    let chan = Arc::new(Channel::new(self.quorum));
+                    let registration = Registration {
+                        waiters: 1,
+                        channel: chan.clone(),
+                    };
+                    channels.insert(channel.clone(), registration);
+                    let replies = self
+                        .workers()
+                        .iter()
+                        .filter_map(|w| {
+                            let (tx, rx) = oneshot::channel();
+                            w.send(Command::Subscribe(channel.clone(), tx))
+                                .ok()
+                                .map(|()| rx)
+                        })
+                        .collect::<Vec<_>>();
+                    (chan, replies)
+                }
+            };
+            // The registration is owned by its drop guard before the first await: a caller
+            // that drops this future while the nodes confirm leaves (and unsubscribes) at once.
+            let sub = Subscription {
+                wakeups: self.clone(),
+                name: channel,
+                channel: chan,
+            };
+            (sub, replies)
+        };
+        let chan = &sub.channel;
+        let confirmed = if replies.is_empty() {
+            self.nodes.len()
+        } else {
+            let all = futures::future::join_all(replies);
+            let confirmed = match tokio::time::timeout(self.timeout, all).await {
+                Ok(answers) => answers
+                    .into_iter()
+                    .filter(|a| matches!(a, Ok(true)))
+                    .count(),
+                Err(_) => 0,
+            };
+            // Each node's subscriber marks the channel confirmed itself (see `worker`), and the
+            // threshold follows (`Channel::threshold`).
+            let _ = chan;
+            confirmed
+        };
+        (sub, confirmed)
+    }
+
+    fn leave(&self, name: &[u8]) {
+        let mut channels = self.channels();
+        let Some(registration) = channels.get_mut(name) else {
+            return;
+        };
+        registration.waiters -= 1;
+        if registration.waiters == 0 {
+            channels.remove(name);
+            if let Some(workers) = self.workers.get() {
+                for w in workers {
+                    let _ = w.send(Command::Unsubscribe(name.to_vec()));
+                }
+            }
+        }
+    }
+
+    fn on_message(&self, node: usize, channel: &[u8], message: &[u8]) {
+        let chan = self.channels().get(channel).map(|r| r.channel.clone());
+        if let Some(chan) = chan {
+            let heard = chan.report_free(node, message);
+            if heard.woke {
+                self.notices.fetch_add(1, Ordering::Relaxed);
+            }
+            if let Some(lapse) = heard.lapse {
+                schedule_lapse(lapse);
+            }
+        }
+    }
+
+    /// Node `node`'s subscriber has `names` subscribed (`true`), or lost every subscription
+    /// with its connection (`names` empty, `false`).
+    fn confirm(&self, node: usize, names: &[Vec<u8>], subscribed: bool) {
+        let channels = self.channels();
+        if subscribed {
+            for name in names {
+                if let Some(r) = channels.get(name) {
+                    r.channel.set_confirmed(node, true);
+                }
+            }
+        } else {
+            for r in channels.values() {
+                r.channel.set_confirmed(node, false);
+            }
+        }
+    }
+
+    fn channel_names(&self) -> Vec<Vec<u8>> {
+        self.channels().keys().cloned().collect()
+    }
+}
+
+/// One waiting acquire's place among its client's waiters of a key: its subscription to the
+/// key's release channel, made when first needed and left when the waiter is dropped (also
+/// when its acquire is cancelled).
+pub(crate) struct Waiter {
+    wakeups: Option<Arc<Wakeups>>,
+    channel: Vec<u8>,
+    subscription: Option<Subscription>,
+    /// The client already had waiters on the key: wait for a turn before the first attempt.
+    turn_first: bool,
+}
+
+impl Waiter {
+    /// A waiter on `channel`; with `wakeups` (pub/sub on) it joins the line of the client's
+    /// waiters already there (local FIFO): racing them would only split the next hand-off's
+    /// votes.
+    pub(crate) fn new(wakeups: Option<&Arc<Wakeups>>, channel: &[u8]) -> Waiter {
+        let subscription = wakeups.and_then(|w| w.join_line(channel));
+        Waiter {
+            wakeups: wakeups.cloned(),
+            channel: channel.to_vec(),
+            turn_first: subscription.is_some(),
+            subscription,
+        }
+    }
+
+    /// True once, when the waiter is to wait for its turn before its first attempt.
+    pub(crate) fn take_turn_first(&mut self) -> bool {
+        std::mem::take(&mut self.turn_first)
+    }
+
+    /// The channel to listen on, once subscribed.
+    pub(crate) fn channel(&self) -> Option<Arc<Channel>> {
+        self.subscription.as_ref().map(|s| s.channel.clone())
+    }
+
+    /// Subscribes, unless already subscribed or pub/sub is off. True when it just did: a
+    /// release before the subscription was active sent a notice nobody heard, so the caller
+    /// tries again at once.
+    ///
+    /// Cancel safe: a subscription interrupted while the nodes confirm it is left at once.
+    pub(crate) async fn subscribe(&mut self) -> bool {
+        let Some(wakeups) = self
+            .wakeups
+            .as_ref()
+            .filter(|_| self.subscription.is_none())
+        else {
+            return false;
+        };
+        let (subscription, confirmed) = wakeups.join(self.channel.clone()).await;
+        tracing::debug!(confirmed, "subscribed to release notices");
+        self.subscription = Some(subscription);
+        true
+    }
+}
+
+/// A waiter's registration on a release channel; leaving (drop) unsubscribes with the last
+/// waiter.
+struct Subscription {
+    wakeups: Arc<Wakeups>,
+    name: Vec<u8>,
+    channel: Arc<Channel>,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.wakeups.leave(&self.name);
+    }
+}
