@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -862,55 +863,51 @@ async fn a_first_waiter_cut_off_from_a_quorum_leaves_the_line_to_the_next() {
     );
 }
 
-/// Every node's view of a fair key, for a failing test: the entry's holder (by the waiter it
-/// was granted to, when it is one) and PTTL, and the line with tickets and queue leases.
+/// Every node's view of a fair key, for a failing test, each node's read in one script (so
+/// that it is one moment's view): the entry's holder (by its waiter id, and whether that
+/// waiter is in line) and PTTL, the line with tickets, and the queue leases (ms left).
 async fn line_dump(fleet: &Fleet, key: &str) -> String {
+    const READ: &str = r#"
+        local t = redis.call('time')
+        local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+        local leases = redis.call('zrange', KEYS[3], 0, -1, 'WITHSCORES')
+        for i = 2, #leases, 2 do leases[i] = tostring(tonumber(leases[i]) - now) end
+        return {redis.call('get', KEYS[1]) or '', tostring(redis.call('pttl', KEYS[1])),
+                redis.call('zrange', KEYS[2], 0, -1, 'WITHSCORES'), leases,
+                redis.call('hkeys', KEYS[4]), tostring(now)}"#;
     let mut out = String::new();
     for i in 0..fleet.len() {
         let mut c = conn(fleet, i).await;
-        let holder: Option<String> = redis::cmd("GET")
+        let (holder, pttl, line, leases, entries, now): (
+            String,
+            String,
+            Vec<(String, String)>,
+            Vec<(String, String)>,
+            Vec<String>,
+            String,
+        ) = redis::cmd("EVAL")
+            .arg(READ)
+            .arg(4)
             .arg(key)
-            .query_async(&mut c)
-            .await
-            .unwrap();
-        let pttl: i64 = redis::cmd("PTTL")
-            .arg(key)
-            .query_async(&mut c)
-            .await
-            .unwrap();
-        let line: Vec<(String, f64)> = redis::cmd("ZRANGE")
             .arg(format!("quorum-lock:queue:{key}"))
-            .arg(0)
-            .arg(-1)
-            .arg("WITHSCORES")
-            .query_async(&mut c)
-            .await
-            .unwrap();
-        let leases: Vec<(String, f64)> = redis::cmd("ZRANGE")
             .arg(format!("quorum-lock:queue-expiry:{key}"))
-            .arg(0)
-            .arg(-1)
-            .arg("WITHSCORES")
-            .query_async(&mut c)
-            .await
-            .unwrap();
-        let entries: Vec<(String, String)> = redis::cmd("HGETALL")
             .arg(format!("quorum-lock:queue-holder:{key}"))
             .query_async(&mut c)
             .await
             .unwrap();
-        let granted_to = holder.as_ref().map(|h| {
-            entries
-                .iter()
-                .find(|(_, e)| e.ends_with(h.as_str()))
-                .map_or("a holder not in line".to_string(), |(w, _)| {
-                    format!("granted to {w}")
-                })
-        });
-        let time: Vec<String> = redis::cmd("TIME").query_async(&mut c).await.unwrap();
+        // A fair holder value is `fair:<waiter id>:<secret>`: the waiter id is public.
+        let held = match holder
+            .strip_prefix("fair:")
+            .and_then(|h| h.rsplit_once(':'))
+        {
+            Some((w, _)) if entries.iter().any(|e| e == w) => format!("{w} (in line)"),
+            Some((w, _)) => format!("{w} (not in line)"),
+            None if holder.is_empty() => "nobody".to_string(),
+            None => "a holder value that is not a fair one".to_string(),
+        };
         out.push_str(&format!(
-            "node {i} (time {}.{}): key {granted_to:?} pttl {pttl}; line {line:?}; leases {leases:?}\n",
-            time[0], time[1]
+            "node {i} (ms {now}): key held by {held}, pttl {pttl}; line {line:?}; \
+             queue leases (ms left) {leases:?}\n"
         ));
     }
     out
@@ -931,9 +928,30 @@ async fn tasks_of_several_clients_take_turns_without_falling_back_to_their_timer
     for _ in 0..CLIENTS {
         clients.push(patient_client(fleet).await);
     }
+    // The line's state when it first stalls (no turn for three seconds), for the failure
+    // message: the state once the waits have ended says little.
+    let turns = Arc::new(AtomicUsize::new(0));
+    let monitor = {
+        let (turns, key) = (turns.clone(), key.clone());
+        tokio::spawn(async move {
+            let mut last = (0, std::time::Instant::now());
+            loop {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let now = turns.load(Ordering::Relaxed);
+                if now != last.0 {
+                    last = (now, std::time::Instant::now());
+                } else if last.1.elapsed() > Duration::from_secs(3) {
+                    return format!(
+                        "after turn {now}, no turn for 3 s:\n{}",
+                        line_dump(shared_fleet(), &key).await
+                    );
+                }
+            }
+        })
+    };
     let mut tasks = Vec::new();
     for t in 0..TASKS {
-        let (locks, key) = (clients[t % CLIENTS].clone(), key.clone());
+        let (locks, key, turns) = (clients[t % CLIENTS].clone(), key.clone(), turns.clone());
         tasks.push(tokio::spawn(async move {
             for turn in 0..TURNS {
                 let started = std::time::Instant::now();
@@ -954,6 +972,7 @@ async fn tasks_of_several_clients_take_turns_without_falling_back_to_their_timer
                         ))
                     }
                 };
+                turns.fetch_add(1, Ordering::Relaxed);
                 guard.release().await.unwrap();
             }
             Ok(())
@@ -965,9 +984,16 @@ async fn tasks_of_several_clients_take_turns_without_falling_back_to_their_timer
             stalled.push(e);
         }
     }
+    let first_stall = match monitor.is_finished() {
+        true => monitor.await.unwrap(),
+        false => {
+            monitor.abort();
+            "none seen".to_string()
+        }
+    };
     if !stalled.is_empty() {
         panic!(
-            "the line stalled: {stalled:#?}\n{}",
+            "the line stalled: {stalled:#?}\nfirst stall: {first_stall}\nat the end:\n{}",
             line_dump(fleet, &key).await
         );
     }
