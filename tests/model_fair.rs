@@ -2327,6 +2327,24 @@ fn large_three_requests_from_their_first_attempts() {
     assert_safe("three requests from their first attempts", cfg);
 }
 
+/// The hand-off with both waiters' node timeouts, over a tick (about 3 GB).
+#[test]
+#[ignore]
+fn large_hand_off_with_both_waiters_timeouts_over_a_tick() {
+    let cfg = Config::new(3, 2, &hand_off_cast(), 1).timeouts(0b110);
+    assert_safe("hand-off, both waiters' timeouts, over a tick", cfg);
+}
+
+/// The hand-off's cast under `AtLeast(4)` of 5 with two forgetful faults (about 3 GB).
+#[test]
+#[ignore]
+fn large_hand_off_at_least_4_of_5_two_forgetful() {
+    let cfg = Config::new(5, 4, &hand_off_cast(), 0)
+        .timeouts(0)
+        .forgetful(2);
+    assert_safe("hand-off, AtLeast(4) of 5, 2 forgetful", cfg);
+}
+
 /// The assumption, for the hand-off: a cut-off waiter's withdrawal, waited for until it
 /// timed out, lands after its client's release on two nodes whose connections were replaced,
 /// and deletes the grants the release handed over.
