@@ -863,6 +863,17 @@ async fn a_first_waiter_cut_off_from_a_quorum_leaves_the_line_to_the_next() {
     );
 }
 
+/// One node's view of a fair key as [`line_dump`] reads it: holder, PTTL, line (member,
+/// ticket), queue leases (member, ms left), members with an entry, the node's clock (ms).
+type NodeView = (
+    String,
+    String,
+    Vec<(String, String)>,
+    Vec<(String, String)>,
+    Vec<String>,
+    String,
+);
+
 /// Every node's view of a fair key, for a failing test, each node's read in one script (so
 /// that it is one moment's view): the entry's holder (by its waiter id, and whether that
 /// waiter is in line) and PTTL, the line with tickets, and the queue leases (ms left).
@@ -878,14 +889,7 @@ async fn line_dump(fleet: &Fleet, key: &str) -> String {
     let mut out = String::new();
     for i in 0..fleet.len() {
         let mut c = conn(fleet, i).await;
-        let (holder, pttl, line, leases, entries, now): (
-            String,
-            String,
-            Vec<(String, String)>,
-            Vec<(String, String)>,
-            Vec<String>,
-            String,
-        ) = redis::cmd("EVAL")
+        let (holder, pttl, line, leases, entries, now): NodeView = redis::cmd("EVAL")
             .arg(READ)
             .arg(4)
             .arg(key)
