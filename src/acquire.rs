@@ -165,6 +165,11 @@ pub(crate) async fn attempt(
                 .then_some(fan.outcome.max_drawn)
                 .flatten()
                 .and_then(|n| u64::try_from(n).ok());
+            tracing::trace!(
+                yes = fan.outcome.tally.yes(),
+                hint = ?fan.outcome.hint,
+                "attempt refused"
+            );
             Miss::Contended(Contention {
                 hint: fan.outcome.hint,
                 drawn,

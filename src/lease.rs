@@ -501,6 +501,15 @@ pub(crate) async fn release_round(
     if fan.decide().await == Decision::Reached {
         let mut stragglers = fan.detach(&client.background);
         if let Some((releasing, stamp, _, sent)) = fair {
+            tracing::trace!(
+                granted = ?fan
+                    .outcome
+                    .granted
+                    .iter()
+                    .map(|(w, ms)| (String::from_utf8_lossy(w), ms))
+                    .collect::<Vec<_>>(),
+                "fair release confirmed"
+            );
             client
                 .fair
                 .hand_off(&client.config, stamp, sent, &fan.outcome, &mut stragglers);

@@ -37,8 +37,11 @@ pub(crate) async fn waiting(state: &Arc<ClientState>, spec: Spec<'_>) -> Result<
         Shape::Write(_) => Some("write"),
         _ => None,
     };
-    let span =
-        tracing::debug_span!("acquire", key = %plan.shape, ttl = ?plan.ttl, wait = ?plan.wait);
+    let waiter = match &plan.shape {
+        Shape::Fair(f) => Some(f.waiter.clone()),
+        _ => None,
+    };
+    let span = tracing::debug_span!("acquire", key = %plan.shape, ttl = ?plan.ttl, wait = ?plan.wait, waiter = waiter.as_deref());
     let started = Started::now();
     let mut withdraw = Withdraw {
         state,
@@ -206,6 +209,7 @@ impl<'a, 'p> Waiting<'a, 'p> {
             (&mut self.fair, channel, &self.plan.shape)
         {
             if place.named.is_none() {
+                tracing::trace!("named on the release channel");
                 let slot = &place.registration.slot;
                 place.named = Some(channel.name(
                     f.waiter.as_bytes(),
@@ -256,6 +260,7 @@ impl<'a, 'p> Waiting<'a, 'p> {
         // Bounded by the wait: a release's rounds are bounded by the node timeout anyway.
         let _ = tokio::time::timeout_at(self.deadline, released).await;
         if let Some(grant) = place.registration.take_grant_or_attempt() {
+            tracing::trace!("claiming the lock a release of this client handed over");
             return claim(state, plan, grant).await.map_err(Some);
         }
         self.attempts = self.attempts.saturating_add(1);
@@ -399,13 +404,20 @@ impl<'a, 'p> Waiting<'a, 'p> {
         };
         tokio::select! {
             _ = notice => {
+                tracing::trace!("woken by a notice");
                 counters.wakeup(true);
                 self.backoff.woken();
             }
             // One attempt, with no quick retries: the waiter before this one most likely
             // claimed its grant.
-            () = lapse => counters.wakeup(true),
-            () = sleep => counters.wakeup(false),
+            () = lapse => {
+                tracing::trace!("woken at the end of a short grant before this waiter");
+                counters.wakeup(true);
+            }
+            () = sleep => {
+                tracing::trace!(?pause, "woken by the timer");
+                counters.wakeup(false);
+            }
         }
         Ok(())
     }

@@ -923,6 +923,16 @@ async fn line_dump(fleet: &Fleet, key: &str) -> String {
 /// wait. Heavy on purpose: a stall that needs a loaded machine to show shows here first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tasks_of_several_clients_take_turns_without_falling_back_to_their_timers() {
+    if let Ok(path) = std::env::var("QUORUM_LOCK_TEST_TRACE") {
+        let file = std::fs::File::create(path).expect("trace file");
+        let _ = tracing::subscriber::set_global_default(
+            tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new("quorum_lock=trace"))
+                .with_writer(Mutex::new(file))
+                .with_ansi(false)
+                .finish(),
+        );
+    }
     let fleet = shared_fleet();
     let key = unique_key("fair-turns");
     const CLIENTS: usize = 8;
@@ -1406,4 +1416,103 @@ async fn a_first_waiter_that_moves_on_its_timer_keeps_its_turn() {
         );
         finish_background(&[holder, slow, later]).await;
     }
+}
+
+/// Takes `waiter` out of `key`'s line on node `i`, as if its join had not landed there yet
+/// (a join lands on each node in its own time).
+async fn not_joined_yet(fleet: &Fleet, i: usize, key: &str, waiter: &str) {
+    let mut c = conn(fleet, i).await;
+    let _: () = redis::pipe()
+        .cmd("ZREM")
+        .arg(format!("quorum-lock:queue:{key}"))
+        .arg(waiter)
+        .cmd("ZREM")
+        .arg(format!("quorum-lock:queue-expiry:{key}"))
+        .arg(waiter)
+        .cmd("HDEL")
+        .arg(format!("quorum-lock:queue-holder:{key}"))
+        .arg(waiter)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+}
+
+/// The waiter that joined `key`'s line last, as node `i` has it (highest ticket).
+async fn last_in_line(fleet: &Fleet, i: usize, key: &str) -> String {
+    line(fleet, i, key).await.pop().expect("a waiter in line")
+}
+
+/// A release lands while the nodes' lines differ (a join not yet landed everywhere): each
+/// node grants its own first waiter, here nodes 0-1 the first waiter, 2-3 the second and 4
+/// the third. No waiter has a quorum of grants, so no notice wakes one, and the grants are
+/// short, but a claim window outlasts the waiters' timers, a minute here: waiting the grants
+/// out would stall the line for their 30 s. A waiter named by a minority of grants tries
+/// after a node timeout instead; the rollbacks of those tries hand their nodes to the first
+/// waiter, which takes the lock, and the line goes on in ticket order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_split_between_waiters_is_mended_without_waiting_the_grants_out() {
+    let fleet = shared_fleet();
+    let key = unique_key("fair-split");
+    let holder = client(fleet, Quorum::Majority).await;
+    let guard = holder.fair_lock(&key).ttl(LONG).acquire().await.unwrap();
+    holder.finish_background().await;
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    // Each waiter joins behind the ones before it; then the nodes listed forget its place.
+    for (n, forgotten_on) in [(1, &[2, 3, 4][..]), (2, &[4][..]), (3, &[][..])] {
+        let locks = patient_client(fleet).await;
+        let (k, order) = (key.clone(), order.clone());
+        waiters.push(tokio::spawn(async move {
+            let got = locks
+                .fair_lock(&k)
+                .ttl(LONG)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await;
+            order.lock().unwrap().push(n);
+            let stats = locks.stats();
+            got.map_err(|e| format!("waiter {n}: {e}; {stats:?}"))?
+                .release()
+                .await
+                .map_err(|e| format!("waiter {n}'s release: {e}"))
+        }));
+        eventually(
+            fleet,
+            Duration::from_secs(10),
+            "the waiter in line",
+            || async { line(fleet, 0, &key).await.len() == n },
+        )
+        .await;
+        let waiter = last_in_line(fleet, 0, &key).await;
+        eventually(
+            fleet,
+            Duration::from_secs(10),
+            "its join everywhere",
+            || async {
+                let mut everywhere = true;
+                for i in 0..fleet.len() {
+                    everywhere &= line(fleet, i, &key).await.contains(&waiter);
+                }
+                everywhere
+            },
+        )
+        .await;
+        for &i in forgotten_on {
+            not_joined_yet(fleet, i, &key, &waiter).await;
+        }
+    }
+    let before = line_dump(fleet, &key).await;
+    guard.release().await.unwrap();
+    let mut failed = Vec::new();
+    for w in waiters {
+        if let Err(e) = w.await.unwrap() {
+            failed.push(e);
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{failed:#?}\nbefore the release:\n{before}\nnow:\n{}",
+        line_dump(fleet, &key).await
+    );
+    assert_eq!(*order.lock().unwrap(), [1, 2, 3], "not in ticket order");
 }

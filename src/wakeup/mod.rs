@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::node::Nodes;
 
-use channel::schedule_lapse;
+use channel::schedule;
 pub(crate) use channel::{Channel, Named};
 use subscriber::worker;
 
@@ -133,7 +133,7 @@ impl Wakeups {
                     (registration.channel.clone(), Vec::new())
                 }
                 None => {
-                    let chan = Arc::new(Channel::new(self.quorum));
+                    let chan = Arc::new(Channel::new(self.quorum, self.timeout));
                     let registration = Registration {
                         waiters: 1,
                         channel: chan.clone(),
@@ -162,6 +162,7 @@ impl Wakeups {
             (sub, replies)
         };
         let chan = &sub.channel;
+        tracing::trace!(first = !replies.is_empty(), "joining a release channel");
         let confirmed = if replies.is_empty() {
             self.nodes.len()
         } else {
@@ -199,13 +200,20 @@ impl Wakeups {
 
     fn on_message(&self, node: usize, channel: &[u8], message: &[u8]) {
         let chan = self.channels().get(channel).map(|r| r.channel.clone());
+        tracing::trace!(
+            node,
+            channel = %String::from_utf8_lossy(channel),
+            message = %String::from_utf8_lossy(message),
+            waited_on = chan.is_some(),
+            "notice"
+        );
         if let Some(chan) = chan {
             let heard = chan.report_free(node, message);
             if heard.woke {
                 self.notices.fetch_add(1, Ordering::Relaxed);
             }
-            if let Some(lapse) = heard.lapse {
-                schedule_lapse(lapse);
+            for timed in [heard.lapse, heard.partial].into_iter().flatten() {
+                schedule(timed);
             }
         }
     }
