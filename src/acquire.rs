@@ -110,8 +110,8 @@ pub(crate) async fn attempt(
     let (key, ttl) = (&plan.shape, plan.ttl);
     let holder = plan
         .shape
-        .request_holder()
-        .map_or_else(|| holder_value(state, plan.owner), str::to_owned);
+        .attempt_holder()
+        .unwrap_or_else(|| holder_value(state, plan.owner));
     let (call, read) = key.acquire(&holder, &plan.ttl_ms);
     state.counters.attempt_started();
 
@@ -206,15 +206,13 @@ pub(crate) async fn attempt(
 /// (ordering invariant 5): otherwise the retry could be refused by this attempt's own entry.
 /// An attempt every node refused has nothing to give back.
 ///
-/// An attempt's holder value is its own, so a rollback that lands late can never delete a
-/// later attempt's entry, and it is enough to write it onto every live connection now and
-/// let it finish in the background. A fair request's attempts share one holder value (a
-/// release grants the key to the request, not to an attempt), so there a late rollback
-/// would delete the entry of the request's next attempt, or of a grant: a rollback waiting
-/// for a connection being re-made, or re-sent after its connection dropped, can land after
-/// them. So a fair request waits for its rollback (each node's part bounded by the node
-/// timeout; a part stopped before it was written is never sent) before it tries again or
-/// counts as waiting for a hand-off.
+/// An attempt's holder value is its own (a fair request's too: its base and a nonce), so a
+/// rollback that lands late can never delete a later attempt's entry, or a grant, and it is
+/// enough to write it onto every live connection now and let it finish in the background.
+/// A fair request still waits for its rollback (each node's part bounded by the node
+/// timeout; a part stopped before it was written is never sent) before it counts as waiting
+/// for a hand-off: by then its attempt, written before the rollback on each connection, has
+/// run, and cannot claim (and its rollback delete) a key a release hands over.
 ///
 /// Returns whether a fair request's rollback gave the key straight back to the request, first
 /// in line (see `family/lua/fair_release.lua`): its next attempt should come at once, since no other
@@ -256,7 +254,11 @@ pub(crate) async fn claim(
     plan: &Plan<'_>,
     grant: Grant,
 ) -> std::result::Result<LockGuard, Miss> {
-    let holder = plan.shape.request_holder().unwrap_or_default().to_owned();
+    // The release set the key to the request's grant value on the nodes it counted.
+    let holder = match &plan.shape {
+        Shape::Fair(f) => f.grant_holder(),
+        _ => String::new(),
+    };
     let (token, fencing) = match plan.fencing {
         true => fence_token(state, &plan.shape).await,
         false => (Ok(None), Vec::new()),

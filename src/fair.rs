@@ -15,15 +15,17 @@
 //! plus the waiter's TTL, and its deadline is measured from that send (invariant 2), as an
 //! acquire's is from its own.
 //!
-//! Only a waiter with no attempt of its own in flight may be handed the lock: a failed
-//! attempt's rollback deletes the request's holder value wherever it finds it, which includes
-//! a key the release had just granted. So a waiter marks itself attempting before each
-//! attempt, and waiting (with a stamp from [`FairWaiters::stamp`]) only after its rollback was
+//! Only a waiter with no attempt of its own in flight may be handed the lock: an attempt
+//! that meets the key the release just granted claims it (sets its own attempt's value), and
+//! if the attempt then fails, its rollback deletes it. So a waiter marks itself attempting
+//! before each attempt, and waiting (with a stamp from [`FairWaiters::stamp`]) only after its rollback was
 //! written onto every connection (ordering invariant 5). A release takes a stamp before it
 //! sends anything; it hands off only to a waiter whose waiting stamp is older, whose rollback
 //! therefore runs on every node before the release's grant. A waiter handed the lock makes no
-//! further attempt. Any other waiter claims its grant with an attempt of its own, which finds
-//! its holder value on the key and extends it from the attempt's start.
+//! further attempt, and its guard holds the grant's value (`<base>:g`, see `family::Fair`),
+//! which no rollback of the request matches. Any other waiter claims its grant with an
+//! attempt of its own, which finds a value of its base on the key and sets its own from the
+//! attempt's start.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

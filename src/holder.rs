@@ -51,10 +51,10 @@ fn shape_of(client: &ClientState, key: &[u8], holder: &str) -> Result<Shape> {
     let key = Key::new(key)?;
     check_holder(holder)?;
     Ok(match Fair::waiter_of(holder) {
-        Some(waiter) => Shape::Fair(Fair {
+        Some((waiter, base)) => Shape::Fair(Fair {
             key,
             waiter: waiter.into(),
-            holder: holder.into(),
+            holder: base.into(),
             ticket: None,
             draws: false,
             queue_lease_ms: client.config.queue_lease.as_millis().to_string().into(),

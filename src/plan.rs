@@ -108,15 +108,13 @@ pub(crate) fn plan<'a>(state: &ClientState, spec: Spec<'a>) -> Result<Plan<'a>> 
             waiter: Some(uuid::Uuid::new_v4().simple().to_string().into()),
             mark_ms: config.queue_lease.as_millis().to_string().into(),
         }),
-        // The request's id and holder value, one each for all its attempts (see `Fair`).
+        // The request's id and base, one each for all its attempts (see `Fair`).
         Target::Fair(key) => {
-            // Tagged with its client, so that a short grant's notice names the next waiter
-            // of another client (see `family/lua/fair_acquire.lua`).
-            let waiter = format!("{}.{}", state.client_tag(), uuid::Uuid::new_v4().simple());
+            let (waiter, holder) = Fair::identity(state.client_tag());
             Shape::Fair(Fair {
                 key: Key::new(key)?,
-                holder: fair_holder(&waiter).into(),
-                waiter: waiter.into(),
+                holder,
+                waiter,
                 ticket: None,
                 draws: true,
                 queue_lease_ms: config.queue_lease.as_millis().to_string().into(),
@@ -169,15 +167,4 @@ pub(crate) fn plan<'a>(state: &ClientState, spec: Spec<'a>) -> Result<Plan<'a>> 
         wait: spec.wait.unwrap_or(config.wait_timeout),
         owner: spec.owner,
     })
-}
-
-/// A fair request's holder value: its waiter id (public: grant notices name it) and 128
-/// random bits, so that a call by holder value on a fair lock can leave the line and hand the key on
-/// (see `family::Fair::waiter_of`).
-pub(crate) fn fair_holder(waiter: &str) -> String {
-    format!(
-        "{}{waiter}:{}",
-        Fair::HOLDER_PREFIX,
-        uuid::Uuid::new_v4().simple()
-    )
 }

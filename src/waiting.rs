@@ -43,10 +43,6 @@ pub(crate) async fn waiting(state: &Arc<ClientState>, spec: Spec<'_>) -> Result<
     };
     let span = tracing::debug_span!("acquire", key = %plan.shape, ttl = ?plan.ttl, wait = ?plan.wait, waiter = waiter.as_deref());
     let started = Started::now();
-    let mut withdraw = Withdraw {
-        state,
-        call: plan.shape.withdraw(),
-    };
     let mut result = Waiting::new(state, &mut plan).run().instrument(span).await;
     // A read-write request whose wait ended while its own task holds a lock of the key that
     // conflicts (read then write, write then read or write, or a second read lock behind a
@@ -63,11 +59,6 @@ pub(crate) async fn waiting(state: &Arc<ClientState>, spec: Spec<'_>) -> Result<
             });
         }
     }
-    if result.is_ok() {
-        // The writer holds the lock: its release takes the mark back.
-        withdraw.call = None;
-    }
-    drop(withdraw);
     let end = match &result {
         Ok(_) => AcquireEnd::Acquired,
         Err(Error::WaitTimeout { .. }) => AcquireEnd::Timeout,
@@ -113,6 +104,9 @@ struct Waiting<'a, 'p> {
     /// its set, as any of them may be the one that blocked it.
     waiters: Vec<Waiter>,
     attempts: u32,
+    /// What a request that gives up takes back (sent when the wait is dropped unless it got
+    /// the lock).
+    withdraw: Withdraw<'a>,
 }
 
 /// A fair request's place among its client's waiters (for a release's hand-off) and its name
@@ -120,6 +114,18 @@ struct Waiting<'a, 'p> {
 struct Place {
     registration: Registration,
     named: Option<Named>,
+}
+
+impl Place {
+    /// The place of fair request `f` (under its current identity) among its client's waiters;
+    /// named on the release channel before its first pause.
+    fn new(state: &ClientState, f: &Fair, ttl: Duration, ttl_ms: &str) -> Self {
+        let grant_ms = ttl_ms.parse().unwrap_or(i64::MAX);
+        Place {
+            registration: state.fair.register(f.key.bytes(), &f.waiter, ttl, grant_ms),
+            named: None,
+        }
+    }
 }
 
 /// What a waiter listens to between two attempts: enabled before the attempt, so that a
@@ -157,18 +163,12 @@ impl<'a, 'p> Waiting<'a, 'p> {
             .map(|k| Waiter::new(state.wakeups.as_ref(), k.release_channel()))
             .collect();
         let fair = match &plan.shape {
-            Shape::Fair(f) => {
-                let grant_ms = plan.ttl_ms.parse().unwrap_or(i64::MAX);
-                let registration =
-                    state
-                        .fair
-                        .register(f.key.bytes(), &f.waiter, plan.ttl, grant_ms);
-                Some(Place {
-                    registration,
-                    named: None,
-                })
-            }
+            Shape::Fair(f) => Some(Place::new(state, f, plan.ttl, &plan.ttl_ms)),
             _ => None,
+        };
+        let withdraw = Withdraw {
+            state,
+            call: plan.shape.withdraw(),
         };
         Waiting {
             state,
@@ -179,6 +179,7 @@ impl<'a, 'p> Waiting<'a, 'p> {
             waiters,
             fair,
             attempts: 0,
+            withdraw,
         }
     }
 
@@ -186,11 +187,17 @@ impl<'a, 'p> Waiting<'a, 'p> {
     async fn run(mut self) -> Result<LockGuard> {
         loop {
             if let Some(guard) = reenter(self.plan) {
+                self.withdraw.call = None;
                 return Ok(guard);
             }
             let listening = self.listen();
             let miss = match self.try_once().await {
-                Ok(guard) => return Ok(guard),
+                Ok(guard) => {
+                    // The lock is held: its release takes back the writer's mark or the fair
+                    // request's place.
+                    self.withdraw.call = None;
+                    return Ok(guard);
+                }
                 Err(miss) => miss,
             };
             let miss = self.after(miss).await;
@@ -271,13 +278,16 @@ impl<'a, 'p> Waiting<'a, 'p> {
     /// hand-off again, and draws a ticket when it has none (`None`: it joined the line).
     async fn after(&mut self, miss: Option<Miss>) -> Option<Option<Miss>> {
         let (state, plan) = (self.state, &mut *self.plan);
-        let Some(place) = &self.fair else {
+        let Some(place) = &mut self.fair else {
             return Some(miss);
         };
         // A fair request cut off from a quorum (its nodes failed, not refused) leaves the line:
         // a place it kept with failing attempts would hold up the waiters behind it, on the
-        // nodes it still reaches, for its whole wait. It draws a new ticket once a quorum
-        // answers again (waited for, as its rollback: nothing of it may land later).
+        // nodes it still reaches, for its whole wait. It goes on under a new identity (waiter
+        // id and base) and draws a new ticket once a quorum answers again. The withdrawal is
+        // waited for, but a part of it that timed out may still land later (on a connection
+        // that was replaced meanwhile): it deletes whatever holds the old base, which is then
+        // nothing any later attempt or grant of the request counts on.
         let cut_off = matches!(
             (&miss, &plan.shape),
             (
@@ -293,8 +303,13 @@ impl<'a, 'p> Waiting<'a, 'p> {
                 broadcast(&state.nodes, 0..state.nodes.len(), call, SendBy::Eval).await;
             }
             if let Shape::Fair(f) = &mut plan.shape {
+                (f.waiter, f.holder) = Fair::identity(state.client_tag());
                 f.ticket = None;
+                *place = Place::new(state, f, plan.ttl, &plan.ttl_ms);
+                tracing::debug!(waiter = %f.waiter, "cut off from a quorum: left the line");
             }
+            // A give-up withdraws the new identity.
+            self.withdraw.call = plan.shape.withdraw();
         }
         // The attempt's rollback, and a withdrawal, have run: a release may now hand this
         // request the lock. Not before the withdrawal: a release in between could hand over

@@ -900,10 +900,7 @@ async fn line_dump(fleet: &Fleet, key: &str) -> String {
             .await
             .unwrap();
         // A fair holder value is `fair:<waiter id>:<secret>`: the waiter id is public.
-        let held = match holder
-            .strip_prefix("fair:")
-            .and_then(|h| h.rsplit_once(':'))
-        {
+        let held = match holder.strip_prefix("fair:").and_then(|h| h.split_once(':')) {
             Some((w, _)) if entries.iter().any(|e| e == w) => format!("{w} (in line)"),
             Some((w, _)) => format!("{w} (not in line)"),
             None if holder.is_empty() => "nobody".to_string(),
@@ -1274,7 +1271,7 @@ async fn a_made_up_fair_token_takes_nobody_out_of_the_line() {
     .await;
     let waiter_id = line(fleet, 0, &key).await[0].clone();
     let stranger = client(fleet, Quorum::Majority).await;
-    let forged = format!("fair:{waiter_id}:0123456789abcdef0123456789abcdef");
+    let forged = format!("fair:{waiter_id}:0123456789abcdef0123456789abcdef:g");
     assert!(matches!(
         stranger.release_by_holder(&key, &forged).await,
         Err(Error::NotHeld { .. })
@@ -1515,4 +1512,101 @@ async fn a_grant_split_between_waiters_is_mended_without_waiting_the_grants_out(
         line_dump(fleet, &key).await
     );
     assert_eq!(*order.lock().unwrap(), [1, 2, 3], "not in ticket order");
+}
+
+/// A rollback or a withdrawal that lands late on a node (written on a connection that was
+/// then replaced) must not delete what a later attempt, or a grant, of the same request
+/// counts on: each attempt holds the key with a value of its own, a grant with the request's
+/// grant value, and a rollback deletes only its own attempt's value. A request cut off from
+/// a quorum goes on under a new identity, which its old withdrawal cannot touch. (When all
+/// attempts shared one holder value, the late rollback deleted the next attempt's entry;
+/// `tests/model_fair.rs` finds the two holders that follows.) The library's own scripts,
+/// on one node, in the order a late delivery gives them.
+#[tokio::test]
+async fn late_rollbacks_and_withdrawals_touch_nothing_a_later_attempt_or_grant_counts_on() {
+    let fleet = shared_fleet();
+    let key = unique_key("fair-late-scripts");
+    let mut node = conn(fleet, 0).await;
+    let lease = Duration::from_secs(30);
+    let base = "fair:late.w1:0123456789abcdef0123456789abcdef";
+    let (first, second) = (format!("{base}:1"), format!("{base}:2"));
+    let attempt = |holder: String, waiter: &'static str, ticket: u64| {
+        let key = key.clone();
+        async move {
+            let mut node = conn(fleet, 0).await;
+            testkit::fair_attempt_on_node(
+                &mut node,
+                key.as_bytes(),
+                waiter,
+                &holder,
+                LONG,
+                ticket,
+                lease,
+            )
+            .await
+            .unwrap()
+        }
+    };
+    // Attempt 1 takes the free key; attempt 2 (attempt 1 failed elsewhere) claims it.
+    assert!(attempt(first.clone(), "late.w1", 1).await);
+    assert!(attempt(second.clone(), "late.w1", 1).await);
+    assert_eq!(
+        entry(fleet, 0, &key).await.as_deref(),
+        Some(second.as_str())
+    );
+    // Attempt 1's rollback lands now: attempt 2's entry stays.
+    let deleted = testkit::fair_rollback_on_node(&mut node, key.as_bytes(), "late.w1", &first)
+        .await
+        .unwrap();
+    assert!(!deleted, "a late rollback deleted the next attempt's entry");
+    assert_eq!(
+        entry(fleet, 0, &key).await.as_deref(),
+        Some(second.as_str())
+    );
+    // Attempt 2 fails too and rolls back: the key goes straight back to the request, first
+    // in line, as a grant; attempt 1's rollback, landing again, leaves the grant.
+    assert!(
+        testkit::fair_rollback_on_node(&mut node, key.as_bytes(), "late.w1", &second)
+            .await
+            .unwrap()
+    );
+    let grant = format!("{base}:g");
+    assert_eq!(entry(fleet, 0, &key).await.as_deref(), Some(grant.as_str()));
+    let deleted = testkit::fair_rollback_on_node(&mut node, key.as_bytes(), "late.w1", &first)
+        .await
+        .unwrap();
+    assert!(!deleted, "a late rollback deleted a grant to its request");
+    assert_eq!(entry(fleet, 0, &key).await.as_deref(), Some(grant.as_str()));
+    // Cut off, the request withdraws (deleting its grant) and goes on as a new identity,
+    // which joins the line and takes the key; the old withdrawal, landing again, leaves both.
+    assert!(
+        testkit::fair_withdraw_on_node(&mut node, key.as_bytes(), "late.w1", &first)
+            .await
+            .unwrap()
+    );
+    let renewed = "fair:late.w2:fedcba9876543210fedcba9876543210:1".to_string();
+    assert!(attempt(renewed.clone(), "late.w2", 2).await);
+    let deleted = testkit::fair_withdraw_on_node(&mut node, key.as_bytes(), "late.w1", &first)
+        .await
+        .unwrap();
+    assert!(
+        !deleted,
+        "a late withdrawal deleted the new identity's entry"
+    );
+    assert_eq!(
+        entry(fleet, 0, &key).await.as_deref(),
+        Some(renewed.as_str())
+    );
+    assert_eq!(line(fleet, 0, &key).await, vec!["late.w2".to_string()]);
+    // Leave the shared node as the test found it.
+    let mut c = conn(fleet, 0).await;
+    let _: () = redis::cmd("DEL")
+        .arg(&key)
+        .arg(format!("quorum-lock:queue:{key}"))
+        .arg(format!("quorum-lock:queue-expiry:{key}"))
+        .arg(format!("quorum-lock:queue-holder:{key}"))
+        .arg(format!("quorum-lock:ticket:{key}"))
+        .query_async(&mut c)
+        .await
+        .unwrap();
 }

@@ -19,10 +19,12 @@ pub(crate) struct Fair {
     pub(crate) key: Key,
     /// The request's id: its member in the line, named by the grant notices (not a secret).
     pub(crate) waiter: Arc<str>,
-    /// The request's holder value, one for all its attempts: a release that hands the key to
-    /// the request sets this value, which the request's next attempt then recognises as its
-    /// own. Attempts are still told apart where it matters: a rollback is written before the
-    /// next attempt on every connection (ordering invariant 5).
+    /// The request's base, `fair:<waiter id>:<secret>`: its identity on the nodes. Each
+    /// attempt sets the key to a value of its own under it ([`Fair::attempt_holder`]), a grant
+    /// to the request sets `<base>:g` ([`Fair::grant_holder`]), and an attempt claims any value
+    /// of its base. A rollback deletes only its own attempt's value: one that lands late (its
+    /// connection was replaced while it was on the way) cannot delete a later attempt's entry
+    /// or a grant. A request cut off from a quorum takes a new base (see `waiting`).
     pub(crate) holder: Arc<str>,
     /// Its place in line, once drawn (after a first attempt without one was refused).
     pub(crate) ticket: Option<u64>,
@@ -67,14 +69,43 @@ fn script_keys(key: &Key) -> Vec<Vec<u8>> {
 }
 
 impl Fair {
-    /// How a fair request's holder value starts: `fair:<waiter id>:<128 random bits>`.
+    /// How a fair holder value starts: `fair:<waiter id>:<128 random bits>:<attempt or g>`.
     pub(crate) const HOLDER_PREFIX: &'static str = "fair:";
 
-    /// The waiter id in a fair request's holder value, if `holder` is one.
-    pub(crate) fn waiter_of(holder: &str) -> Option<&str> {
+    /// The waiter id and the base in a fair holder value, if `holder` is one.
+    pub(crate) fn waiter_of(holder: &str) -> Option<(&str, &str)> {
         let rest = holder.strip_prefix(Self::HOLDER_PREFIX)?;
-        let (waiter, secret) = rest.split_once(':')?;
-        (!waiter.is_empty() && !secret.is_empty()).then_some(waiter)
+        let (waiter, rest) = rest.split_once(':')?;
+        let (secret, suffix) = rest.split_once(':')?;
+        let base = &holder[..holder.len() - suffix.len() - 1];
+        let parts = [waiter, secret, suffix];
+        (parts.iter().all(|p| !p.is_empty()) && !suffix.contains(':')).then_some((waiter, base))
+    }
+
+    /// A new identity for a request: its waiter id, tagged with its client (so that a short
+    /// grant's notice names the next waiter of another client, see `lua/fair_line.lua`), and
+    /// its base, `fair:<waiter id>:<128 random bits>` (the waiter id is public: grant notices
+    /// name it; the random part makes the base a secret, so that a call by holder value can
+    /// leave the line and hand the key on only with a real guard's holder).
+    pub(crate) fn identity(client_tag: &str) -> (Arc<str>, Arc<str>) {
+        let waiter = format!("{client_tag}.{}", uuid::Uuid::new_v4().simple());
+        let base = format!(
+            "{}{waiter}:{}",
+            Self::HOLDER_PREFIX,
+            uuid::Uuid::new_v4().simple()
+        );
+        (waiter.into(), base.into())
+    }
+
+    /// A holder value for one attempt of the request: its base and 64 random bits.
+    pub(crate) fn attempt_holder(&self) -> String {
+        format!("{}:{:016x}", self.holder, rand::random::<u64>())
+    }
+
+    /// The value a node sets the key to when it grants it to the request (what a release
+    /// handing the lock to the request leaves its guard holding).
+    pub(crate) fn grant_holder(&self) -> String {
+        format!("{}:g", self.holder)
     }
 
     /// A ticket drawn in a round of its own (`ticket_draw.lua`), read as a counter.
@@ -191,8 +222,8 @@ impl Kind for Fair {
         ))
     }
 
-    fn request_holder(&self) -> Option<&str> {
-        Some(&self.holder)
+    fn attempt_holder(&self) -> Option<String> {
+        Some(Fair::attempt_holder(self))
     }
 
     fn keeps_a_place(&self) -> bool {

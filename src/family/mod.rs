@@ -156,9 +156,9 @@ pub(crate) trait Kind: fmt::Display {
         None
     }
 
-    /// The holder value every attempt of the request uses (a fair lock's); otherwise each
-    /// attempt draws its own.
-    fn request_holder(&self) -> Option<&str> {
+    /// The holder value of one attempt, for a kind that shapes it (a fair lock's: its
+    /// request's base and a nonce); otherwise the attempt draws its own.
+    fn attempt_holder(&self) -> Option<String> {
         None
     }
 
@@ -260,9 +260,9 @@ impl Shape {
         self.kind().withdraw()
     }
 
-    /// See [`Kind::request_holder`].
-    pub(crate) fn request_holder(&self) -> Option<&str> {
-        self.kind().request_holder()
+    /// See [`Kind::attempt_holder`].
+    pub(crate) fn attempt_holder(&self) -> Option<String> {
+        self.kind().attempt_holder()
     }
 
     /// See [`Kind::keeps_a_place`].

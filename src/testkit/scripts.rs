@@ -1,5 +1,5 @@
 //! The library's own node scripts, run on one node for tests of the scripts: a fair lock's
-//! attempts and ticket draws, and a reader's release.
+//! attempts, ticket draws, rollbacks and withdrawals, and a reader's release.
 
 use std::time::Duration;
 
@@ -64,6 +64,40 @@ pub async fn fair_draw_on_node(
     fair.draw().0.eval().query_async(node).await
 }
 
+/// **For tests of the node scripts**: the rollback of a failed fair attempt that held the key
+/// with `holder` on one node (the library's own call), as it would land there late. Answers
+/// whether it deleted the key.
+pub async fn fair_rollback_on_node(
+    node: &mut redis::aio::MultiplexedConnection,
+    key: &[u8],
+    waiter: &str,
+    holder: &str,
+) -> redis::RedisResult<bool> {
+    let shape = fair_shape(key, waiter, holder, None, Duration::ZERO, Duration::ZERO)?;
+    let call = shape.release(holder, crate::family::Notice::Rollback);
+    let answer: redis::Value = call.eval().query_async(node).await?;
+    Ok(matches!(answer, redis::Value::Int(1))
+        || matches!(&answer, redis::Value::Array(a) if a.first() == Some(&redis::Value::Int(1))))
+}
+
+/// **For tests of the node scripts**: the withdrawal of a fair waiter from the line on one
+/// node (the library's own call, as a request that gives up, or is cut off from a quorum,
+/// sends it), for the request whose holder values include `holder`. Answers whether it
+/// deleted the key (a grant, or an attempt's value, of that request).
+pub async fn fair_withdraw_on_node(
+    node: &mut redis::aio::MultiplexedConnection,
+    key: &[u8],
+    waiter: &str,
+    holder: &str,
+) -> redis::RedisResult<bool> {
+    let shape = fair_shape(key, waiter, holder, None, Duration::ZERO, Duration::ZERO)?;
+    let Some(call) = shape.withdraw() else {
+        return Err(unexpected("a fair withdrawal"));
+    };
+    let answer: redis::Value = call.eval().query_async(node).await?;
+    Ok(answer == redis::Value::Int(1))
+}
+
 /// **For tests of the node scripts**: the release of a read lock of `key` held with
 /// `holder`, on one node (the library's own call). A test runs it node by node in an order
 /// of its choosing, as concurrent releases of several readers can interleave. Answers whether
@@ -101,10 +135,12 @@ fn fair_shape(
     queue_lease: Duration,
     claim: Duration,
 ) -> redis::RedisResult<crate::family::Shape> {
+    // The request's base, as the library keeps it: the holder value but its last part.
+    let base = crate::family::Fair::waiter_of(holder).map_or(holder, |(_, base)| base);
     Ok(crate::family::Shape::Fair(crate::family::Fair {
         key: crate::key::Key::new(key).map_err(|e| invalid(e.to_string()))?,
         waiter: waiter.into(),
-        holder: holder.into(),
+        holder: base.into(),
         ticket,
         draws: true,
         queue_lease_ms: ms(queue_lease).into(),

@@ -1,7 +1,8 @@
 -- A fair lock's acquire (fair_line.lua first).
--- - The key already holds this request's holder value (a release granted it, or an earlier
---   attempt of the request left it): PEXPIRE to the TTL from now, which the attempt's start
---   bounds from below, and yes. This is how a waiter claims a short grant.
+-- - The key already holds one of this request's values (a release granted it, or an earlier
+--   attempt of the request left it): set to this attempt's value for the TTL from now, which
+--   the attempt's start bounds from below, and yes. This is how a waiter claims a short
+--   grant; an earlier attempt's rollback that lands later no longer matches it.
 -- - Without a ticket (a request's first attempt): yes only when the key is free and nobody
 --   waits; SET key holder PX ttl. Refused, a request that will wait (ARGV[4] "?") draws its
 --   ticket at once: the node's INCR of the counter is in the answer, and the largest of a
@@ -17,14 +18,15 @@
 -- carries the key's remaining TTL, after which the key may be free: the waiter tries again
 -- no later.
 --
--- KEYS as fair_line.lua. ARGV[1] holder value, ARGV[2] TTL in ms, ARGV[3] the request's
+-- KEYS as fair_line.lua. ARGV[1] the attempt's holder value, ARGV[2] TTL in ms, ARGV[3] the request's
 -- waiter id, ARGV[4] its ticket (empty: none, and none drawn; "?": none yet, drawn if
 -- refused), ARGV[5] the queue lease in ms, ARGV[6] the claim window in ms, ARGV[7] the
 -- release channel.
 -- Reply: 1, or {0, the ticket drawn or 0, the key's PTTL}.
 local current = redis.call('get', KEYS[1])
-if current == ARGV[1] then
-  redis.call('pexpire', KEYS[1], ARGV[2])
+local base = base_of(ARGV[1])
+if mine(current, base) then
+  redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return 1
 end
 local function refuse(drawn)
@@ -56,7 +58,7 @@ if tonumber(redis.call('get', KEYS[5]) or '0') < tonumber(ARGV[4]) then
 end
 redis.call('zadd', KEYS[2], 'NX', ARGV[4], ARGV[3])
 redis.call('zadd', KEYS[3], now + tonumber(ARGV[5]), ARGV[3])
-redis.call('hset', KEYS[4], ARGV[3], ARGV[2] .. ' ' .. ARGV[6] .. ' ' .. ARGV[1])
+redis.call('hset', KEYS[4], ARGV[3], ARGV[2] .. ' ' .. ARGV[6] .. ' ' .. base)
 keep_line()
 if current or first_live() ~= ARGV[3] then
   return refuse(0)

@@ -7,20 +7,29 @@
 -- (ties broken by waiter id, the same way on every node). A waiter id is its client's tag,
 -- a dot, and the request's id.
 --
+-- Holder values: a fair request's base is `fair:<waiter id>:<secret>` (the line's entry
+-- keeps it); each attempt sets the key to a value of its own, `<base>:<nonce>`, and a grant
+-- to `<base>:g`. Values of one base are the request's: its attempts claim them, its release
+-- and withdrawal delete any of them; a rollback deletes only its own attempt's value, so that
+-- a rollback that lands late (written on a connection that was replaced) never deletes what
+-- a later attempt or a grant counts on.
+--
 -- leave(w): takes waiter w out of the line.
 -- keep_line(): keeps the line's keys and the ticket counter until the latest queue lease
 --   ends, and deletes them when nobody waits.
--- live(w), owns(w, holder): w is live; w's entry has this holder value.
+-- base_of(holder): the base of a fair holder value (all but its last `:` part).
+-- mine(value, base): `value` (the key's, or false) is one of base's values.
+-- live(w), owns(w, base): w is live; w's entry has this base.
 -- first_live(): the first waiter and its entry, dropping any whose entries are incomplete.
 -- next_live(after): the first live waiter behind `after` of another client ('' if none):
 --   waiters of the client that did not claim a grant are likely just as dead.
 -- grant(channel, by, sure): hands the free key to the first waiter. A waiter in `sure` (the
 --   releasing client's own waiters, which it hands the lock to itself) gets it for its whole
---   TTL. Any other gets a short grant: the key for its claim window (capped by its TTL and by
+--   TTL. The key is set to the waiter's grant value, `<base>:g`. Any other gets a short grant: the key for its claim window (capped by its TTL and by
 --   what is left of its queue lease), and its place in line for exactly as long, so that a
 --   waiter that does not claim in time (dead, frozen, cut off) loses both at once and the key
---   passes on. A claim is an attempt of the waiter's, which finds its holder value on the key
---   and extends it to its TTL. Announces grant:<waiter>:<by> (whole TTL) or
+--   passes on. A claim is an attempt of the waiter's, which finds one of its values on the
+--   key and sets its own attempt's value for its TTL. Announces grant:<waiter>:<by> (whole TTL) or
 --   grant:<waiter>:<by>:<ms>:<next waiter> (short: the next waiter's client tries when the
 --   window ends, and takes the key over if the grant lapsed), `by` being the digest of the
 --   holder value whose release (or withdrawal, or refused attempt) freed the key. Returns the
@@ -49,9 +58,15 @@ end
 local function live(w)
   return redis.call('hget', KEYS[4], w) and redis.call('zscore', KEYS[3], w)
 end
-local function owns(w, holder)
+local function base_of(holder)
+  return string.match(holder, '^(.*):[^:]*$') or holder
+end
+local function mine(value, base)
+  return value and string.sub(value, 1, #base + 1) == base .. ':'
+end
+local function owns(w, base)
   local entry = redis.call('hget', KEYS[4], w)
-  return entry and string.sub(entry, -(#holder + 1)) == ' ' .. holder
+  return entry and string.sub(entry, -(#base + 1)) == ' ' .. base
 end
 local function first_live()
   while true do
@@ -86,13 +101,14 @@ local function grant(channel, by, sure)
   if not first then
     return nil, nil
   end
-  local ttl, claim, holder = string.match(entry, '^(%d+) (%d+) (.+)$')
+  local ttl, claim, base = string.match(entry, '^(%d+) (%d+) (.+)$')
   if not ttl then
     -- an entry written before claim windows existed: "ttl-ms holder-value"
-    ttl, holder = string.match(entry, '^(%d+) (.+)$')
+    ttl, base = string.match(entry, '^(%d+) (.+)$')
     claim = ttl
   end
   ttl = tonumber(ttl)
+  local holder = base .. ':g'
   if sure[first] then
     redis.call('set', KEYS[1], holder, 'PX', ttl)
     redis.call('publish', channel, 'grant:' .. first .. ':' .. by)

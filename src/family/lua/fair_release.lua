@@ -1,24 +1,27 @@
 -- A fair lock's release (and the rollback of a failed attempt): compare-and-delete of the
--- key, as release.lua; then the free key goes straight to the first live waiter (grant in
--- fair_line.lua): the hand-off. A release (mode "1") also takes the request out of the line,
--- only where it held the key or the line's entry has its holder value (a release by a
--- made-up token naming a waiter, whose id is public, takes nobody out). A rollback (mode "2")
--- leaves it in line and, where it deleted the key, grants it to the first waiter, which may
--- be the request itself: the key goes straight back to it, rather than lie free with nobody
--- allowed to take it but a request that sleeps. Where a release grants nobody, the notice is
--- release.lua's; a rollback announces nothing but its grants (all attempts of a request
--- share its holder value, so their rollbacks' notices would add up as one release's).
+-- key; then the free key goes straight to the first live waiter (grant in fair_line.lua):
+-- the hand-off. A release (mode "1") deletes any of the request's values (its guard's, or a
+-- grant made to it meanwhile) and takes the request out of the line, only where it held the
+-- key or the line's entry has its base (a release by a made-up token naming a waiter, whose
+-- id is public, takes nobody out). A rollback (mode "2") deletes only its attempt's own
+-- value, leaves the request in line and, where it deleted the key, grants it to the first
+-- waiter, which may be the request itself: the key goes straight back to it, rather than lie
+-- free with nobody allowed to take it but a request that sleeps. Where a release grants
+-- nobody, the notice is release.lua's; a rollback announces nothing but its grants (its
+-- notices would wake the waiters once per attempt of one wait).
 --
 -- KEYS as fair_line.lua. ARGV[1] holder value, ARGV[2] release channel, ARGV[3] the notice
 -- mode, ARGV[4] the request's waiter id, ARGV[5...] the waiters the releasing client hands
 -- the lock to itself (whole-TTL grants).
 -- Reply: 1 when the key was deleted, else 0; as {1 or 0, waiter id, grant ms} when the key
 -- went to that waiter.
-local held = redis.call('get', KEYS[1]) == ARGV[1]
+local base = base_of(ARGV[1])
+local current = redis.call('get', KEYS[1])
+local held = current == ARGV[1] or (ARGV[3] == '1' and mine(current, base))
 if held then
   redis.call('del', KEYS[1])
 end
-if ARGV[3] == '1' and (held or owns(ARGV[4], ARGV[1])) then
+if ARGV[3] == '1' and (held or owns(ARGV[4], base)) then
   leave(ARGV[4])
 end
 local sure = {}
