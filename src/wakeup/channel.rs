@@ -23,6 +23,10 @@ pub(crate) struct Channel {
     /// Bit `i`: node `i`'s subscriber has this channel subscribed (set when the node
     /// confirms, cleared when its pub/sub connection drops).
     confirmed: AtomicU64,
+    /// Whether the first waiter's subscription round has ended (every node confirmed, or the
+    /// node timeout passed): a later waiter on the channel waits for it too, since a release
+    /// announced before the nodes had the subscription reached nobody.
+    settled: tokio::sync::watch::Sender<bool>,
     /// Fair waiters of this client by waiter id: a grant notice (see
     /// `family/lua/fair_line.lua`) wakes the waiter it names, and nobody else.
     named: Mutex<HashMap<Vec<u8>, NamedWaiter>>,
@@ -101,6 +105,7 @@ impl Channel {
             quorum,
             patience,
             confirmed: AtomicU64::new(0),
+            settled: tokio::sync::watch::Sender::new(false),
             named: Mutex::new(HashMap::new()),
         }
     }
@@ -117,6 +122,24 @@ impl Channel {
             0 => self.quorum,
             n => self.quorum.min(n),
         }
+    }
+
+    /// The first waiter's subscription round has ended.
+    pub(super) fn settle(&self) {
+        self.settled.send_replace(true);
+    }
+
+    /// Whether the first waiter's subscription round has ended.
+    pub(super) fn is_settled(&self) -> bool {
+        *self.settled.borrow()
+    }
+
+    /// Waits (at most `timeout`) until the first waiter's subscription round has ended;
+    /// answers how many nodes have the channel subscribed then.
+    pub(super) async fn settled(&self, timeout: Duration) -> usize {
+        let mut settled = self.settled.subscribe();
+        let _ = tokio::time::timeout(timeout, settled.wait_for(|s| *s)).await;
+        self.confirmed.load(Ordering::Relaxed).count_ones() as usize
     }
 
     /// Node `node` has this channel subscribed (`true`) or lost it with its connection.

@@ -106,10 +106,14 @@ impl Wakeups {
 
     /// Joins the line of this client's waiters on `channel`, if there is one: a newcomer then
     /// waits for its turn (a wake-up, FIFO) instead of racing the waiters already in line,
-    /// which would only split the votes of the next hand-off.
+    /// which would only split the votes of the next hand-off. Not while the channel's first
+    /// subscription round is under way: a release then reaches nobody here, so the newcomer
+    /// subscribes (waiting for that round) and attempts at once, as the first waiter does.
     fn join_line(self: &Arc<Self>, channel: &[u8]) -> Option<Subscription> {
         let mut channels = self.channels();
-        let registration = channels.get_mut(channel)?;
+        let registration = channels
+            .get_mut(channel)
+            .filter(|r| r.channel.is_settled())?;
         registration.waiters += 1;
         Some(Subscription {
             wakeups: self.clone(),
@@ -120,8 +124,10 @@ impl Wakeups {
 
     /// Registers a waiter on `channel`; the first waiter subscribes on every node and waits
     /// (bounded by the node timeout) until the subscriptions are confirmed, so that a release
-    /// after this returns is seen. Returns the subscription and how many nodes confirmed (N
-    /// when the channel was already subscribed).
+    /// after this returns is seen. A later waiter waits for that round too: until it ends, a
+    /// release is announced to nobody here, and the waiter must try again after it rather
+    /// than sleep through a notice that never came. Returns the subscription and how many
+    /// nodes confirmed.
     async fn join(self: &Arc<Self>, channel: Vec<u8>) -> (Subscription, usize) {
         let (sub, replies) = {
             // The map lock orders SUBSCRIBE and UNSUBSCRIBE commands per channel: a leave and a
@@ -164,7 +170,7 @@ impl Wakeups {
         let chan = &sub.channel;
         tracing::trace!(first = !replies.is_empty(), "joining a release channel");
         let confirmed = if replies.is_empty() {
-            self.nodes.len()
+            chan.settled(self.timeout).await
         } else {
             let all = futures::future::join_all(replies);
             let confirmed = match tokio::time::timeout(self.timeout, all).await {
@@ -176,7 +182,7 @@ impl Wakeups {
             };
             // Each node's subscriber marks the channel confirmed itself (see `worker`), and the
             // threshold follows (`Channel::threshold`).
-            let _ = chan;
+            chan.settle();
             confirmed
         };
         (sub, confirmed)
