@@ -28,7 +28,7 @@
 //! attempt's start.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -147,6 +147,7 @@ impl FairWaiters {
             waiters: self.clone(),
             waiter: waiter.clone(),
             slot,
+            unsettled: AtomicBool::new(false),
         }
     }
 
@@ -244,6 +245,8 @@ pub(crate) struct Registration {
     waiters: Arc<FairWaiters>,
     waiter: Arc<str>,
     pub(crate) slot: Arc<Slot>,
+    /// A request of the waiter's may still land late (see [`Registration::waiting`]).
+    unsettled: AtomicBool,
 }
 
 impl Registration {
@@ -261,12 +264,22 @@ impl Registration {
         }
     }
 
-    /// After a failed attempt, whose rollback is written: waiting, from a fresh stamp.
-    pub(crate) fn waiting(&self) {
-        let mut state = self.state();
-        *state = SlotState::Waiting {
-            since: self.waiters.stamp(),
+    /// After a failed attempt, whose rollback is written: waiting, from a fresh stamp. With
+    /// `settled` false (a connection was replaced while the request's requests were on it),
+    /// and for the rest of the request once that happened, waiting without a stamp: no
+    /// release hands it the lock, since a request of its own written on the old connection may
+    /// still land on a node after the hand-off, claim the grant there and roll it back. It
+    /// claims its grants with attempts of its own, which such a request cannot undo (see
+    /// `family/lua/fair_acquire.lua`).
+    pub(crate) fn waiting(&self, settled: bool) {
+        if !settled {
+            self.unsettled.store(true, Ordering::Relaxed);
+        }
+        let since = match self.unsettled.load(Ordering::Relaxed) {
+            true => u64::MAX,
+            false => self.waiters.stamp(),
         };
+        *self.state() = SlotState::Waiting { since };
     }
 }
 
@@ -294,5 +307,28 @@ mod tests {
             None
         );
         assert_eq!(quorum_granted(&[], 1), None);
+    }
+
+    #[test]
+    fn a_waiter_whose_connection_was_replaced_mid_attempt_is_never_handed_the_lock() {
+        let waiters = Arc::new(FairWaiters::default());
+        let ttl = Duration::from_secs(1);
+        let settled = waiters.register(b"k", &"settled".into(), ttl, 1000);
+        let unsettled = waiters.register(b"k", &"unsettled".into(), ttl, 1000);
+        settled.waiting(true);
+        unsettled.waiting(false);
+        let stamp = waiters.stamp();
+        assert_eq!(
+            waiters.waiting_before(b"k", stamp),
+            vec![Arc::from("settled")]
+        );
+        // Once unsettled, for the rest of the request: a later clean round does not undo it.
+        unsettled.take_grant_or_attempt();
+        unsettled.waiting(true);
+        let stamp = waiters.stamp();
+        assert_eq!(
+            waiters.waiting_before(b"k", stamp),
+            vec![Arc::from("settled")]
+        );
     }
 }

@@ -1514,10 +1514,10 @@ async fn a_grant_split_between_waiters_is_mended_without_waiting_the_grants_out(
     assert_eq!(*order.lock().unwrap(), [1, 2, 3], "not in ticket order");
 }
 
-/// A rollback or a withdrawal that lands late on a node (written on a connection that was
-/// then replaced) must not delete what a later attempt, or a grant, of the same request
-/// counts on: each attempt holds the key with a value of its own, a grant with the request's
-/// grant value, and a rollback deletes only its own attempt's value. A request cut off from
+/// An attempt, a rollback or a withdrawal that lands late on a node (written on a connection
+/// that was then replaced) must not undo what a later attempt, or a grant, of the same
+/// request counts on: each attempt holds the key with a value of its own and claims only a
+/// grant, and a rollback deletes only its own attempt's value. A request cut off from
 /// a quorum goes on under a new identity, which its old withdrawal cannot touch. (When all
 /// attempts shared one holder value, the late rollback deleted the next attempt's entry;
 /// `tests/model_fair.rs` finds the two holders that follows.) The library's own scripts,
@@ -1547,14 +1547,27 @@ async fn late_rollbacks_and_withdrawals_touch_nothing_a_later_attempt_or_grant_c
             .unwrap()
         }
     };
-    // Attempt 1 takes the free key; attempt 2 (attempt 1 failed elsewhere) claims it.
+    // Attempt 1 takes the free key. Attempt 2 (attempt 1 failed elsewhere, and its rollback
+    // has not reached this node yet) is refused: an earlier attempt's value is never claimed.
     assert!(attempt(first.clone(), "late.w1", 1).await);
-    assert!(attempt(second.clone(), "late.w1", 1).await);
-    assert_eq!(
-        entry(fleet, 0, &key).await.as_deref(),
-        Some(second.as_str())
+    assert!(!attempt(second.clone(), "late.w1", 1).await);
+    assert_eq!(entry(fleet, 0, &key).await.as_deref(), Some(first.as_str()));
+    // Attempt 1's rollback lands: the key goes straight back to the request, first in line,
+    // as a grant, which attempt 2's retry claims.
+    assert!(
+        testkit::fair_rollback_on_node(&mut node, key.as_bytes(), "late.w1", &first)
+            .await
+            .unwrap()
     );
-    // Attempt 1's rollback lands now: attempt 2's entry stays.
+    assert_eq!(
+        entry(fleet, 0, &key).await,
+        Some(format!("{base}:g")),
+        "the rollback granted the key to its request"
+    );
+    assert!(attempt(second.clone(), "late.w1", 1).await);
+    // Attempt 1 and its rollback land once more (a copy written on a replaced connection):
+    // neither touches attempt 2's entry.
+    assert!(!attempt(first.clone(), "late.w1", 1).await);
     let deleted = testkit::fair_rollback_on_node(&mut node, key.as_bytes(), "late.w1", &first)
         .await
         .unwrap();

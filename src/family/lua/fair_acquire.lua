@@ -1,8 +1,11 @@
 -- A fair lock's acquire (fair_line.lua first).
--- - The key already holds one of this request's values (a release granted it, or an earlier
---   attempt of the request left it): set to this attempt's value for the TTL from now, which
---   the attempt's start bounds from below, and yes. This is how a waiter claims a short
---   grant; an earlier attempt's rollback that lands later no longer matches it.
+-- - The key holds this request's grant value (a release, a rollback or a refusal granted it
+--   the key): set to this attempt's value for the TTL from now, which the attempt's start
+--   bounds from below, and yes. This is how a waiter claims a grant. Only the grant value:
+--   an earlier attempt's value is left alone (refused), since that attempt's rollback may
+--   still land (written on a connection since replaced) and would then delete the entry
+--   this attempt counts on; and a late earlier attempt finds this attempt's value, not a
+--   grant, and changes nothing.
 -- - Without a ticket (a request's first attempt): yes only when the key is free and nobody
 --   waits; SET key holder PX ttl. Refused, a request that will wait (ARGV[4] "?") draws its
 --   ticket at once: the node's INCR of the counter is in the answer, and the largest of a
@@ -18,14 +21,14 @@
 -- carries the key's remaining TTL, after which the key may be free: the waiter tries again
 -- no later.
 --
--- KEYS as fair_line.lua. ARGV[1] the attempt's holder value, ARGV[2] TTL in ms, ARGV[3] the request's
--- waiter id, ARGV[4] its ticket (empty: none, and none drawn; "?": none yet, drawn if
+-- KEYS as fair_line.lua. ARGV[1] the attempt's holder value, ARGV[2] TTL in ms, ARGV[3] the
+-- request's waiter id, ARGV[4] its ticket (empty: none, and none drawn; "?": none yet, drawn if
 -- refused), ARGV[5] the queue lease in ms, ARGV[6] the claim window in ms, ARGV[7] the
 -- release channel.
 -- Reply: 1, or {0, the ticket drawn or 0, the key's PTTL}.
 local current = redis.call('get', KEYS[1])
 local base = base_of(ARGV[1])
-if mine(current, base) then
+if current == base .. ':g' then
   redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return 1
 end

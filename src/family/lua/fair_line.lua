@@ -9,10 +9,10 @@
 --
 -- Holder values: a fair request's base is `fair:<waiter id>:<secret>` (the line's entry
 -- keeps it); each attempt sets the key to a value of its own, `<base>:<nonce>`, and a grant
--- to `<base>:g`. Values of one base are the request's: its attempts claim them, its release
--- and withdrawal delete any of them; a rollback deletes only its own attempt's value, so that
--- a rollback that lands late (written on a connection that was replaced) never deletes what
--- a later attempt or a grant counts on.
+-- to `<base>:g`. Values of one base are the request's: its attempts claim a grant, its
+-- release and withdrawal delete any of them; a rollback deletes only its own attempt's value,
+-- so that a rollback that lands late (written on a connection that was replaced) never
+-- deletes what a later attempt or a grant counts on.
 --
 -- leave(w): takes waiter w out of the line.
 -- keep_line(): keeps the line's keys and the ticket counter until the latest queue lease
