@@ -59,8 +59,9 @@
 //!
 //! A client:
 //! - `fair`: the fair lock's line within a client, and a release's hand-off to a waiter.
-//! - `wakeup/`: pub/sub release notices (`channel.rs` counts them per release and node;
-//!   `subscriber.rs` keeps one connection per node) and the waiters they wake.
+//! - `wakeup/`: pub/sub release notices (`channel.rs` counts them per release and node, and
+//!   grants per waiter; its unit tests are `channel_tests.rs`; `subscriber.rs` keeps one
+//!   connection per node) and the waiters they wake.
 //! - `state`: a client's shared state, and one record per outcome (stats and metrics).
 //!
 //! Holding a lock:
