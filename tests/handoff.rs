@@ -69,6 +69,7 @@ async fn a_waiter_takes_the_lock_soon_after_release_not_after_its_retry_delay() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thirty_two_waiters_one_attempt_per_release_and_no_lost_wakeups() {
+    init_tracing();
     const WAITERS: u64 = 32;
     let fleet = own_fleet(5);
     let holder = client(&fleet, Quorum::Majority).await;
@@ -76,22 +77,39 @@ async fn thirty_two_waiters_one_attempt_per_release_and_no_lost_wakeups() {
     let waiter = waiter_client(&fleet, Duration::from_secs(60)).await;
     let key = unique_key("herd");
     let held = holder.try_acquire(&key, TTL).await.unwrap().unwrap();
-    let mut tasks = Vec::new();
-    for _ in 0..WAITERS {
+    let spawn = || {
         let (waiter, key) = (waiter.clone(), key.clone());
-        tasks.push(tokio::spawn(async move {
+        tokio::spawn(async move {
             let guard = waiter.acquire(&key, TTL).await.unwrap();
             tokio::time::sleep(Duration::from_millis(1)).await;
             guard.release().await.unwrap();
-        }));
-    }
-    // Every waiter is in line: the first after two refused attempts, the others at once
-    // (a client's newcomers queue behind its waiters without attempting).
+        })
+    };
+    // The first waiter attempts, subscribes the key's channel and attempts again (a release
+    // before the subscription was active would have gone unheard), then sleeps; the others
+    // then queue behind it without attempting (a client's newcomers wait for a turn).
+    let mut tasks = vec![spawn()];
+    let in_line = |waiting: u64| {
+        let waiter = waiter.clone();
+        move || {
+            let s = waiter.stats();
+            let settled = s.attempts == s.acquired + s.contended + s.failed;
+            async move { s.waiting == waiting && s.attempts >= 2 && settled }
+        }
+    };
+    eventually(
+        &fleet,
+        Duration::from_secs(10),
+        "the first waiter in line",
+        in_line(1),
+    )
+    .await;
+    tasks.extend((1..WAITERS).map(|_| spawn()));
     eventually(
         &fleet,
         Duration::from_secs(10),
         "all waiters in line",
-        || async { waiter.stats().waiting == WAITERS },
+        in_line(WAITERS),
     )
     .await;
     let before = waiter.stats();
