@@ -254,9 +254,9 @@ pub(crate) async fn claim(
     plan: &Plan<'_>,
     grant: Grant,
 ) -> std::result::Result<LockGuard, Miss> {
-    // The release set the key to the request's grant value on the nodes it counted.
+    // The release set the key to the request's hand-off value on the nodes it counted.
     let holder = match &plan.shape {
-        Shape::Fair(f) => f.grant_holder(),
+        Shape::Fair(f) => f.handed_holder(grant.round),
         _ => String::new(),
     };
     let (token, fencing) = match plan.fencing {

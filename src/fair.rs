@@ -28,7 +28,7 @@
 //! attempt's start.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -70,8 +70,9 @@ pub(crate) struct Slot {
 enum SlotState {
     /// An attempt of its own is in flight (or about to be): no hand-off.
     Attempting,
-    /// Its last rollback was written before the stamp was taken.
-    Waiting { since: u64 },
+    /// Its last rollback was written before the stamp was taken; `round` is its last
+    /// attempt's (a hand-off to it sets a value only its later attempts may claim).
+    Waiting { since: u64, round: u64 },
     /// A release handed it the lock.
     Granted(Grant),
 }
@@ -82,6 +83,9 @@ pub(crate) struct Grant {
     pub(crate) deadline: Instant,
     /// The release's requests still running on the slower nodes.
     pub(crate) in_flight: Option<Stragglers>,
+    /// The waiter's last attempt before it: the nodes set the key to the request's hand-off
+    /// value for that round (see `family::Fair::handed_holder`).
+    pub(crate) round: u64,
 }
 
 impl FairWaiters {
@@ -147,7 +151,6 @@ impl FairWaiters {
             waiters: self.clone(),
             waiter: waiter.clone(),
             slot,
-            unsettled: AtomicBool::new(false),
         }
     }
 
@@ -155,17 +158,18 @@ impl FairWaiters {
     /// that took `stamp` may hand the lock to, and so asks the nodes to grant the whole TTL.
     /// (A waiter that starts waiting while this runs may be missed: it is then granted a
     /// short grant, and [`hand_off`](Self::hand_off) sees that from the answers.)
-    pub(crate) fn waiting_before(&self, key: &[u8], stamp: u64) -> Vec<Arc<str>> {
+    pub(crate) fn waiting_before(&self, key: &[u8], stamp: u64) -> Vec<(Arc<str>, u64)> {
         self.slots()
             .iter()
-            .filter(|(_, slot)| {
-                slot.key == key
-                    && matches!(
-                        *slot.state.lock().unwrap_or_else(|p| p.into_inner()),
-                        SlotState::Waiting { since } if since < stamp
-                    )
+            .filter(|(_, slot)| slot.key == key)
+            .filter_map(|(waiter, slot)| {
+                match *slot.state.lock().unwrap_or_else(|p| p.into_inner()) {
+                    SlotState::Waiting { since, round } if since < stamp => {
+                        Some((waiter.clone(), round))
+                    }
+                    _ => None,
+                }
             })
-            .map(|(waiter, _)| waiter.clone())
             .collect()
     }
 
@@ -196,9 +200,10 @@ impl FairWaiters {
             return;
         }
         let mut state = slot.state.lock().unwrap_or_else(|p| p.into_inner());
-        if !matches!(*state, SlotState::Waiting { since } if since < stamp) {
-            return;
-        }
+        let round = match *state {
+            SlotState::Waiting { since, round } if since < stamp => round,
+            _ => return,
+        };
         let deadline = config.trusted_until(sent, slot.ttl);
         if config.validity(deadline, Instant::now()).is_none() {
             return;
@@ -206,6 +211,7 @@ impl FairWaiters {
         *state = SlotState::Granted(Grant {
             deadline,
             in_flight: in_flight.take(),
+            round,
         });
         drop(state);
         slot.notify.notify_one();
@@ -245,8 +251,6 @@ pub(crate) struct Registration {
     waiters: Arc<FairWaiters>,
     waiter: Arc<str>,
     pub(crate) slot: Arc<Slot>,
-    /// A request of the waiter's may still land late (see [`Registration::waiting`]).
-    unsettled: AtomicBool,
 }
 
 impl Registration {
@@ -264,22 +268,13 @@ impl Registration {
         }
     }
 
-    /// After a failed attempt, whose rollback is written: waiting, from a fresh stamp. With
-    /// `settled` false (a connection was replaced while the request's requests were on it),
-    /// and for the rest of the request once that happened, waiting without a stamp: no
-    /// release hands it the lock, since a request of its own written on the old connection may
-    /// still land on a node after the hand-off, claim the grant there and roll it back. It
-    /// claims its grants with attempts of its own, which such a request cannot undo (see
-    /// `family/lua/fair_acquire.lua`).
-    pub(crate) fn waiting(&self, settled: bool) {
-        if !settled {
-            self.unsettled.store(true, Ordering::Relaxed);
-        }
-        let since = match self.unsettled.load(Ordering::Relaxed) {
-            true => u64::MAX,
-            false => self.waiters.stamp(),
+    /// After failed attempt `round`, whose rollback is written: waiting, from a fresh stamp.
+    pub(crate) fn waiting(&self, round: u64) {
+        let mut state = self.state();
+        *state = SlotState::Waiting {
+            since: self.waiters.stamp(),
+            round,
         };
-        *self.state() = SlotState::Waiting { since };
     }
 }
 
@@ -307,28 +302,5 @@ mod tests {
             None
         );
         assert_eq!(quorum_granted(&[], 1), None);
-    }
-
-    #[test]
-    fn a_waiter_whose_connection_was_replaced_mid_attempt_is_never_handed_the_lock() {
-        let waiters = Arc::new(FairWaiters::default());
-        let ttl = Duration::from_secs(1);
-        let settled = waiters.register(b"k", &"settled".into(), ttl, 1000);
-        let unsettled = waiters.register(b"k", &"unsettled".into(), ttl, 1000);
-        settled.waiting(true);
-        unsettled.waiting(false);
-        let stamp = waiters.stamp();
-        assert_eq!(
-            waiters.waiting_before(b"k", stamp),
-            vec![Arc::from("settled")]
-        );
-        // Once unsettled, for the rest of the request: a later clean round does not undo it.
-        unsettled.take_grant_or_attempt();
-        unsettled.waiting(true);
-        let stamp = waiters.stamp();
-        assert_eq!(
-            waiters.waiting_before(b"k", stamp),
-            vec![Arc::from("settled")]
-        );
     }
 }

@@ -56,6 +56,7 @@ fn shape_of(client: &ClientState, key: &[u8], holder: &str) -> Result<Shape> {
             waiter: waiter.into(),
             holder: base.into(),
             ticket: None,
+            round: 0,
             draws: false,
             queue_lease_ms: client.config.queue_lease.as_millis().to_string().into(),
             claim_ms: client.config.claim_window().as_millis().to_string().into(),

@@ -104,8 +104,6 @@ struct Waiting<'a, 'p> {
     /// its set, as any of them may be the one that blocked it.
     waiters: Vec<Waiter>,
     attempts: u32,
-    /// A fair request: each node's connection generation when its latest attempt started.
-    sent_on: Vec<u64>,
     /// What a request that gives up takes back (sent when the wait is dropped unless it got
     /// the lock).
     withdraw: Withdraw<'a>,
@@ -181,7 +179,6 @@ impl<'a, 'p> Waiting<'a, 'p> {
             waiters,
             fair,
             attempts: 0,
-            sent_on: Vec::new(),
             withdraw,
         }
     }
@@ -269,13 +266,16 @@ impl<'a, 'p> Waiting<'a, 'p> {
             .after_local_releases(plan.shape.primary().bytes());
         // Bounded by the wait: a release's rounds are bounded by the node timeout anyway.
         let _ = tokio::time::timeout_at(self.deadline, released).await;
-        self.sent_on = connection_generations(state);
         if let Some(grant) = place.registration.take_grant_or_attempt() {
             tracing::trace!("claiming the lock a release of this client handed over");
             return claim(state, plan, grant).await.map_err(Some);
         }
         self.attempts = self.attempts.saturating_add(1);
-        attempt(state, plan).await.map_err(Some)
+        // The attempt's round: it may claim a hand-off made after an earlier one only.
+        if let Shape::Fair(f) = &mut self.plan.shape {
+            f.round = u64::from(self.attempts);
+        }
+        attempt(state, self.plan).await.map_err(Some)
     }
 
     /// After a miss, a fair request: leaves the line when cut off from a quorum, waits for a
@@ -318,10 +318,11 @@ impl<'a, 'p> Waiting<'a, 'p> {
         // The attempt's rollback, and a withdrawal, have run: a release may now hand this
         // request the lock. Not before the withdrawal: a release in between could hand over
         // a grant that the withdrawal then deletes and passes on to the next waiter.
-        // Settled when no connection was replaced since the attempt started: then the
-        // attempt and its rollback ran on one connection per node, the rollback last.
-        let settled = cut_off || connection_generations(state) == self.sent_on;
-        place.registration.waiting(settled);
+        let round = match &plan.shape {
+            Shape::Fair(f) => f.round,
+            _ => 0,
+        };
+        place.registration.waiting(round);
         // A fair request refused without a ticket draws one and joins the line at once.
         match (miss, &mut plan.shape) {
             (Some(Miss::Contended(c)), Shape::Fair(f)) if f.ticket.is_none() => {
@@ -464,13 +465,4 @@ async fn draw_ticket(state: &ClientState, fair: &Fair) -> Result<u64> {
         (Decision::Reached, Some(ticket)) => Ok(ticket),
         _ => Err(drawn.outcome.no_quorum(Op::Acquire, &fair.key)),
     }
-}
-
-/// Each node's connection generation (see `Node::connection_generation`).
-fn connection_generations(state: &ClientState) -> Vec<u64> {
-    state
-        .nodes
-        .iter()
-        .map(|n| n.connection_generation())
-        .collect()
 }

@@ -1623,3 +1623,48 @@ async fn late_rollbacks_and_withdrawals_touch_nothing_a_later_attempt_or_grant_c
         .await
         .unwrap();
 }
+
+/// A release handing the lock to a waiter of its own client sets the key to the waiter's
+/// hand-off value for the round of its last attempt (`<base>:h<round>`), which the handed-over
+/// guard holds. An attempt of that round or an earlier one, landing late, finds it held and
+/// changes nothing (were it to take the key over, its rollback, landing after it, would
+/// delete what the guard counts on); an attempt of a later round (the hand-off did not
+/// happen, since the waiter attempts again) claims it. The library's own acquire script on
+/// one node, for an attempt of round 1.
+#[tokio::test]
+async fn a_hand_off_value_is_claimed_only_by_an_attempt_of_a_later_round() {
+    let fleet = shared_fleet();
+    let key = unique_key("fair-handed");
+    let mut node = conn(fleet, 0).await;
+    let base = "fair:handed.w1:0123456789abcdef0123456789abcdef";
+    let attempt = format!("{base}:1");
+    for (handed_round, claimed) in [(1, false), (2, false), (0, true)] {
+        let handed = format!("{base}:h{handed_round}");
+        plant(fleet, 0, &key, &handed).await;
+        let took = testkit::fair_attempt_on_node(
+            &mut node,
+            key.as_bytes(),
+            "handed.w1",
+            &attempt,
+            LONG,
+            1,
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap();
+        let now = entry(fleet, 0, &key).await;
+        assert_eq!(took, claimed, "hand-off of round {handed_round}: {now:?}");
+        let expected = if claimed { &attempt } else { &handed };
+        assert_eq!(now.as_deref(), Some(expected.as_str()));
+    }
+    let mut c = conn(fleet, 0).await;
+    let _: () = redis::cmd("DEL")
+        .arg(&key)
+        .arg(format!("quorum-lock:queue:{key}"))
+        .arg(format!("quorum-lock:queue-expiry:{key}"))
+        .arg(format!("quorum-lock:queue-holder:{key}"))
+        .arg(format!("quorum-lock:ticket:{key}"))
+        .query_async(&mut c)
+        .await
+        .unwrap();
+}

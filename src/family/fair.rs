@@ -20,14 +20,20 @@ pub(crate) struct Fair {
     /// The request's id: its member in the line, named by the grant notices (not a secret).
     pub(crate) waiter: Arc<str>,
     /// The request's base, `fair:<waiter id>:<secret>`: its identity on the nodes. Each
-    /// attempt sets the key to a value of its own under it ([`Fair::attempt_holder`]), a grant
-    /// to the request sets `<base>:g` ([`Fair::grant_holder`]), and an attempt claims any value
-    /// of its base. A rollback deletes only its own attempt's value: one that lands late (its
-    /// connection was replaced while it was on the way) cannot delete a later attempt's entry
-    /// or a grant. A request cut off from a quorum takes a new base (see `waiting`).
+    /// attempt sets the key to a value of its own under it ([`Fair::attempt_holder`]); a node
+    /// that grants the key to the request sets `<base>:g`, which any attempt of the request
+    /// claims (setting its own value), or, for a hand-off by the request's own client,
+    /// [`Fair::handed_holder`]. A rollback deletes only its own attempt's value: one that
+    /// lands late (its connection was replaced while it was on the way) cannot delete a later
+    /// attempt's entry, a grant or a hand-off, and a late attempt claims neither a later
+    /// attempt's entry nor a hand-off of its own round. A request cut off from a quorum takes
+    /// a new base (see `waiting`).
     pub(crate) holder: Arc<str>,
     /// Its place in line, once drawn (after a first attempt without one was refused).
     pub(crate) ticket: Option<u64>,
+    /// The number of its coming attempt (counted from 1): an attempt may claim a hand-off
+    /// value only from an earlier round (see [`Fair::handed_holder`]).
+    pub(crate) round: u64,
     /// Whether the request will wait, and so draws a ticket when its first attempt is
     /// refused (a single attempt does not).
     pub(crate) draws: bool,
@@ -102,10 +108,15 @@ impl Fair {
         format!("{}:{:016x}", self.holder, rand::random::<u64>())
     }
 
-    /// The value a node sets the key to when it grants it to the request (what a release
-    /// handing the lock to the request leaves its guard holding).
-    pub(crate) fn grant_holder(&self) -> String {
-        format!("{}:g", self.holder)
+    /// The value a node sets the key to when its client's release hands the lock to the
+    /// request, waiting after its attempt `round`: what the handed-over guard holds.
+    ///
+    /// Only an attempt of a later round claims it (the hand-off then never happened: a waiter
+    /// handed the lock makes no further attempt). An attempt of round `round` or earlier that
+    /// lands late (written on a connection since replaced) finds it held and changes nothing,
+    /// so that its rollback, landing after it, cannot delete what the guard counts on.
+    pub(crate) fn handed_holder(&self, round: u64) -> String {
+        format!("{}:h{round}", self.holder)
     }
 
     /// A ticket drawn in a round of its own (`ticket_draw.lua`), read as a counter.
@@ -173,7 +184,8 @@ impl Kind for Fair {
             (None, false) => String::new(),
         };
         let keys = script_keys(&self.key);
-        let argv: [&[u8]; 7] = [
+        let round = self.round.to_string();
+        let argv: [&[u8]; 8] = [
             holder.as_bytes(),
             ttl_ms.as_bytes(),
             self.waiter.as_bytes(),
@@ -181,6 +193,7 @@ impl Kind for Fair {
             self.queue_lease_ms.as_bytes(),
             self.claim_ms.as_bytes(),
             self.key.release_channel(),
+            round.as_bytes(),
         ];
         (Call::with_keys(&ACQUIRE, &refs(&keys), &argv), read_drawn)
     }
@@ -189,14 +202,17 @@ impl Kind for Fair {
         mutex::extend_entry(&self.key, holder, ttl_ms)
     }
 
-    fn release(&self, holder: &str, notice: Notice, sure: &[Arc<str>]) -> (Call, Reader) {
+    fn release(&self, holder: &str, notice: Notice, sure: &[(Arc<str>, u64)]) -> (Call, Reader) {
+        let rounds: Vec<String> = sure.iter().map(|(_, r)| r.to_string()).collect();
         let mut argv = vec![
             holder.as_bytes(),
             self.key.release_channel(),
             notice.arg(),
             self.waiter.as_bytes(),
         ];
-        argv.extend(sure.iter().map(|w| w.as_bytes()));
+        for ((w, _), r) in sure.iter().zip(&rounds) {
+            argv.extend([w.as_bytes(), r.as_bytes()]);
+        }
         let keys = script_keys(&self.key);
         (Call::with_keys(&RELEASE, &refs(&keys), &argv), read_grant)
     }

@@ -133,7 +133,7 @@ pub(crate) trait Kind: fmt::Display {
 
     /// Compare-and-delete with release notices. `sure`: a fair release's waiters of this
     /// client, which it hands the lock to itself (ignored by the other kinds).
-    fn release(&self, holder: &str, notice: Notice, sure: &[Arc<str>]) -> (Call, Reader);
+    fn release(&self, holder: &str, notice: Notice, sure: &[(Arc<str>, u64)]) -> (Call, Reader);
 
     /// Puts back what a node lacks, set-if-absent, for `ms` (the remaining validity); and
     /// whether a reply says it put something back.
@@ -235,7 +235,7 @@ impl Shape {
         &self,
         holder: &str,
         notice: Notice,
-        sure: &[Arc<str>],
+        sure: &[(Arc<str>, u64)],
     ) -> (Call, Reader) {
         self.kind().release(holder, notice, sure)
     }

@@ -88,7 +88,7 @@ impl Kind for Mutex {
         extend_entry(&self.key, holder, ttl_ms)
     }
 
-    fn release(&self, holder: &str, notice: Notice, _: &[Arc<str>]) -> (Call, Reader) {
+    fn release(&self, holder: &str, notice: Notice, _: &[(Arc<str>, u64)]) -> (Call, Reader) {
         let argv: [&[u8]; 3] = [holder.as_bytes(), self.key.release_channel(), notice.arg()];
         (Call::new(&RELEASE, self.key.bytes(), &argv), read_flag)
     }

@@ -89,7 +89,7 @@ impl Kind for Permit {
         Call::new(&LEASE_EXTEND, self.key.bytes(), &argv)
     }
 
-    fn release(&self, holder: &str, notice: Notice, _: &[Arc<str>]) -> (Call, Reader) {
+    fn release(&self, holder: &str, notice: Notice, _: &[(Arc<str>, u64)]) -> (Call, Reader) {
         let p = self.permits.to_string();
         let argv: [&[u8]; 4] = [
             holder.as_bytes(),

@@ -96,7 +96,7 @@ impl Kind for Read {
         Call::new(&super::permit::LEASE_EXTEND, &readers_key(&self.key), &argv)
     }
 
-    fn release(&self, holder: &str, notice: Notice, _: &[Arc<str>]) -> (Call, Reader) {
+    fn release(&self, holder: &str, notice: Notice, _: &[(Arc<str>, u64)]) -> (Call, Reader) {
         let argv: [&[u8]; 3] = [holder.as_bytes(), self.key.release_channel(), notice.arg()];
         let call = Call::with_keys(&READ_RELEASE, &RwKeys::of(&self.key).refs(), &argv);
         (call, read_flag)
@@ -131,7 +131,7 @@ impl Kind for Write {
         mutex::extend_entry(&self.key, holder, ttl_ms)
     }
 
-    fn release(&self, holder: &str, notice: Notice, _: &[Arc<str>]) -> (Call, Reader) {
+    fn release(&self, holder: &str, notice: Notice, _: &[(Arc<str>, u64)]) -> (Call, Reader) {
         let w = self.waiter.as_deref().unwrap_or("").as_bytes();
         let argv: [&[u8]; 4] = [
             holder.as_bytes(),

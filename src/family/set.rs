@@ -94,7 +94,7 @@ impl Kind for Set {
         Call::with_keys(&EXTEND, &self.key_bytes(), &argv)
     }
 
-    fn release(&self, holder: &str, notice: Notice, _: &[Arc<str>]) -> (Call, Reader) {
+    fn release(&self, holder: &str, notice: Notice, _: &[(Arc<str>, u64)]) -> (Call, Reader) {
         let mut argv = vec![holder.as_bytes(), notice.arg()];
         argv.extend(self.keys.iter().map(Key::release_channel));
         (

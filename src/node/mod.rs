@@ -114,13 +114,6 @@ impl Node {
         }
     }
 
-    /// The number of the live connection (counts the connections made): what was written
-    /// on an earlier one may still be on its way to the node (ordering invariant 2 holds per
-    /// connection).
-    pub(crate) fn connection_generation(&self) -> u64 {
-        self.slot().generation
-    }
-
     /// The redacted address.
     pub(crate) fn name(&self) -> &str {
         &self.addr.display

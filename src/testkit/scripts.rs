@@ -142,6 +142,7 @@ fn fair_shape(
         waiter: waiter.into(),
         holder: base.into(),
         ticket,
+        round: 1,
         draws: true,
         queue_lease_ms: ms(queue_lease).into(),
         claim_ms: ms(claim).into(),

@@ -1,11 +1,13 @@
 -- A fair lock's acquire (fair_line.lua first).
 -- - The key holds this request's grant value (a release, a rollback or a refusal granted it
---   the key): set to this attempt's value for the TTL from now, which the attempt's start
---   bounds from below, and yes. This is how a waiter claims a grant. Only the grant value:
---   an earlier attempt's value is left alone (refused), since that attempt's rollback may
---   still land (written on a connection since replaced) and would then delete the entry
---   this attempt counts on; and a late earlier attempt finds this attempt's value, not a
---   grant, and changes nothing.
+--   the key), or its hand-off value from an earlier round than this attempt's (its client's
+--   release handed it the lock while it waited, and the hand-off did not happen, since it
+--   attempts again), or this attempt's own value (a re-sent attempt): set to this attempt's
+--   value for the TTL from now, which the attempt's start bounds from below, and yes. This
+--   is how a waiter claims a grant. Another attempt's value, or a hand-off value of this
+--   round or a later one, counts as held: an attempt that lands late (written on a
+--   connection since replaced) then changes nothing that a later attempt or a handed-over
+--   guard counts on, and its rollback, landing after it, finds nothing of its own.
 -- - Without a ticket (a request's first attempt): yes only when the key is free and nobody
 --   waits; SET key holder PX ttl. Refused, a request that will wait (ARGV[4] "?") draws its
 --   ticket at once: the node's INCR of the counter is in the answer, and the largest of a
@@ -24,11 +26,25 @@
 -- KEYS as fair_line.lua. ARGV[1] the attempt's holder value, ARGV[2] TTL in ms, ARGV[3] the
 -- request's waiter id, ARGV[4] its ticket (empty: none, and none drawn; "?": none yet, drawn if
 -- refused), ARGV[5] the queue lease in ms, ARGV[6] the claim window in ms, ARGV[7] the
--- release channel.
+-- release channel, ARGV[8] the attempt's round (counted from 1 within a request).
 -- Reply: 1, or {0, the ticket drawn or 0, the key's PTTL}.
 local current = redis.call('get', KEYS[1])
 local base = base_of(ARGV[1])
-if current == base .. ':g' then
+local function claimable(value)
+  if not value then
+    return false
+  end
+  if value == ARGV[1] or value == base .. ':g' then
+    return true
+  end
+  local handed = base .. ':h'
+  if string.sub(value, 1, #handed) ~= handed then
+    return false
+  end
+  local round = tonumber(string.sub(value, #handed + 1))
+  return round ~= nil and round < tonumber(ARGV[8])
+end
+if claimable(current) then
   redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return 1
 end

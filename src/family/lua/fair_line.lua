@@ -1,18 +1,19 @@
 -- Shared by the fair lock's scripts: its line. KEYS[1] is the key (the holder's entry, as a
 -- mutex's), KEYS[2] the line (waiter ids, scored by ticket), KEYS[3] the waiters' queue
 -- leases (waiter id, scored by expiry in the node's ms), KEYS[4] what a release needs to hand
--- the key to a waiter (waiter id -> "ttl-ms claim-ms holder-value"), KEYS[5] the ticket
+-- the key to a waiter (waiter id -> "ttl-ms claim-ms base"), KEYS[5] the ticket
 -- counter. A waiter is live while its queue lease runs and all three of its entries exist;
 -- the expired ones are purged first, so "the first live waiter" is the lowest ticket left
 -- (ties broken by waiter id, the same way on every node). A waiter id is its client's tag,
 -- a dot, and the request's id.
 --
 -- Holder values: a fair request's base is `fair:<waiter id>:<secret>` (the line's entry
--- keeps it); each attempt sets the key to a value of its own, `<base>:<nonce>`, and a grant
--- to `<base>:g`. Values of one base are the request's: its attempts claim a grant, its
--- release and withdrawal delete any of them; a rollback deletes only its own attempt's value,
--- so that a rollback that lands late (written on a connection that was replaced) never
--- deletes what a later attempt or a grant counts on.
+-- keeps it); each attempt sets the key to a value of its own, `<base>:<nonce>`, a grant to
+-- `<base>:g`, and a hand-off by the request's own client to `<base>:h<round>`. Values of one
+-- base are the request's: its attempts claim a grant, or a hand-off of an earlier round (see
+-- fair_acquire.lua), its release and withdrawal delete any of them; a rollback deletes only
+-- its own attempt's value, so that a rollback that lands late (written on a connection that
+-- was replaced) never deletes what a later attempt, a grant or a hand-off counts on.
 --
 -- leave(w): takes waiter w out of the line.
 -- keep_line(): keeps the line's keys and the ticket counter until the latest queue lease
@@ -24,8 +25,8 @@
 -- next_live(after): the first live waiter behind `after` of another client ('' if none):
 --   waiters of the client that did not claim a grant are likely just as dead.
 -- grant(channel, by, sure): hands the free key to the first waiter. A waiter in `sure` (the
---   releasing client's own waiters, which it hands the lock to itself) gets it for its whole
---   TTL. The key is set to the waiter's grant value, `<base>:g`. Any other gets a short grant: the key for its claim window (capped by its TTL and by
+--   releasing client's own waiters, which it hands the lock to itself, each with the round of
+--   its last attempt) gets it for its whole TTL, with its hand-off value `<base>:h<round>`. The key is set to the waiter's grant value, `<base>:g`. Any other gets a short grant: the key for its claim window (capped by its TTL and by
 --   what is left of its queue lease), and its place in line for exactly as long, so that a
 --   waiter that does not claim in time (dead, frozen, cut off) loses both at once and the key
 --   passes on. A claim is an attempt of the waiter's, which finds one of its values on the
@@ -110,7 +111,7 @@ local function grant(channel, by, sure)
   ttl = tonumber(ttl)
   local holder = base .. ':g'
   if sure[first] then
-    redis.call('set', KEYS[1], holder, 'PX', ttl)
+    redis.call('set', KEYS[1], base .. ':h' .. sure[first], 'PX', ttl)
     redis.call('publish', channel, 'grant:' .. first .. ':' .. by)
     return first, ttl
   end

@@ -12,7 +12,7 @@
 --
 -- KEYS as fair_line.lua. ARGV[1] holder value, ARGV[2] release channel, ARGV[3] the notice
 -- mode, ARGV[4] the request's waiter id, ARGV[5...] the waiters the releasing client hands
--- the lock to itself (whole-TTL grants).
+-- the lock to itself (whole-TTL grants), each followed by the round of its last attempt.
 -- Reply: 1 when the key was deleted, else 0; as {1 or 0, waiter id, grant ms} when the key
 -- went to that waiter.
 local base = base_of(ARGV[1])
@@ -25,8 +25,8 @@ if ARGV[3] == '1' and (held or owns(ARGV[4], base)) then
   leave(ARGV[4])
 end
 local sure = {}
-for i = 5, #ARGV do
-  sure[ARGV[i]] = true
+for i = 5, #ARGV - 1, 2 do
+  sure[ARGV[i]] = ARGV[i + 1]
 end
 local granted, ms = nil, nil
 if held or ARGV[3] == '1' then
