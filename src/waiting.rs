@@ -104,6 +104,8 @@ struct Waiting<'a, 'p> {
     /// its set, as any of them may be the one that blocked it.
     waiters: Vec<Waiter>,
     attempts: u32,
+    /// A fair request's rounds so far: its attempts and the hand-offs it took.
+    rounds: u64,
     /// What a request that gives up takes back (sent when the wait is dropped unless it got
     /// the lock).
     withdraw: Withdraw<'a>,
@@ -179,6 +181,7 @@ impl<'a, 'p> Waiting<'a, 'p> {
             waiters,
             fair,
             attempts: 0,
+            rounds: 0,
             withdraw,
         }
     }
@@ -266,15 +269,19 @@ impl<'a, 'p> Waiting<'a, 'p> {
             .after_local_releases(plan.shape.primary().bytes());
         // Bounded by the wait: a release's rounds are bounded by the node timeout anyway.
         let _ = tokio::time::timeout_at(self.deadline, released).await;
-        if let Some(grant) = place.registration.take_grant_or_attempt() {
+        let grant = place.registration.take_grant_or_attempt();
+        // A new round for each attempt, and for each hand-off taken: an attempt claims a
+        // hand-off value of an earlier round only, and a later hand-off's value differs from
+        // one whose give-back (should the claim fail) may still land.
+        self.rounds += 1;
+        if let Shape::Fair(f) = &mut self.plan.shape {
+            f.round = self.rounds;
+        }
+        if let Some(grant) = grant {
             tracing::trace!("claiming the lock a release of this client handed over");
-            return claim(state, plan, grant).await.map_err(Some);
+            return claim(state, self.plan, grant).await.map_err(Some);
         }
         self.attempts = self.attempts.saturating_add(1);
-        // The attempt's round: it may claim a hand-off made after an earlier one only.
-        if let Shape::Fair(f) = &mut self.plan.shape {
-            f.round = u64::from(self.attempts);
-        }
         attempt(state, self.plan).await.map_err(Some)
     }
 
