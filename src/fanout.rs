@@ -5,7 +5,7 @@
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -42,14 +42,60 @@ pub(crate) struct Outcome {
 pub(crate) type NodeAnswer = (usize, Result<Value, NodeFailure>);
 
 /// One node's part of a fan-out, owning what it needs so that it can outlive the caller;
-/// unbounded: the fan-out bounds all its requests by one deadline.
+/// unbounded: the fan-out bounds all its requests by one deadline. Marks the request polled
+/// (see [`send_all`]).
 fn node_call(
     nodes: &Nodes,
     i: usize,
     call: &Arc<Call>,
 ) -> impl Future<Output = NodeAnswer> + Send + 'static {
     let (nodes, call) = (nodes.clone(), call.clone());
-    async move { (i, nodes[i].run(&call, SendBy::Sha, i, call.expired()).await) }
+    async move {
+        call.mark_polled(i);
+        (i, nodes[i].run(&call, SendBy::Sha, i, call.expired()).await)
+    }
+}
+
+/// Bits `0..n`.
+fn all_nodes(n: usize) -> u64 {
+    u64::MAX.checked_shr(64 - n as u32).unwrap_or(0)
+}
+
+/// Polls the requests of a fan-out until each was polled once, and so written (ordering
+/// invariant 3), unless it waits for its connection; keeps the answers that come meanwhile in
+/// `early`, to be counted first.
+///
+/// One poll of the set is not enough: it returns at the first request that is ready, and
+/// yields after two that were woken while being polled, leaving the rest unpolled. On a
+/// loaded machine a node's answer can come within its request's first poll (the thread
+/// writing it is preempted by the one reading the answer), and a quorum of such answers would
+/// decide the call before the last nodes' requests were ever written: a later call of the
+/// lease then stops them (ordering invariant 4), so those nodes never get the request. RedLock
+/// sends to every node at once.
+fn send_all<F>(
+    pending: &mut FuturesUnordered<F>,
+    call: &Call,
+    nodes: usize,
+    early: &mut Vec<NodeAnswer>,
+    cx: &mut Context<'_>,
+) where
+    F: Future<Output = NodeAnswer>,
+{
+    let all = all_nodes(nodes);
+    // The requests not yet polled lead the set's queue (a woken request queues behind them),
+    // so every round polls one at least: `nodes` rounds are enough. The bound only keeps a
+    // change of the set's internals from looping here (the rest are then polled later).
+    for _ in 0..nodes {
+        if call.polled() & all == all {
+            return;
+        }
+        match pending.poll_next_unpin(cx) {
+            Poll::Ready(Some(answer)) => early.push(answer),
+            Poll::Ready(None) => return,
+            // Yielded: the set woke this task, and the requests not yet polled still lead.
+            Poll::Pending => {}
+        }
+    }
 }
 
 /// The longest of the nodes' timeouts (they are all the client's node timeout).
@@ -100,8 +146,10 @@ impl Outcome {
 
 /// `call` running on all nodes concurrently, every request bounded by the node timeout from
 /// the fan-out's first poll (RedLock steps 2 and 3): one deadline for the call, rather than a
-/// timer per request. [`decide`](Self::decide) returns as soon as `required` nodes said
-/// yes or that became impossible; the requests still running are then the caller's to
+/// timer per request. The first poll writes every node's request (but one waiting for its
+/// connection) before an answer is counted ([`send_all`]). [`decide`](Self::decide) returns as
+/// soon as `required` nodes said yes or that became impossible; the requests still running
+/// are then the caller's to
 /// [`collect`](Self::collect), [`detach`](Self::detach) or drop. Dropping stops every request
 /// not yet sent (a request already written stays queued on its node's connection, ahead of
 /// anything sent later), and never sends a NOSCRIPT fallback.
@@ -112,6 +160,9 @@ pub(crate) struct FanOut<F> {
     /// `None` once detached: taking the set out, rather than leaving an empty one behind,
     /// spares allocating a new one for every call that returns at quorum.
     pending: Option<FuturesUnordered<F>>,
+    /// Answers that came while the first poll was still writing the other requests (see
+    /// [`send_all`]), in order, to be counted before any other.
+    early: Vec<NodeAnswer>,
     /// When the requests still running time out: the node timeout after the first poll.
     deadline: Option<Instant>,
     /// Bit `i`: node `i`'s answer was counted.
@@ -137,6 +188,7 @@ pub(crate) fn fan_out(
         call,
         read,
         pending: Some(pending),
+        early: Vec::new(),
         deadline: None,
         counted: 0,
         timed_out: 0,
@@ -214,9 +266,16 @@ where
     /// at the decision, as it does for answers).
     async fn next(&mut self, mut expiry: Pin<&mut Sleep>) -> Option<NodeAnswer> {
         if let Some(pending) = self.pending.as_mut() {
-            let expired = poll_fn(|cx| match pending.poll_next_unpin(cx) {
-                Poll::Ready(answer) => Poll::Ready(Some(answer)),
-                Poll::Pending => expiry.as_mut().poll(cx).map(|()| None),
+            let (call, nodes, early) = (&*self.call, self.nodes.len(), &mut self.early);
+            let expired = poll_fn(|cx| {
+                send_all(pending, call, nodes, early, cx);
+                if !early.is_empty() {
+                    return Poll::Ready(Some(Some(early.remove(0))));
+                }
+                match pending.poll_next_unpin(cx) {
+                    Poll::Ready(answer) => Poll::Ready(Some(answer)),
+                    Poll::Pending => expiry.as_mut().poll(cx).map(|()| None),
+                }
             })
             .await;
             match expired {
@@ -237,10 +296,7 @@ where
     fn time_out(&mut self) {
         self.call.expire();
         self.pending = None;
-        let all = u64::MAX
-            .checked_shr(64 - self.nodes.len() as u32)
-            .unwrap_or(0);
-        self.timed_out = all & !self.counted;
+        self.timed_out = all_nodes(self.nodes.len()) & !self.counted;
     }
 
     fn count(&mut self, i: usize, result: Result<Value, NodeFailure>) {
@@ -321,4 +377,58 @@ pub(crate) async fn broadcast(
         async move { nodes[i].run_within_timeout(&call, form, i).await }
     }))
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::address::NodeAddr;
+    use crate::family::read_flag;
+
+    /// Node `i`'s request: answered within its first poll (as on a loaded machine, where the
+    /// answer can come while the request is being written), or never.
+    fn request(
+        call: &Arc<Call>,
+        i: usize,
+        answered: bool,
+    ) -> impl Future<Output = NodeAnswer> + Send + 'static {
+        let call = call.clone();
+        async move {
+            call.mark_polled(i);
+            if !answered {
+                std::future::pending::<()>().await;
+            }
+            (i, Ok(Value::Int(1)))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_quorum_answered_at_once_decides_only_once_every_request_was_polled() {
+        let n = 5;
+        let nodes: Nodes = (0..n)
+            .map(|i| {
+                let addr = NodeAddr::parse(&format!("redis://127.0.0.1:{}", 6400 + i)).unwrap();
+                Node::new(addr, Duration::from_secs(1), Duration::from_secs(1))
+            })
+            .collect();
+        let call = Arc::new(Call::increment("test", b"k"));
+        let mut fan = FanOut {
+            nodes,
+            call: call.clone(),
+            read: read_flag,
+            pending: Some((0..n).map(|i| request(&call, i, i < 3)).collect()),
+            early: Vec::new(),
+            deadline: None,
+            counted: 0,
+            timed_out: 0,
+            outcome: Outcome::empty(n, 3),
+        };
+        assert_eq!(fan.decide().await, Decision::Reached);
+        assert_eq!(fan.outcome.tally.yes(), 3);
+        assert_eq!(
+            call.polled(),
+            0b11111,
+            "requests left unpolled at the decision"
+        );
+    }
 }

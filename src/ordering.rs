@@ -12,7 +12,8 @@
 //!    request may still be queued behind a paused node, and so must be what follows it.
 //! 3. **A request takes its place on its first poll.** The connection's queue is never full
 //!    and the first poll is not limited by the task's budget (`node::send`), so once polled, a
-//!    request is ahead of every later one.
+//!    request is ahead of every later one. A fan-out polls every node's request before it
+//!    counts an answer (`fanout::send_all`), so none is left unwritten by a quick quorum.
 //! 4. **Stragglers are settled before the next call.** A call decided at quorum leaves its
 //!    undecided requests ([`Stragglers`]) with its lease ([`InFlight`]); the lease's next call
 //!    first stops those not yet written and waits only if one is being written right then

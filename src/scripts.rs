@@ -2,7 +2,7 @@
 //! packed once and shared by the requests of every node ([`Call`]), with its EVAL and re-send
 //! forms. What each kind of lock sends, and its Lua, are the lock family's (`family`).
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use redis::Cmd;
@@ -72,6 +72,9 @@ pub(crate) struct Call {
     pub(crate) progress: Progress,
     /// The call's time ran out: the requests dropped from now on timed out (for metrics).
     expired: AtomicBool,
+    /// Bit `i`: node `i`'s request of a fan-out was polled (see
+    /// [`FanOut`](crate::fanout::FanOut)).
+    polled: AtomicU64,
 }
 
 /// The most nodes a client may have: [`Progress`](crate::progress::Progress) keeps one bit per
@@ -109,6 +112,7 @@ impl Call {
             command: evalsha,
             progress: Progress::default(),
             expired: AtomicBool::new(false),
+            polled: AtomicU64::new(0),
         }
     }
 
@@ -133,6 +137,7 @@ impl Call {
             command: set,
             progress: Progress::default(),
             expired: AtomicBool::new(false),
+            polled: AtomicU64::new(0),
         }
     }
 
@@ -149,18 +154,28 @@ impl Call {
             command: incr,
             progress: Progress::default(),
             expired: AtomicBool::new(false),
+            polled: AtomicU64::new(0),
         }
     }
 
     /// Marks the call's time as run out: its requests dropped from now on timed out.
     pub(crate) fn expire(&self) {
-        self.expired
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.expired.store(true, Ordering::Relaxed);
     }
 
     /// Set once the call's time ran out (see [`expire`](Self::expire)).
     pub(crate) fn expired(&self) -> &AtomicBool {
         &self.expired
+    }
+
+    /// Node `slot`'s request of a fan-out is being polled for the first time.
+    pub(crate) fn mark_polled(&self, slot: usize) {
+        self.polled.fetch_or(1 << slot, Ordering::Relaxed);
+    }
+
+    /// Bit `i`: node `i`'s request was polled.
+    pub(crate) fn polled(&self) -> u64 {
+        self.polled.load(Ordering::Relaxed)
     }
 
     /// The Redis command sent first, for spans (`db.operation.name`).
