@@ -2459,6 +2459,45 @@ fn negative_an_acquire_taking_over_its_requests_other_values() {
     );
 }
 
+/// A rollback that deletes any of its request's values instead of its attempt's own: the
+/// first attempt's rollback, landing late, deletes the second attempt's entry.
+#[test]
+fn negative_a_rollback_deleting_by_base() {
+    let cfg = Config::new(3, 2, &[fair(0, 2), fair(1, 1)], 0)
+        .timeouts(0b01)
+        .reconnects(1)
+        .bug(Bug::RollbackByBase);
+    assert_finds("a rollback deleting by base", cfg, "exclusion");
+}
+
+/// A cut-off request that keeps its identity: its withdrawal, landing late, deletes the grants
+/// its client's release handed it (support fails; two holders take a larger search, in
+/// `large_negative_a_cut_off_request_keeping_its_identity`).
+#[test]
+fn negative_a_cut_off_request_keeping_its_identity() {
+    let plans = [holding(fair(0, 1)), in_line(fair(0, 1), 1)];
+    let cfg = Config::new(3, 2, &plans, 0)
+        .timeouts(0b10)
+        .reconnects(1)
+        .losses(Some(1))
+        .bug(Bug::CutOffKeepsIdentity);
+    assert_finds("a cut-off request keeping its identity", cfg, "support");
+}
+
+/// A grant that sets the key to the value of the waiter's last attempt (its line entry holding
+/// that instead of the base): that attempt's rollback, landing after the release, deletes the
+/// grant the hand-off counted (support fails; no two holders were found within the bounds
+/// tried, see docs/SAFETY.md).
+#[test]
+fn negative_a_grant_setting_an_attempts_value() {
+    let plans = [holding(fair(0, 1)), in_line(fair(0, 1), 1)];
+    let cfg = Config::new(3, 2, &plans, 0)
+        .timeouts(0b10)
+        .reconnects(1)
+        .bug(Bug::GrantSetsAttemptValue);
+    assert_finds("a grant setting an attempt's value", cfg, "support");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Larger configurations, too slow for the debug profile. Run them with:
 // cargo test --release --all-features --test model_fair -- --ignored --nocapture
@@ -2661,4 +2700,22 @@ fn large_two_requests_of_one_client_with_a_reconnect() {
         .reconnects(1)
         .cover(SEEN_HANDOFF | SEEN_LATE);
     assert_safe("two requests of one client, a reconnect", cfg);
+}
+
+/// A cut-off request that keeps its identity, to two holders: its withdrawal lands after its
+/// client's release on a node whose connection was replaced (and was lost on another), deletes
+/// the grant the hand-off counted and grants the key to r2, which claims it.
+#[test]
+#[ignore]
+fn large_negative_a_cut_off_request_keeping_its_identity() {
+    let cfg = Config::new(3, 2, &hand_off_cast(), 0)
+        .timeouts(0b010)
+        .reconnects(1)
+        .losses(Some(1))
+        .bug(Bug::CutOffKeepsIdentity);
+    assert_finds(
+        "a cut-off request keeping its identity, 3 requests",
+        cfg,
+        "exclusion",
+    );
 }
