@@ -1,94 +1,118 @@
 //! Exhaustive model check of the fair lock (`QuorumLock::fair_lock`), with `stateright`.
 //!
 //! The mutex and the read-write lock are checked in `tests/model.rs`; this file checks what the
-//! fair lock adds: the line, tickets, grants (whole and short) and the same-client hand-off.
-//! It borrows that file's approach (a `Copy` state, packed requests, a byte encoding for
-//! hashing, node symmetry, narrated counterexamples) and mirrors:
+//! fair lock adds: the line, tickets, grants (whole and short), claims and the same-client
+//! hand-off, with holder values that tell a request's attempts and its grants apart. It
+//! borrows that file's approach (a `Copy` state, packed requests, a byte encoding for hashing,
+//! node symmetry, narrated counterexamples) and mirrors:
 //!
-//! - **The node scripts** (`src/scripts.rs`, `fair_prelude!`, FAIR_ACQUIRE, FAIR_RELEASE,
-//!   FAIR_WITHDRAW, TICKET_DRAW), step for step, on a node holding the key's entry (holder
-//!   value, expiry), the line (waiter -> ticket), the queue leases (waiter -> expiry), the
-//!   ticket counter (value, expiry). The per-waiter hash entry (`ttl claim holder`) is written
-//!   and deleted with the line's member and lease (`leave`), and its contents are the request's
-//!   own (its TTL, the claim window, its holder value): the model keeps it implicit, a waiter
-//!   being in line exactly when it has all three. The prelude's purge is the tick's (and the
-//!   clock jump's) expiry. `grant` checks that the key is free, takes the first live waiter
-//!   (lowest ticket, ties broken by waiter id) and sets the key to its holder value: for its
-//!   whole TTL when the waiter is in the release's `sure` set, otherwise for `max(1, min(ttl,
-//!   claim window, what is left of its queue lease))`, cutting its queue lease to the same
-//!   instant (a short grant). `keep_line` moves the ticket counter's expiry to the latest
-//!   queue lease, or deletes the counter with an empty line.
-//! - **A fair request** (`src/acquire.rs`, `wait_loop`, `attempt`, `give_back`, `claim`,
-//!   `draw_ticket`; `src/fair.rs`): one waiter id and ONE holder value for all its attempts
-//!   (the model names both by the request), and a ticket once drawn. Before each attempt it
-//!   takes a hand-off grant if a release gave it one (then holds, with the grant's deadline,
-//!   if it is still ahead, and rolls back on every node otherwise) or marks itself attempting.
-//!   An attempt notes `t0` and sends FAIR_ACQUIRE to every node (ticket `?` before it has one,
-//!   so that refusals draw); at quorum it holds with deadline `t0 + ttl` if `now < t0 + ttl`;
-//!   otherwise (too late, or the quorum impossible) it rolls back (FAIR_RELEASE mode 2) on
-//!   every node that did not answer "refused", and *waits* for that rollback (every part
-//!   answered or timed out). An attempt with a ticket whose nodes failed so that no quorum was
-//!   possible (`NoQuorum`) is cut off: it withdraws (FAIR_WITHDRAW, waited for as well) and
-//!   drops its ticket. Only then is it marked waiting (with a fresh stamp). A refused attempt
-//!   without a ticket takes the largest ticket drawn if a quorum of refusals drew one, and
-//!   otherwise draws one in a round of its own (TICKET_DRAW; the request is already marked
-//!   waiting meanwhile, as in the library). A claim of a short grant is an ordinary attempt:
-//!   the node finds the request's own holder value on the key and `PEXPIRE`s it to the TTL.
-//!   A request whose attempts are used up either gives up (FAIR_WITHDRAW to every node, not
-//!   waited for: the `Withdraw` drop guard; it leaves its client's waiters, dropping a
-//!   hand-off that came after its last miss) or, as the configuration says, goes on waiting
-//!   past the run's horizon (it takes a hand-off if one comes; claims are not attempts).
+//! - **Holder values.** A fair request has an identity: a waiter id and a base
+//!   `B = fair:<waiter id>:<secret>`. Attempt `k` holds `B:<nonce_k>`, a value of its own; a
+//!   grant sets the request's grant value `B:g`. The model names a value by its request, its
+//!   identity and its attempt ([`Val`]: `r1:a2`, `r1:g`; `r1'` is r1's second identity).
+//! - **The node scripts** (`src/family/lua/`: `fair_line.lua`, the prelude; `fair_acquire.lua`,
+//!   `fair_release.lua`, `fair_withdraw.lua`, `ticket_draw.lua`), step for step, on a node
+//!   holding the key's entry (holder value, expiry), the line (waiter id -> ticket), the queue
+//!   leases (waiter id -> expiry), the ticket counter (value, expiry). The per-waiter hash
+//!   entry (`ttl claim base`) is written and deleted with the line's member and lease (`leave`),
+//!   and its contents are the identity's own: the model keeps it implicit, a waiter id being
+//!   in line exactly when it has all three. The line is kept per waiter id, so an identity a
+//!   request left may still be in line on a node where its withdrawal has not run (or where a
+//!   late attempt of it joined again). The prelude's purge is the tick's (and the clock
+//!   jump's) expiry. `grant` checks that the key is free, takes the first live waiter (lowest
+//!   ticket, ties broken by waiter id) and sets the key to its grant value: for its whole TTL
+//!   when the waiter is in the release's `sure` set, otherwise for `max(1, min(ttl, claim
+//!   window, what is left of its queue lease))`, cutting its queue lease to the same instant
+//!   (a short grant). `keep_line` moves the ticket counter's expiry to the latest queue
+//!   lease, or deletes the counter with an empty line. FAIR_ACQUIRE: a key holding the
+//!   request's grant value (a grant to claim) or this attempt's own value is extended to the
+//!   TTL with its value kept (`PEXPIRE`), and the answer is yes; any other value, another
+//!   attempt's of the same request included, holds the key. Otherwise as before: yes only for
+//!   a free key with nobody in line (no ticket, `?`) or for the first live waiter (with a
+//!   ticket, joining the line), `SET` to the attempt's value; a refusal draws a ticket (`?`)
+//!   and grants a free key to the first live waiter. FAIR_RELEASE mode 1 (a release) deletes
+//!   any value of the guard's base, leaves the line and grants; mode 2 (a rollback) deletes
+//!   only its attempt's own value (never the grant value, never another attempt's), and
+//!   grants only where it deleted. FAIR_WITHDRAW leaves the line, deletes any value of its
+//!   base and grants.
+//! - **A fair request** (`src/waiting.rs`, `Waiting`: the wait loop, the cut-off,
+//!   `draw_ticket`; `src/acquire.rs`: `attempt`, `give_back`, `claim`; `src/fair.rs`): a
+//!   ticket once drawn. Before each attempt it takes a hand-off grant if a release gave it one
+//!   (then holds, with the grant's deadline and the grant value, if the deadline is still
+//!   ahead; otherwise it rolls back the grant value, which deletes nothing) or marks itself
+//!   attempting. An attempt notes `t0` and sends FAIR_ACQUIRE with a fresh value to every node
+//!   (ticket `?` before it has one, so that refusals draw); at quorum it holds with deadline
+//!   `t0 + ttl` if `now < t0 + ttl`; otherwise (too late, or the quorum impossible) it rolls
+//!   back (FAIR_RELEASE mode 2) on every node that did not answer "refused", and *waits* for
+//!   that rollback (every part answered or timed out). An attempt with a ticket whose nodes
+//!   failed so that no quorum was possible (`NoQuorum`) is cut off: it withdraws
+//!   (FAIR_WITHDRAW, waited for as well), drops its ticket and takes a new identity (it
+//!   registers with its client's waiters under the new waiter id). Only then is it marked
+//!   waiting (with a fresh stamp). A refused attempt without a ticket takes the largest ticket
+//!   drawn if a quorum of refusals drew one, and otherwise draws one in a round of its own
+//!   (TICKET_DRAW; the request is already marked waiting meanwhile, as in the library). A
+//!   claim of a short grant is an ordinary attempt. A request whose attempts are used up
+//!   either gives up (FAIR_WITHDRAW to every node, not waited for: the `Withdraw` drop guard;
+//!   it leaves its client's waiters, dropping a hand-off that came after its last miss) or, as
+//!   the configuration says, goes on waiting past the run's horizon (it takes a hand-off if
+//!   one comes; claims are not attempts).
 //! - **The release** (`src/lease.rs`, `release_round`; `src/fair.rs`, `hand_off`): the holder
-//!   stops trusting the guard; takes a stamp, the instant `sent` and the list of its client's
-//!   waiters waiting since before the stamp (`waiting_before`: the `sure` set); then (a
-//!   separate step, so that waiters may change state in between) sends FAIR_RELEASE mode 1
-//!   naming them to every node. At quorum, if a quorum of the answers granted one waiter of
-//!   this client the same TTL, equal to its whole TTL, and that waiter is still waiting since
-//!   before the stamp (the model: it has not left the waiting state since the release's first
-//!   step), the waiter is handed the lock with deadline `sent + ttl`.
+//!   stops trusting the guard; takes a stamp, the instant `sent` and the waiter ids of its
+//!   client's waiters waiting since before the stamp (`waiting_before`: the `sure` set); then
+//!   (a separate step, so that waiters may change state in between) sends FAIR_RELEASE mode 1
+//!   naming them to every node. At quorum, if a quorum of the answers granted one waiter id of
+//!   this client the same TTL, equal to its whole TTL, and that waiter is still registered
+//!   under that id and waiting since before the stamp (the model: it has not left the waiting
+//!   state since the release's first step), the waiter is handed the lock with deadline
+//!   `sent + ttl`.
 //!
 //! Requests belong to clients (library clients: one `FairWaiters` and one connection per node
 //! each). A client's requests share its connection to each node: one FIFO queue per
-//! (client, node), whose head a node may run at any moment (ordering invariant 1: a request
-//! written to a connection runs before anything written to it later, also after the writer
-//! stopped waiting for it). Requests may be lost; a request's node timeout may fire at any
-//! moment and fails every node of its current fan-out that has not answered (a waited-for
-//! broadcast, the rollback or the withdrawal, then stops waiting for them; they may still run
-//! later). Global time in ticks; node clocks at the true rate, drift 0, `min_validity` 0, lock
-//! delay 0; an entry, queue lease or counter has expired when `now >= expiry`. Forgetful
-//! faults, bounded per run: a restart empty (the key, the line, the leases and the counter
-//! lost; requests still queued run on the restarted node) and a clock jump past a time
-//! (everything that would expire by then expires at once).
+//! (client, node), whose head a node may run at any moment. Requests may be lost; a request's
+//! node timeout may fire at any moment and fails every node of its current fan-out that has
+//! not answered (a waited-for broadcast, the rollback or the withdrawal, then stops waiting for
+//! them; they may still run later). Global time in ticks; node clocks at the true rate, drift
+//! 0, `min_validity` 0, lock delay 0; an entry, queue lease or counter has expired when
+//! `now >= expiry`. Forgetful faults, bounded per run: a restart empty (the key, the line, the
+//! leases and the counter lost; requests still queued run on the restarted node) and a clock
+//! jump past a time (everything that would expire by then expires at once).
 //!
-//! The shared connection matters: the fair lock's safety rests on ordering invariants 1 and 2
-//! (a request written to a connection, even one whose caller stopped waiting for it, runs on
-//! the node before anything its client writes there later), because all attempts of a fair
-//! request share one holder value. The `assumption_*` tests let a connection fail and be
-//! replaced while what was written to it may still land ([`Action::Reconnect`]), and the
-//! checker finds two holders: a rollback or withdrawal waited for until it timed out lands
-//! after the request's next attempt, or after its client's hand-off, and deletes the entry
-//! that attempt or hand-off counts on. (The mutex is indifferent to this: each attempt has a
-//! holder value of its own.) docs/SAFETY.md discusses when a network can do this.
+//! A connection may also fail and be replaced while what was written to it may still land,
+//! after what is written to the new connection ([`Action::Reconnect`]): ordering invariants 1
+//! and 2 (a request written to a connection runs on its node before anything its client
+//! writes there later) then no longer hold. With one holder value per request, a rollback or
+//! withdrawal waited for until it timed out could land after the request's next attempt, or
+//! after its client's hand-off, and delete the entry that attempt or hand-off counted on. The
+//! holder values above make safety independent of that ordering: a late rollback deletes only
+//! its own attempt's value, a late withdrawal only the values of the identity the request
+//! left, and a late acquire takes over no value a guard counts on (it extends the grant value,
+//! and leaves another attempt's alone). The configurations with reconnects check this.
 //!
 //! Properties: (a) `exclusion`: no two requests are inside the validity of a guard at once
 //! (within the tolerance of forgetful faults, `f <= 2q - N - 1`); (a') `support`: while a
-//! request is inside its validity, at least `q - f` nodes hold its entry with an expiry no
-//! earlier than its deadline (invariant 2); (b) `hand-off within its grants`: a hand-off's
+//! request is inside its validity, at least `q - f` nodes hold a value of its current base
+//! (any of its values: a late attempt of its own may have extended the entry) with an expiry
+//! no earlier than its deadline (invariant 2); (b) `hand-off within its grants`: a hand-off's
 //! deadline is never later than the expiry of any grant the hand-off counted (so no short
 //! grant is taken for a whole one); (c) `sometimes` each request holds, and the coverage
 //! properties a configuration asks for (a hand-off, a claimed grant, a short grant, a grant
 //! that lapsed unclaimed, a rollback that re-granted the key to its own request, a cut-off
-//! withdrawal, a draw round, a request that gave up, a forgotten node).
+//! withdrawal, a draw round, a request that gave up, a forgotten node, a rollback or
+//! withdrawal that landed late).
 //!
 //! Negative controls ([`Bug`], the tests named `negative_*`): the hand-off counting short
 //! grants (with a release that names no waiter, so that every grant is short), a waiter marked
-//! waiting before its cut-off withdrawal ran (the defect fixed in round 3), a grant that does
-//! not check that the key is free, a hand-off that ignores the stamp, a claim that does not
-//! extend the granted entry, a hand-off deadline measured from the decision instead of the
-//! release's first send, and a plain majority with a forgetful node. The hand-off's check of
-//! the grant's TTL alone is *implied* by its check of the stamp (a waiter waiting since before
-//! the stamp is in the `sure` set, which every node grants the whole TTL):
-//! `the_grant_ttl_check_is_implied_by_the_stamp_check` drops it and finds no counterexample.
+//! waiting before its cut-off withdrawal ran (the defect fixed in round 3, in the version it
+//! was found in: one identity per request), a grant that does not check that the key is free,
+//! a claim that does not extend the granted entry, a hand-off deadline measured from the
+//! decision instead of the release's first send, a plain majority with a forgetful node; and,
+//! with a reconnect, an acquire that takes over any value of its request's base (as first
+//! proposed), a rollback that deletes by base, a cut-off request that keeps its identity, and
+//! a grant that sets the waiter's last attempt's value. Two checks of the hand-off are
+//! *implied*: its check of the grant's TTL by its check of the stamp (a waiter waiting since
+//! before the stamp is in the `sure` set, which every node grants the whole TTL), and its check
+//! of the stamp by the holder values (nothing of the waiter's deletes its grant value but its
+//! own release or withdrawal); dropping either finds no counterexample.
 //!
 //! Not modelled (docs/SAFETY.md, "Model check", "The fair lock", lists every simplification
 //! and why): extend, watchdog, repair and fencing of a fair guard (the mutex's own calls,
@@ -98,10 +122,9 @@
 //! deadline (a request gives up only when its attempts are used up); eviction of one of the
 //! line's keys alone; a key holder or waiter of another primitive; connecting, NOSCRIPT and
 //! re-sends after a reset (every request is on its connection when its fan-out starts; a lost
-//! one is gone; connections fail only in the `assumption_*` tests, without re-sends); replies
-//! travelling separately (a node's answer arrives as it runs); and
-//! anything beyond each configuration's bounds (nodes, requests, attempts, ticks, losses,
-//! faults).
+//! one is gone; a replaced connection's requests are not sent again); replies travelling
+//! separately (a node's answer arrives as it runs); and anything beyond each configuration's
+//! bounds (nodes, requests, attempts, ticks, losses, reconnects, faults).
 //!
 //! Run: `cargo test --all-features --test model_fair -- --nocapture` prints the state counts
 //! and the counterexample traces; the larger configurations are `#[ignore]`d:
