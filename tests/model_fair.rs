@@ -170,14 +170,15 @@ fn waiter_name(w: usize) -> String {
 
 /// A holder value: the base `fair:<waiter id>:<secret>` of one identity of a request (its
 /// waiter slot, low 4 bits) and what follows it (high 4 bits): 0 for the grant value `B:g`,
-/// `k` for attempt `k`'s `B:<nonce_k>`.
+/// `1..=7` for attempt `k`'s `B:<nonce_k>` (`k` counted within the identity), `8 + r` for the
+/// hand-off value `B:h<r>` of round `r`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Val(u8);
 
 impl Val {
     /// Attempt `k` (from 1) of request `r`'s identity `gen`.
     fn attempt(r: usize, gen: u8, k: u8) -> Val {
-        assert!((1..16).contains(&k) && usize::from(gen) < GENS);
+        assert!((1..8).contains(&k) && usize::from(gen) < GENS);
         Val(waiter(r, gen) as u8 | k << 4)
     }
 
@@ -191,20 +192,36 @@ impl Val {
         Val(w as u8)
     }
 
+    /// The hand-off value of waiter `w` for round `round` (its last attempt's).
+    fn handed(w: usize, round: u8) -> Val {
+        assert!(round < 8);
+        Val(w as u8 | (8 + round) << 4)
+    }
+
     /// Its base: the waiter id it belongs to.
     fn base(self) -> usize {
         usize::from(self.0 & 15)
     }
 
-    /// The attempt, 0 for the grant value.
+    /// The attempt (within its identity) for an attempt's value, 0 otherwise.
     fn k(self) -> u8 {
-        self.0 >> 4
+        match self.0 >> 4 {
+            k @ 1..8 => k,
+            _ => 0,
+        }
+    }
+
+    /// The round of a hand-off value `B:h<r>`.
+    fn round(self) -> Option<u8> {
+        (self.0 >> 4 >= 8).then(|| (self.0 >> 4) - 8)
     }
 
     fn describe(self) -> String {
-        match self.k() {
-            0 => format!("{}:g", waiter_name(self.base())),
-            k => format!("{}:a{k}", waiter_name(self.base())),
+        let name = waiter_name(self.base());
+        match (self.k(), self.round()) {
+            (_, Some(r)) => format!("{name}:h{r}"),
+            (0, None) => format!("{name}:g"),
+            (k, None) => format!("{name}:a{k}"),
         }
     }
 }
@@ -301,8 +318,9 @@ enum Bug {
     WaitingBeforeWithdrawal,
     /// `grant` without its `exists` check: it sets the key over another holder's entry.
     GrantIgnoresKey,
-    /// An attempt that finds its request's grant value on the key answers yes without
-    /// extending it to its TTL (a claim that trusts a short grant's expiry to be whole).
+    /// An attempt that finds a value it may claim (its request's grant value) answers yes
+    /// without setting its own value for its TTL (a claim that trusts a short grant's expiry to
+    /// be whole).
     ClaimWithoutExtend,
     /// The hand-off's deadline measured from the release's decision instead of its first send.
     HandOffFromDecision,
@@ -315,11 +333,15 @@ enum Bug {
     /// line, or renewed its place) instead of the base, and a grant sets the key to that
     /// attempt's value instead of the grant value.
     GrantSetsAttemptValue,
-    /// FAIR_ACQUIRE takes over any value of the request's base (the grant value, or another
-    /// attempt's) by setting the key to its own attempt's value, as first proposed: a late
-    /// attempt then takes over the entry of a later attempt (or a hand-off's grant), and its
-    /// late rollback deletes it.
+    /// FAIR_ACQUIRE takes over any value of the request's base (the grant value, a hand-off
+    /// value of any round, or another attempt's) by setting the key to its own attempt's value,
+    /// as first proposed: a late attempt then takes over the entry of a later attempt (or a
+    /// hand-off's grant), and its late rollback deletes it.
     AcquireOverwritesOwnValues,
+    /// The round fence dropped: FAIR_ACQUIRE claims a hand-off value of any round, its own
+    /// attempt's round and later ones included (as if the hand-off set the grant value, which
+    /// any attempt claims).
+    HandOffWithoutRoundFence,
 }
 
 #[derive(Clone, Debug)]
@@ -535,8 +557,8 @@ impl NodeState {
 /// A request's kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
-    /// FAIR_ACQUIRE of an attempt's holder value; `arg` the ticket, 0 for `?` (none yet,
-    /// drawn where refused).
+    /// FAIR_ACQUIRE of an attempt's holder value; `arg` the ticket (low byte, 0 for `?`: none
+    /// yet, drawn where refused) and the attempt's round (high byte).
     Acquire = 0,
     /// FAIR_RELEASE mode 1 (a release) of the guard's holder value (an attempt's, or the
     /// grant value after a hand-off); `arg` the `sure` set, a bit per waiter id.
@@ -597,8 +619,10 @@ impl Req {
     fn describe(self) -> String {
         let (val, arg) = (self.val().describe(), self.arg());
         match self.kind() {
-            Kind::Acquire if arg == 0 => format!("acquire {val} ticket ?"),
-            Kind::Acquire => format!("acquire {val} ticket {arg}"),
+            Kind::Acquire if arg & 0xff == 0 => {
+                format!("acquire {val} (round {}) ticket ?", arg >> 8)
+            }
+            Kind::Acquire => format!("acquire {val} (round {}) ticket {}", arg >> 8, arg & 0xff),
             Kind::Release if arg == 0 => format!("release {val}"),
             Kind::Release => format!("release {val} sure {}", waiters_of(arg)),
             Kind::Rollback => format!("rollback {val}"),
@@ -712,6 +736,10 @@ struct Request {
     gen: u8,
     /// Attempts made with this identity (attempt `k`'s holder value is `Val::attempt(.., k)`).
     nonce: u8,
+    /// The round of its last attempt: the request's attempt counter, which goes on counting
+    /// across a new identity (a start in line or holding counts as round 1). Recorded with its
+    /// `Waiting` state, sent with a release's `sure` set, fences its hand-off value.
+    round: u8,
     /// The holder value of its current attempt, or of its guard (the grant value after a
     /// hand-off), or of what it rolls back.
     holder: Val,
@@ -729,6 +757,8 @@ struct Request {
     drawn: u8,
     /// A release: the `sure` set sent to the nodes (waiter ids).
     sure: u16,
+    /// A release: the round sent with each waiter of the `sure` set, 4 bits per request.
+    sure_rounds: u16,
     /// A release: the waiters of its client waiting since before its stamp that still are.
     eligible: u8,
     /// A release: the instant taken with the stamp, before anything was sent.
@@ -851,6 +881,7 @@ impl std::hash::Hash for State {
                 u8::from(r.waiting) | miss << 1,
                 r.gen,
                 r.nonce,
+                r.round,
                 r.holder.0,
                 r.granted,
                 r.attempts,
@@ -862,6 +893,7 @@ impl std::hash::Hash for State {
                 r.sent,
             ]);
             e.put(&r.sure.to_le_bytes());
+            e.put(&r.sure_rounds.to_le_bytes());
             let f = &r.fan;
             e.put(&[f.pending, f.yes, f.refused, f.failed, f.max]);
             if f.grant != [0; MAX_N] {
@@ -1099,20 +1131,34 @@ impl Protocol {
 
     // --- The node scripts --------------------------------------------------------------------
 
-    /// The prelude's `grant(channel, by, sure)`: the key, if free, to the first live waiter,
-    /// set to its grant value (its base and `:g`).
-    fn grant(&self, node: &mut NodeState, sure: u16, now: u8) -> Option<(usize, u8, u8)> {
+    /// The prelude's `grant(channel, by, sure)`: the key, if free, to the first live waiter:
+    /// a waiter in `sure` gets its hand-off value `B:h<r>` (the round `r` sent with it, 4 bits
+    /// per request in `rounds`) for its whole TTL; any other its grant value `B:g`, short.
+    fn grant(
+        &self,
+        node: &mut NodeState,
+        sure: u16,
+        rounds: u16,
+        now: u8,
+    ) -> Option<(usize, u8, u8)> {
         if node.key.is_some() && !self.cfg.has(Bug::GrantIgnoresKey) {
             return None;
         }
         let w = node.first_live()?;
         let ttl = self.ttl(w / GENS);
-        let holder = if self.cfg.has(Bug::GrantSetsAttemptValue) {
+        let attempt_value = self.cfg.has(Bug::GrantSetsAttemptValue);
+        let holder = if attempt_value {
             Val::attempt(w / GENS, (w % GENS) as u8, node.entry[w])
         } else {
             Val::granted_to(w)
         };
         if sure & slot_bit(w) != 0 {
+            let round = (rounds >> (4 * (w / GENS)) & 15) as u8;
+            let holder = if attempt_value {
+                holder
+            } else {
+                Val::handed(w, round)
+            };
             node.key = Some(Entry {
                 holder,
                 expiry: now + ttl,
@@ -1145,44 +1191,44 @@ impl Protocol {
         };
         let yes = Answer { yes: true, ..no };
         let mut seen = 0;
+        // A release's `sure` set goes with the round of each of its waiters.
+        let rounds = s.reqs[r].sure_rounds;
         let node = &mut s.nodes[n];
         let (answer, effect) = match req.kind() {
             Kind::Acquire => {
-                let ticket = req.arg() as u8;
+                let (ticket, round) = ((req.arg() & 0xff) as u8, (req.arg() >> 8) as u8);
                 let taken = Some(Entry {
                     holder: val,
                     expiry: now + ttl,
                 });
-                // The key holds the request's grant value (a grant to claim) or this attempt's
-                // own value: extended, the value kept. Never another attempt's value, which
-                // counts as held: that attempt's rollback may still land and delete whatever
-                // has its value, and an attempt landing late must not take over a later
-                // attempt's entry (or a hand-off's grant) with its own, which its rollback
-                // would then delete.
+                // Claimable: this attempt's own value (a re-sent attempt), the request's grant
+                // value, or its hand-off value of an earlier round than this attempt's (the
+                // hand-off did not happen, since it attempts again): set to this attempt's
+                // value for its TTL. Anything else counts as held: another attempt's value
+                // (its rollback may still land and delete whatever has its value), a hand-off
+                // value of this round or a later one (a late attempt must not take over the
+                // value a handed-over guard counts on, which its late rollback would delete).
                 let overwrite = self.cfg.has(Bug::AcquireOverwritesOwnValues);
-                let own = node.key.is_some_and(|e| {
-                    e.holder == val
-                        || e.holder == Val::granted_to(w)
-                        || overwrite && e.holder.base() == w
+                let unfenced = self.cfg.has(Bug::HandOffWithoutRoundFence);
+                let claimable = node.key.is_some_and(|e| {
+                    let h = e.holder;
+                    h == val
+                        || h == Val::granted_to(w)
+                        || h.base() == w && h.round().is_some_and(|hr| unfenced || hr < round)
+                        || overwrite && h.base() == w
                 });
-                if own {
+                if claimable {
                     let found = node.key.unwrap();
-                    if found.holder.k() == 0 {
+                    if found.holder != val {
                         seen |= SEEN_CLAIMED;
                     }
                     let what = found.holder.describe();
                     if self.cfg.has(Bug::ClaimWithoutExtend) {
                         let expiry = found.expiry;
-                        (yes, format!("{what} its own, yes (left until {expiry})"))
-                    } else if overwrite {
-                        node.key = taken;
-                        (yes, format!("{what} its own: SET until {}", now + ttl))
+                        (yes, format!("{what} claimed, yes (left until {expiry})"))
                     } else {
-                        node.key = Some(Entry {
-                            expiry: now + ttl,
-                            ..found
-                        });
-                        (yes, format!("{what} its own: PEXPIRE until {}", now + ttl))
+                        node.key = taken;
+                        (yes, format!("{what} claimed: SET until {}", now + ttl))
                     }
                 } else if ticket == 0 {
                     if node.key.is_some() || node.first_live().is_some() {
@@ -1196,7 +1242,7 @@ impl Protocol {
                         let grant = node
                             .key
                             .is_none()
-                            .then(|| self.grant(node, 0, now))
+                            .then(|| self.grant(node, 0, 0, now))
                             .flatten();
                         if grant.is_some() {
                             seen |= SEEN_SHORT_GRANT;
@@ -1231,7 +1277,7 @@ impl Protocol {
                         (no, format!("in line #{place}, refused ({why})"))
                     } else if node.first_live() != Some(w) {
                         let first = waiter_name(node.first_live().unwrap());
-                        let grant = self.grant(node, 0, now);
+                        let grant = self.grant(node, 0, 0, now);
                         if grant.is_some() {
                             seen |= SEEN_SHORT_GRANT;
                         }
@@ -1250,12 +1296,13 @@ impl Protocol {
             }
             Kind::Release | Kind::Rollback => {
                 let release = req.kind() == Kind::Release;
-                // A release deletes any of the request's values; a rollback only its attempt's
-                // own (never the grant value, nor another attempt's).
+                // A release deletes any of the request's values; a rollback only the value it
+                // was given, exactly (its attempt's, or the hand-off value a claim gives back;
+                // never the grant value, nor another attempt's).
                 let held = if release || self.cfg.has(Bug::RollbackByBase) {
                     node.key_of(w)
                 } else {
-                    val.k() != 0 && node.key.is_some_and(|e| e.holder == val)
+                    node.key.is_some_and(|e| e.holder == val)
                 };
                 if held {
                     node.key = None;
@@ -1265,7 +1312,7 @@ impl Protocol {
                 }
                 let sure = if release { req.arg() } else { 0 };
                 let grant = if held || release {
-                    self.grant(node, sure, now)
+                    self.grant(node, sure, rounds, now)
                 } else {
                     None
                 };
@@ -1295,7 +1342,7 @@ impl Protocol {
                 if held {
                     node.key = None;
                 }
-                let grant = self.grant(node, 0, now);
+                let grant = self.grant(node, 0, 0, now);
                 node.keep_line();
                 if grant.is_some_and(|(g, ms, _)| !whole(g, ms)) {
                     seen |= SEEN_SHORT_GRANT;
@@ -1588,9 +1635,10 @@ impl Protocol {
             self.send(s, r, self.all(), withdraw);
         } else if q.granted != 0 {
             // `take_grant_or_attempt`, then `claim`.
+            // The release set the key to the hand-off value on the nodes it counted: the
+            // guard's value (`hand_off` put it in `holder`).
             let deadline = q.granted;
             s.reqs[r].granted = 0;
-            s.reqs[r].holder = self.base(s, r);
             self.leave_waiting(s, r);
             if now < deadline {
                 s.reqs[r].phase = Phase::Holding;
@@ -1606,10 +1654,11 @@ impl Protocol {
             let q = &mut s.reqs[r];
             q.attempts += 1;
             q.nonce += 1;
+            q.round += 1;
             q.holder = Val::attempt(r, q.gen, q.nonce);
             q.t0 = now;
             q.phase = Phase::Attempt;
-            let (ticket, holder) = (q.ticket, q.holder);
+            let (ticket, holder, round) = (q.ticket, q.holder, q.round);
             log.note(|| {
                 let with = if ticket == 0 {
                     "?".to_string()
@@ -1617,9 +1666,12 @@ impl Protocol {
                     ticket.to_string()
                 };
                 let holder = holder.describe();
-                format!("t={now} r{r} attempts {holder} (ticket {with}) on all nodes")
+                format!(
+                    "t={now} r{r} attempts {holder}, round {round} (ticket {with}) on all nodes"
+                )
             });
-            self.fan_out(s, r, self.all(), Kind::Acquire, holder, u16::from(ticket));
+            let arg = u16::from(ticket) | u16::from(round) << 8;
+            self.fan_out(s, r, self.all(), Kind::Acquire, holder, arg);
         }
     }
 
@@ -1627,17 +1679,19 @@ impl Protocol {
     fn release(&self, s: &mut State, r: usize, log: &mut Log) {
         let now = s.now;
         let client = self.client(r);
-        let (mut eligible, mut sure) = (0, 0);
+        let (mut eligible, mut sure, mut rounds) = (0, 0, 0);
         for w in 0..self.requests() {
             let q = &s.reqs[w];
             if w != r && self.client(w) == client && q.waiting && q.granted == 0 {
                 eligible |= bit(w);
                 sure |= slot_bit(waiter(w, q.gen));
+                rounds |= u16::from(q.round) << (4 * w);
             }
         }
         let q = &mut s.reqs[r];
         q.phase = Phase::Release { sent: false };
         q.eligible = eligible;
+        q.sure_rounds = rounds;
         q.sure = if self.cfg.has(Bug::HandOffOnShortGrants) {
             0
         } else {
@@ -1729,12 +1783,24 @@ impl Protocol {
         if deadline > earliest {
             s.overrun = true;
         }
+        // The guard's value: what the nodes set for the round sent with the `sure` set (the
+        // waiter's round, unchanged while it waits since the stamp).
+        let round = (q.sure_rounds >> (4 * w) & 15) as u8;
+        let holder = if cfg.has(Bug::HandOffOnShortGrants) {
+            Val::granted_to(id)
+        } else if cfg.has(Bug::GrantSetsAttemptValue) {
+            Val::attempt(w, s.reqs[w].gen, s.reqs[w].nonce.max(1))
+        } else {
+            Val::handed(id, round)
+        };
         self.leave_waiting(s, w);
         s.reqs[w].granted = deadline;
+        s.reqs[w].holder = holder;
         self.see(s, SEEN_HANDOFF);
         log.note(|| {
             format!(
-                "t={now} r{h} HANDS OFF to r{w} until {deadline} (grants on {}, earliest expiry {earliest})",
+                "t={now} r{h} HANDS OFF to r{w} until {deadline}, value {} (grants on {}, earliest expiry {earliest})",
+                holder.describe(),
                 nodes_of(nodes)
             )
         });
@@ -1881,9 +1947,8 @@ impl Protocol {
     }
 
     /// (a') Invariant 2: while a request is inside its validity, at least `q - f` nodes hold
-    /// its entry (any value of its current base: a late attempt of its own may have replaced
-    /// the value the guard counted, with a later expiry) with an expiry no earlier than its
-    /// deadline.
+    /// its guard's value exactly (the attempt's `A_k`, or the hand-off value `H_r`: nothing of
+    /// the request replaces either) with an expiry no earlier than its deadline.
     fn supported(&self, s: &State) -> bool {
         (0..self.requests()).all(|r| {
             let q = &s.reqs[r];
@@ -1893,9 +1958,8 @@ impl Protocol {
             let entries = s.nodes[..self.n()]
                 .iter()
                 .filter(|node| {
-                    node.key.is_some_and(|e| {
-                        e.holder.base() == waiter(r, q.gen) && e.expiry >= q.deadline
-                    })
+                    node.key
+                        .is_some_and(|e| e.holder == q.holder && e.expiry >= q.deadline)
                 })
                 .count() as u8;
             entries + s.forgotten >= self.cfg.quorum
@@ -1924,6 +1988,7 @@ impl Protocol {
                     q.phase = Phase::Holding;
                     q.deadline = plan.ttl;
                     q.nonce = 1;
+                    q.round = 1;
                     q.holder = Val::attempt(r, 0, 1);
                     for node in &mut s.nodes[..self.n()] {
                         node.key = Some(Entry {
@@ -1937,6 +2002,7 @@ impl Protocol {
                     q.waiting = true;
                     q.ticket = ticket;
                     q.nonce = 1;
+                    q.round = 1;
                     q.holder = Val::attempt(r, 0, 1);
                     let entry = if self.cfg.has(Bug::GrantSetsAttemptValue) {
                         1
@@ -2277,7 +2343,7 @@ fn two_requests_of_one_client_hand_off_from_their_first_attempts() {
 fn a_release_hands_the_lock_to_a_waiter_of_its_own_client() {
     let cfg = Config::new(3, 2, &hand_off_cast(), 0)
         .timeouts(0b010)
-        .cover(SEEN_HANDOFF | SEEN_CLAIMED | SEEN_SHORT_GRANT | SEEN_CUT_OFF);
+        .cover(SEEN_HANDOFF | SEEN_CLAIMED | SEEN_SHORT_GRANT | SEEN_SELF_REGRANT | SEEN_CUT_OFF);
     assert_safe("hand-off, Majority of 3", cfg);
 }
 
@@ -2351,19 +2417,18 @@ fn the_grant_ttl_check_is_implied_by_the_stamp_check() {
     assert_safe("hand-off without the grant TTL check", cfg);
 }
 
-/// A hand-off to a waiter that attempted (and rolled back, or was cut off) since the release's
-/// stamp finds no counterexample either: nothing of the waiter's deletes its grant value but its
-/// own release or withdrawal (a rollback deletes only its attempt's value, an acquire extends
-/// the grant value, and a cut-off withdrawal withdraws an identity the release's grants are not
-/// for). The stamp check is a second line of defence, no longer a load-bearing one (it was
-/// with one holder value per request: docs/SAFETY.md).
+/// Without a reconnect, the hand-off without its stamp check finds no counterexample: on one
+/// connection the release runs before any attempt the waiter made after the stamp, so where
+/// such an attempt claims the hand-off value, it runs there after the release's grant on every
+/// node, and it fails only if it was cut off (a new identity, which the hand-off does not
+/// name). With a reconnect it is load-bearing: `negative_hand_off_without_the_stamp_check`.
 #[test]
-fn the_stamp_check_is_implied_by_the_holder_values() {
+fn the_stamp_check_without_a_reconnect() {
     let cfg = Config::new(3, 2, &hand_off_cast(), 0)
         .timeouts(0b010)
         .bug(Bug::HandOffIgnoresStamp)
         .cover(SEEN_HANDOFF);
-    assert_safe("hand-off without the stamp check", cfg);
+    assert_safe("hand-off without the stamp check, no reconnect", cfg);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2522,6 +2587,36 @@ fn negative_a_cut_off_request_keeping_its_identity() {
     assert_finds("a cut-off request keeping its identity", cfg, "support");
 }
 
+/// The hand-off without its stamp check (it hands the lock to a waiter that is waiting, since
+/// whenever): r1, named in the release's `sure` set with round 1, attempts (round 2) after the
+/// stamp; the attempt claims the hand-off value `r1:h1` on nodes where the release ran first
+/// (round 1 < 2), fails elsewhere (refused where it overtook the release on a replaced
+/// connection), and its rollback deletes its own value there. r1 waits again (round 2), and
+/// the hand-off gives it `r1:h1`, which those nodes no longer hold (support fails).
+#[test]
+fn negative_hand_off_without_the_stamp_check() {
+    let plans = [holding(fair(0, 1)), in_line(fair(0, 1), 1)];
+    let cfg = Config::new(3, 2, &plans, 0)
+        .timeouts(0b10)
+        .reconnects(1)
+        .bug(Bug::HandOffIgnoresStamp);
+    assert_finds("a hand-off without the stamp check", cfg, "support");
+}
+
+/// A hand-off value that any attempt of the request may claim (the round fence dropped, as if
+/// the hand-off set the grant value): an attempt of the waiter's last round, landing late on a
+/// replaced connection after the release, claims the hand-off value with its own, and its
+/// late rollback deletes that (support fails).
+#[test]
+fn negative_a_hand_off_value_without_the_round_fence() {
+    let plans = [holding(fair(0, 1)), in_line(fair(0, 1), 1)];
+    let cfg = Config::new(3, 2, &plans, 0)
+        .timeouts(0b10)
+        .reconnects(1)
+        .bug(Bug::HandOffWithoutRoundFence);
+    assert_finds("a hand-off value without the round fence", cfg, "support");
+}
+
 /// A grant that sets the key to the value of the waiter's last attempt (its line entry holding
 /// that instead of the base): that attempt's rollback, landing after the release, deletes the
 /// grant the hand-off counted (support fails; no two holders were found within the bounds
@@ -2547,7 +2642,7 @@ fn negative_a_grant_setting_an_attempts_value() {
 fn large_hand_off_with_every_timeout() {
     let cfg = Config::new(3, 2, &hand_off_cast(), 0)
         .timeouts(0b111)
-        .cover(SEEN_HANDOFF | SEEN_CUT_OFF);
+        .cover(SEEN_HANDOFF | SEEN_CUT_OFF | SEEN_SELF_REGRANT);
     assert_safe("hand-off, every timeout", cfg);
 }
 
