@@ -1619,17 +1619,7 @@ async fn late_rollbacks_and_withdrawals_touch_nothing_a_later_attempt_or_grant_c
         Some(renewed.as_str())
     );
     assert_eq!(line(fleet, 0, &key).await, vec!["late.w2".to_string()]);
-    // Leave the shared node as the test found it.
-    let mut c = conn(fleet, 0).await;
-    let _: () = redis::cmd("DEL")
-        .arg(&key)
-        .arg(format!("quorum-lock:queue:{key}"))
-        .arg(format!("quorum-lock:queue-expiry:{key}"))
-        .arg(format!("quorum-lock:queue-holder:{key}"))
-        .arg(format!("quorum-lock:ticket:{key}"))
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    forget_fair_key(fleet, 0, &key).await;
 }
 
 /// A release handing the lock to a waiter of its own client sets the key to the waiter's
@@ -1665,9 +1655,15 @@ async fn a_hand_off_value_is_claimed_only_by_an_attempt_of_a_later_round() {
         let expected = if claimed { &attempt } else { &handed };
         assert_eq!(now.as_deref(), Some(expected.as_str()));
     }
-    let mut c = conn(fleet, 0).await;
+    forget_fair_key(fleet, 0, &key).await;
+}
+
+/// Deletes a fair key and its line from node `i` of the shared fleet, as a test that edits
+/// one node by hand leaves it.
+async fn forget_fair_key(fleet: &Fleet, i: usize, key: &str) {
+    let mut c = conn(fleet, i).await;
     let _: () = redis::cmd("DEL")
-        .arg(&key)
+        .arg(key)
         .arg(format!("quorum-lock:queue:{key}"))
         .arg(format!("quorum-lock:queue-expiry:{key}"))
         .arg(format!("quorum-lock:queue-holder:{key}"))
