@@ -74,10 +74,9 @@ pub async fn fair_rollback_on_node(
     holder: &str,
 ) -> redis::RedisResult<bool> {
     let shape = fair_shape(key, waiter, holder, None, Duration::ZERO, Duration::ZERO)?;
-    let call = shape.release(holder, crate::family::Notice::Rollback);
+    let (call, read) = shape.release_handing_off(holder, crate::family::Notice::Rollback, &[]);
     let answer: redis::Value = call.eval().query_async(node).await?;
-    Ok(matches!(answer, redis::Value::Int(1))
-        || matches!(&answer, redis::Value::Array(a) if a.first() == Some(&redis::Value::Int(1))))
+    Ok(matches!(read(&answer), Some(crate::family::Answer::Yes(_))))
 }
 
 /// **For tests of the node scripts**: the withdrawal of a fair waiter from the line on one
