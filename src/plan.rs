@@ -116,7 +116,7 @@ pub(crate) fn plan<'a>(state: &ClientState, spec: Spec<'a>) -> Result<Plan<'a>> 
                 holder,
                 waiter,
                 ticket: None,
-                // No attempt yet: set before each one (see `Waiting::try_once`).
+                // No attempt yet: raised before each one (see `Waiting::try_once`).
                 round: 0,
                 draws: true,
                 queue_lease_ms: config.queue_lease.as_millis().to_string().into(),

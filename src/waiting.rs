@@ -69,7 +69,7 @@ pub(crate) async fn waiting(state: &Arc<ClientState>, spec: Spec<'_>) -> Result<
 }
 
 /// A waiting writer that gives up takes back its pending mark, so that readers need not wait
-/// for it to expire: when its request fails, and also when its future is dropped (a timeout
+/// for it to expire, and a fair waiter its place in line: when its request fails, and also when its future is dropped (a timeout
 /// around it, an aborted task), as long as a runtime is there to send it.
 struct Withdraw<'a> {
     state: &'a Arc<ClientState>,
@@ -104,8 +104,6 @@ struct Waiting<'a, 'p> {
     /// its set, as any of them may be the one that blocked it.
     waiters: Vec<Waiter>,
     attempts: u32,
-    /// A fair request's rounds so far: its attempts and the hand-offs it took.
-    rounds: u64,
     /// What a request that gives up takes back (sent when the wait is dropped unless it got
     /// the lock).
     withdraw: Withdraw<'a>,
@@ -181,7 +179,6 @@ impl<'a, 'p> Waiting<'a, 'p> {
             waiters,
             fair,
             attempts: 0,
-            rounds: 0,
             withdraw,
         }
     }
@@ -273,9 +270,8 @@ impl<'a, 'p> Waiting<'a, 'p> {
         // A new round for each attempt, and for each hand-off taken: an attempt claims a
         // hand-off value of an earlier round only, and a later hand-off's value differs from
         // one whose give-back (should the claim fail) may still land.
-        self.rounds += 1;
         if let Shape::Fair(f) = &mut self.plan.shape {
-            f.round = self.rounds;
+            f.round += 1;
         }
         if let Some(grant) = grant {
             tracing::trace!("claiming the lock a release of this client handed over");

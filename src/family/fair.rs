@@ -31,8 +31,9 @@ pub(crate) struct Fair {
     pub(crate) holder: Arc<str>,
     /// Its place in line, once drawn (after a first attempt without one was refused).
     pub(crate) ticket: Option<u64>,
-    /// The number of its coming attempt (counted from 1): an attempt may claim a hand-off
-    /// value only from an earlier round (see [`Fair::handed_holder`]).
+    /// Its round: raised before each attempt, and before each hand-off it takes (counted from
+    /// 1; 0 before the first). An attempt may claim a hand-off value only from an earlier
+    /// round (see [`Fair::handed_holder`]).
     pub(crate) round: u64,
     /// Whether the request will wait, and so draws a ticket when its first attempt is
     /// refused (a single attempt does not).
