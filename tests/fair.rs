@@ -718,6 +718,9 @@ async fn late_rollback_round(
 ) -> (LockGuard, bool) {
     let channel = format!("quorum-lock:released:{key}");
     let held = holder.fair_lock(key).ttl(LONG).acquire().await.unwrap();
+    // Read before the waiter starts: `waiting` is a gauge, and a waiter that is already
+    // asleep when it is read would never show as one more.
+    let before = waiter_client.stats().waiting;
     let waiting = {
         let (c, k) = (waiter_client.clone(), key.to_string());
         tokio::spawn(async move {
@@ -728,7 +731,6 @@ async fn late_rollback_round(
                 .await
         })
     };
-    let before = waiter_client.stats().waiting;
     eventually(
         fleet,
         LONG,
