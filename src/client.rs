@@ -321,10 +321,12 @@ impl QuorumLock {
     /// # Errors
     /// [`Error::InvalidKey`](crate::Error::InvalidKey) and
     /// [`Error::InvalidHolder`](crate::Error::InvalidHolder), before any node is contacted;
-    /// [`Error::NotHeld`](crate::Error::NotHeld) when fewer than a quorum confirmed, with how
-    /// many did and the nodes that failed: the lock expired, was released, is another
-    /// holder's, or nodes did not answer. The critical section may have overlapped another
-    /// holder's.
+    /// [`Error::NotHeld`](crate::Error::NotHeld) when so many nodes refused that no quorum can
+    /// hold `holder`'s entry (it expired, was released or is another holder's): the critical
+    /// section may have overlapped another holder's;
+    /// [`Error::ReleaseUnconfirmed`](crate::Error::ReleaseUnconfirmed) when fewer than a quorum
+    /// confirmed only because nodes were slow or unreachable, with how many did and the nodes
+    /// that failed.
     ///
     /// # Cancel safety
     /// Not cancel safe in its report: if cancelled, the release may or may not have reached

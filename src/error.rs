@@ -302,6 +302,26 @@ pub enum Error {
         /// Nodes that failed or timed out.
         failures: Vec<NodeFailure>,
     },
+
+    /// Release could not be confirmed: fewer than a quorum confirmed in time, but too few
+    /// refused to show that a quorum no longer held the lock (the others were slow, silent or
+    /// unreachable). A guard released while its validity lasted held the lock to the end (its
+    /// acquire's quorum guarantees that, not the release); the entries on the nodes that did
+    /// not confirm expire with their TTL, so the next holder may wait for them. Not a loss:
+    /// [`is_lost`](Error::is_lost) is false.
+    #[error("release of lock {key:?} unconfirmed: {confirmed} of {required} nodes confirmed, {refused} refused{}", failed(.failures))]
+    ReleaseUnconfirmed {
+        /// The lock key (lossy UTF-8).
+        key: String,
+        /// Nodes that confirmed.
+        confirmed: usize,
+        /// Nodes required.
+        required: usize,
+        /// Nodes that answered that they did not hold this holder's entry.
+        refused: usize,
+        /// Nodes that failed or timed out.
+        failures: Vec<NodeFailure>,
+    },
 }
 
 impl Error {
@@ -320,7 +340,8 @@ impl Error {
         match self {
             Error::Unreachable { failures, .. }
             | Error::NoQuorum { failures, .. }
-            | Error::NotHeld { failures, .. } => failures,
+            | Error::NotHeld { failures, .. }
+            | Error::ReleaseUnconfirmed { failures, .. } => failures,
             Error::Node(f) => std::slice::from_ref(f),
             _ => &[],
         }

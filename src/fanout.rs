@@ -131,6 +131,18 @@ impl Outcome {
         }
     }
 
+    /// The error of a release that did not reach the quorum while too few nodes refused it to
+    /// rule one out: the nodes that did not confirm were slow, silent or unreachable.
+    pub(crate) fn release_unconfirmed(&self, key: &impl std::fmt::Display) -> Error {
+        Error::ReleaseUnconfirmed {
+            key: key.to_string(),
+            confirmed: self.tally.yes(),
+            required: self.tally.required(),
+            refused: self.tally.refused(),
+            failures: self.failures.clone(),
+        }
+    }
+
     /// The error of an operation that did not reach the quorum, with the per-node failures.
     pub(crate) fn no_quorum(&self, op: Op, key: &impl std::fmt::Display) -> Error {
         Error::NoQuorum {

@@ -199,8 +199,11 @@ impl LockGuard {
     /// gives up its hold; the last one releases on the nodes.
     ///
     /// # Errors
-    /// [`Error::NotHeld`] when fewer than a quorum confirmed, or the lock was already lost:
-    /// the critical section may have overlapped with another holder's.
+    /// [`Error::NotHeld`] when the lock was already lost, or so many nodes refused that no
+    /// quorum can still have held it: the critical section may have overlapped with another
+    /// holder's. [`Error::ReleaseUnconfirmed`] when fewer than a quorum confirmed only because
+    /// nodes were slow or unreachable: the lock was held to the end; its entries on those
+    /// nodes expire with their TTL.
     ///
     /// # Cancel safety
     /// Not cancel safe in its report: if cancelled, the release may or may not have reached

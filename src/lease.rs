@@ -522,8 +522,10 @@ pub(crate) async fn release_round(
     }
 }
 
-/// A release's report, counted: `Ok` when a quorum confirmed and the lock was not lost before,
-/// else [`Error::NotHeld`] with the exact count.
+/// A release's report, counted: `Ok` when a quorum confirmed and the lock was not lost before;
+/// [`Error::NotHeld`] with the exact count when it was lost before, or so many nodes refused
+/// that no quorum can have held it; else (the nodes that did not confirm were slow or
+/// unreachable) [`Error::ReleaseUnconfirmed`].
 pub(crate) fn release_result(
     client: &ClientState,
     key: &Shape,
@@ -532,9 +534,12 @@ pub(crate) fn release_result(
 ) -> Result<()> {
     let confirmed = outcome.decision == Decision::Reached && !was_lost;
     client.counters.release(ReleasedBy::Release, confirmed);
-    match confirmed {
-        true => Ok(()),
-        false => Err(outcome.not_held(key)),
+    if confirmed {
+        Ok(())
+    } else if was_lost || outcome.tally.refusals_rule_out_quorum() {
+        Err(outcome.not_held(key))
+    } else {
+        Err(outcome.release_unconfirmed(key))
     }
 }
 

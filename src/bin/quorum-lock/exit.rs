@@ -152,9 +152,10 @@ pub fn code(e: &Error, conflict: u8) -> u8 {
         {
             CONFIG
         }
-        Error::NoQuorum { .. } | Error::Unreachable { .. } | Error::ValidityExhausted { .. } => {
-            UNAVAILABLE
-        }
+        Error::NoQuorum { .. }
+        | Error::Unreachable { .. }
+        | Error::ValidityExhausted { .. }
+        | Error::ReleaseUnconfirmed { .. } => UNAVAILABLE,
         Error::LockLost { .. } | Error::NotHeld { .. } => LOST,
         Error::InvalidKey { .. }
         | Error::InvalidHolder { .. }

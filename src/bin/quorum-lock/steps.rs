@@ -77,7 +77,11 @@ async fn finish(
         // known (null).
         let confirmed = match &result {
             Ok(()) => json!(client.quorum_size()),
-            Err(Error::NoQuorum { confirmed, .. } | Error::NotHeld { confirmed, .. }) => {
+            Err(
+                Error::NoQuorum { confirmed, .. }
+                | Error::NotHeld { confirmed, .. }
+                | Error::ReleaseUnconfirmed { confirmed, .. },
+            ) => {
                 json!(confirmed)
             }
             Err(_) => Value::Null,
@@ -104,6 +108,9 @@ fn failure(e: &Error, key: &str) -> Failure {
             failures,
             ..
         } if confirmed + failures.len() >= *required => {
+            Failure::new(exit::UNAVAILABLE, format!("nodes unavailable: {e}"))
+        }
+        Error::ReleaseUnconfirmed { .. } => {
             Failure::new(exit::UNAVAILABLE, format!("nodes unavailable: {e}"))
         }
         e => Failure::from_lock(e, &exit::Context::ttl(exit::SOFTWARE)),
