@@ -6,7 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use quorum_lock::{Error, Quorum};
+use quorum_lock::{Error, Quorum, QuorumLock};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -87,9 +87,25 @@ async fn majority_survives_two_paused_nodes_but_not_three() {
     for i in 2..5 {
         fleet.resume(i).unwrap();
     }
-    // Healed: works again on the same connections.
-    let guard = locks.try_acquire(&key, TTL).await.unwrap().expect("healed");
-    guard.release().await.unwrap();
+    // Healed: works again on the same connections, as soon as the resumed nodes' answers to
+    // the requests they held show that they are back (their circuit breakers close).
+    healed(&fleet, &locks, &key).await;
+}
+
+/// Waits until `locks` takes and releases `key` again after the nodes came back.
+async fn healed(fleet: &quorum_lock::testkit::Fleet, locks: &QuorumLock, key: &str) {
+    eventually(
+        fleet,
+        Duration::from_secs(30),
+        "the lock works again",
+        || async {
+            match locks.try_acquire(key, TTL).await {
+                Ok(Some(guard)) => guard.release().await.is_ok(),
+                _ => false,
+            }
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -112,13 +128,9 @@ async fn multilock_refuses_while_any_node_is_down() {
         "{err}"
     );
     fleet.resume(2).unwrap();
-    // The restarted node is reconnected (and its scripts loaded) on use.
-    let guard = locks
-        .try_acquire(&key, TTL)
-        .await
-        .unwrap()
-        .expect("all up again");
-    guard.release().await.unwrap();
+    // The restarted node is reconnected (and its scripts loaded) on use; the resumed one is
+    // back once its answers arrive.
+    healed(&fleet, &locks, &key).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -172,8 +184,8 @@ async fn lock_commands_run(fleet: &quorum_lock::testkit::Fleet, i: usize) -> u64
 /// A node frozen for a while would collect every request of every call meanwhile, each one
 /// timed out and forgotten by its caller but still queued on the connection, and once it
 /// answers again new requests would wait behind all of them. The requests written to a
-/// silent node are bounded: once it has been silent for a node timeout with 256 unanswered,
-/// the rest are not sent (one probe per node timeout goes through).
+/// silent node are bounded: once it has left a request unanswered for a node timeout, the
+/// rest are not sent (one probe per node timeout goes through).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_requests_queued_to_a_frozen_node_are_bounded() {
     let fleet = own_fleet(5);
@@ -234,5 +246,64 @@ async fn the_requests_queued_to_a_frozen_node_are_bounded() {
         run <= bound,
         "the frozen node ran {run} of the {} requests made while it was frozen (bound {bound})",
         2 * calls
+    );
+}
+
+/// A silent node trips its circuit breaker after one node timeout: from then on an attempt
+/// that split the live nodes (two yes, two held by another holder, the silent one unknown)
+/// counts the silent node as a "no" at once instead of waiting a node timeout for it, and its
+/// requests are not written (one probe per node timeout is).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_one_node_timeout_a_silent_node_is_not_waited_for() {
+    let fleet = own_fleet(5);
+    let node_timeout = Duration::from_secs(2);
+    let locks = QuorumLock::builder()
+        .nodes(fleet.urls())
+        .node_timeout(node_timeout)
+        .build()
+        .await
+        .unwrap();
+    let key = unique_key("breaker");
+    for i in [2, 3] {
+        let mut c = conn(&fleet, i).await;
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg("another-holder")
+            .arg("PX")
+            .arg(60_000)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+    }
+    let before = lock_commands_run(&fleet, 4).await;
+    fleet.pause(4).unwrap();
+    // Until the node has been silent for a node timeout, it might still answer in time.
+    let first = Instant::now();
+    assert!(locks.try_acquire(&key, TTL).await.unwrap().is_none());
+    let first = first.elapsed();
+    let attempts: u32 = 10;
+    let rest = Instant::now();
+    for _ in 0..attempts {
+        assert!(locks.try_acquire(&key, TTL).await.unwrap().is_none());
+    }
+    let rest = rest.elapsed();
+    fleet.resume(4).unwrap();
+    locks.finish_background().await;
+    let run = lock_commands_run(&fleet, 4).await - before;
+    assert!(
+        first >= node_timeout,
+        "the first split attempt decided in {first:?}, before the node timeout"
+    );
+    // Without the breaker each attempt would wait the whole node timeout.
+    assert!(
+        rest < node_timeout * attempts,
+        "{attempts} split attempts took {rest:?}: they waited for the silent node"
+    );
+    // The first attempt's acquire and rollback, and a probe per node timeout after it.
+    let probes = (rest.as_millis() / node_timeout.as_millis()) as u64 + 1;
+    assert!(
+        run <= 2 + 2 * probes,
+        "the silent node was sent {run} lock commands for {} attempts ({probes} probe windows)",
+        attempts + 1
     );
 }

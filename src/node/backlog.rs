@@ -10,10 +10,19 @@ use std::time::Duration;
 ///
 /// A node that stopped answering (frozen, black-holed) would otherwise collect every request
 /// of this client, each one timed out and forgotten by its caller but still queued on the
-/// connection; once it answers again, new requests would wait behind all of them. So once the
-/// node has been silent for a node timeout with [`MAX_SILENT_BACKLOG`] requests unanswered,
-/// requests fail at once without being written ("not sent"), except one probe per node
-/// timeout, whose answer shows that the node is back (and that the backlog drained).
+/// connection; once it answers again, new requests would wait behind all of them. Worse, every
+/// operation would wait a whole node timeout for it before it could count it as a "no": an
+/// attempt that split the live nodes (two yes, two no, the silent one unknown) holds its
+/// entries, and keeps other clients out, until then.
+///
+/// So this is also the node's circuit breaker: once the node has left a request unanswered
+/// for longer than the node timeout (it answered nothing since that request was written),
+/// requests fail at once without being written ("not sent", counted as a timeout: a "no" that
+/// costs nothing to wait for), except one probe per node timeout, which closes the breaker
+/// when its answer comes (as does any late answer to an earlier request: a node that was only
+/// slow for a moment is back at its next answer). The quorum is still counted over all N
+/// nodes; a request not sent only stands for the answer the node would not have given in
+/// time.
 pub(super) struct Backlog {
     /// Sequence number of the latest request written.
     written: AtomicU64,
@@ -26,11 +35,6 @@ pub(super) struct Backlog {
     probed_at: AtomicU64,
     epoch: tokio::time::Instant,
 }
-
-/// How many unanswered requests a silent node may collect before further requests are not
-/// sent (see [`Backlog`]): its answers to them, once it is back, take well under a
-/// millisecond each.
-pub(super) const MAX_SILENT_BACKLOG: u64 = 256;
 
 impl Backlog {
     pub(super) fn new() -> Backlog {
@@ -48,8 +52,8 @@ impl Backlog {
     }
 
     /// A sequence number for a request about to be written, or `None` when it must not be
-    /// (the node has been silent for `timeout` with a full backlog, and a probe went out
-    /// less than `timeout` ago).
+    /// (the node has left a request unanswered for longer than `timeout`, and a probe went
+    /// out less than `timeout` ago).
     pub(super) fn admit(&self, timeout: Duration) -> Option<u64> {
         let now = self.now_ms();
         let timeout = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
@@ -57,9 +61,7 @@ impl Backlog {
         let outstanding = written.saturating_sub(self.answered.load(Ordering::Acquire));
         if outstanding == 0 {
             self.quiet_since.store(now, Ordering::Release);
-        } else if outstanding >= MAX_SILENT_BACKLOG
-            && now.saturating_sub(self.quiet_since.load(Ordering::Acquire)) > timeout
-        {
+        } else if now.saturating_sub(self.quiet_since.load(Ordering::Acquire)) > timeout {
             let probed = self.probed_at.load(Ordering::Acquire);
             if now.saturating_sub(probed) <= timeout
                 || self
@@ -92,7 +94,7 @@ mod tests {
     use super::*;
 
     #[tokio::test(start_paused = true)]
-    async fn a_silent_node_collects_a_bounded_backlog_and_gets_one_probe_per_timeout() {
+    async fn a_node_silent_for_a_timeout_gets_one_probe_per_timeout_until_it_answers() {
         let timeout = Duration::from_millis(100);
         let backlog = Backlog::new();
         // A healthy node: requests come and go; nothing is held back however many are out.
@@ -103,7 +105,7 @@ mod tests {
         assert_eq!(backlog.outstanding(), 0);
         // Many requests at once, answered a moment later: busy, not silent.
         let mut last = 0;
-        for _ in 0..2 * MAX_SILENT_BACKLOG {
+        for _ in 0..512 {
             last = backlog.admit(timeout).expect("a busy node takes requests");
         }
         tokio::time::advance(timeout / 2).await;
@@ -112,12 +114,8 @@ mod tests {
             "silent for less than the timeout"
         );
         backlog.answered(last + 1);
-        // The node stops answering: requests are written until the backlog is full and the
-        // node has been silent for a timeout...
-        let written = (0..MAX_SILENT_BACKLOG)
-            .filter(|_| backlog.admit(timeout).is_some())
-            .count();
-        assert_eq!(written as u64, MAX_SILENT_BACKLOG);
+        // The node stops answering: one request written, nothing answered for a timeout...
+        let unanswered = backlog.admit(timeout).unwrap();
         tokio::time::advance(timeout * 2).await;
         // ...then one probe per timeout, and nothing else.
         assert!(backlog.admit(timeout).is_some(), "the probe");
@@ -127,8 +125,20 @@ mod tests {
         tokio::time::advance(timeout + Duration::from_millis(1)).await;
         let probe = backlog.admit(timeout).expect("the next probe");
         assert!(backlog.admit(timeout).is_none());
-        // The node is back: it answers the probe (so, everything before it).
-        backlog.answered(probe);
+        assert_eq!(
+            backlog.outstanding(),
+            3,
+            "the bound: one request and two probes"
+        );
+        // A late answer to the first request: the node was only slow; it is back.
+        backlog.answered(unanswered);
+        assert!(backlog.admit(timeout).is_some(), "back at its next answer");
+        // It stops again, and comes back by answering the probe (so, everything before it).
+        tokio::time::advance(timeout * 2).await;
+        let probe2 = backlog.admit(timeout).expect("a probe");
+        assert!(probe2 > probe);
+        assert!(backlog.admit(timeout).is_none());
+        backlog.answered(probe2);
         assert_eq!(backlog.outstanding(), 0);
         assert!(backlog.admit(timeout).is_some(), "flowing again");
     }
