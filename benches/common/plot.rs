@@ -78,6 +78,12 @@ pub struct Scaling<'a> {
     pub points: Vec<(usize, Duration, Duration)>,
 }
 
+/// One lock and fault across client counts: (clients, ops per second, p99 wait).
+pub struct Series {
+    pub name: String,
+    pub points: Vec<(f64, f64, Duration)>,
+}
+
 impl Plots {
     /// Registers the first font of [`FONTS`] found and creates `dir`.
     ///
@@ -102,6 +108,12 @@ impl Plots {
     /// `file`: the empirical distribution (CDF) of each client's waits, on a log scale of time.
     pub fn wait_cdf(&self, file: &str, title: &str, clients: &[(&str, &[Duration])]) {
         self.write(file, |path| wait_cdf(path, title, clients));
+    }
+
+    /// `file`: throughput (left) and p99 wait (right, log scale) of each series against the
+    /// number of clients.
+    pub fn contention_vs_clients(&self, file: &str, title: &str, series: &[Series]) {
+        self.write(file, |path| contention_vs_clients(path, title, series));
     }
 
     /// Draws `file` with `draw`, and prints where it went or why it failed.
@@ -177,6 +189,67 @@ fn latency_vs_nodes(path: &Path, clients: &[Scaling<'_>]) -> Result<(), Box<dyn 
             .legend(move |(x, y)| DashedPathElement::new([(x, y), (x + 24, y)], 6, 3, light));
     }
     legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
+    root.present()?;
+    Ok(())
+}
+
+fn contention_vs_clients(
+    path: &Path,
+    title: &str,
+    series: &[Series],
+) -> Result<(), Box<dyn Error>> {
+    let points = || series.iter().flat_map(|s| s.points.iter());
+    let clients = points().map(|p| p.0).fold(1.0, f64::max);
+    let top_ops = points().map(|p| p.1).fold(1.0, f64::max) * 1.1;
+    let (low, high) = points()
+        .map(|p| micros(p.2).max(1.0))
+        .fold((f64::MAX, 1.0_f64), |(lo, hi), w| (lo.min(w), hi.max(w)));
+    let low = decade_below(low.min(high));
+    let high = decade_above(high).max(low * 10.0);
+    let root = BitMapBackend::new(path, (SIZE.0 * 2, SIZE.1)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let root = root.titled(title, ("sans-serif", 22))?;
+    let (left, right) = root.split_horizontally(SIZE.0);
+    let mut ops = ChartBuilder::on(&left)
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..clients * 1.05, 0.0..top_ops)?;
+    ops.configure_mesh()
+        .x_desc("separate clients (one task each)")
+        .y_desc("acquisitions per second")
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        .label_style(("sans-serif", 15))
+        .axis_desc_style(("sans-serif", 16))
+        .light_line_style(BLACK.mix(0.04))
+        .draw()?;
+    let mut p99 = ChartBuilder::on(&right)
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d(
+            0.0..clients * 1.05,
+            (low..high).log_scale().with_key_points(ticks(low, high)),
+        )?;
+    p99.configure_mesh()
+        .x_desc("separate clients (one task each)")
+        .y_desc("p99 wait (log scale)")
+        .y_label_formatter(&|us| human(*us))
+        .label_style(("sans-serif", 15))
+        .axis_desc_style(("sans-serif", 16))
+        .light_line_style(BLACK.mix(0.04))
+        .draw()?;
+    for (i, s) in series.iter().enumerate() {
+        let style = colour(i).stroke_width(2);
+        ops.draw_series(LineSeries::new(s.points.iter().map(|p| (p.0, p.1)), style).point_size(4))?
+            .label(s.name.as_str())
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 24, y)], style));
+        p99.draw_series(
+            LineSeries::new(s.points.iter().map(|p| (p.0, micros(p.2).max(1.0))), style)
+                .point_size(4),
+        )?;
+    }
+    legend(&mut ops, SeriesLabelPosition::UpperRight)?;
     root.present()?;
     Ok(())
 }
