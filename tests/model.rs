@@ -56,7 +56,9 @@
 //! an entry has expired when `now >= expiry`); one FIFO request queue per (client, node)
 //! connection, whose head a node may run at any moment (requests are delayed arbitrarily, and
 //! reordered across nodes, never within one connection); requests that may be lost
-//! (unavailability); a client's node timeout at any moment, which fails every node of the
+//! (unavailability); in configurations with `skips`, a client's circuit breaker for a node
+//! (`src/node/backlog.rs`), which takes the fan-out's request to it back before it is written
+//! and counts it as failed at once; a client's node timeout at any moment, which fails every node of the
 //! current fan-out that has not answered (they all started together, with the same timeout);
 //! replies that arrive as the node answers, or (one configuration) travel separately and late;
 //! and forgetful faults, bounded per run: a restart empty (everything lost; requests still
@@ -212,6 +214,9 @@ enum Bug {
     /// A reader's release deletes the readers' set where it is a member (a compare-and-delete
     /// as the mutex's), instead of removing only its own member.
     ReadReleaseDeletesTheSet,
+    /// A fan-out counts its quorum over the nodes it asked, leaving out the nodes its circuit
+    /// breaker skipped (a majority of the rest), instead of over all N.
+    QuorumOverNodesAsked,
 }
 
 #[derive(Clone, Debug)]
@@ -238,6 +243,9 @@ struct Config {
     bug: Option<Bug>,
     /// Adds the `eventually` property "c0 eventually holds".
     liveness: bool,
+    /// Circuit breakers (`src/node/backlog.rs`): a client may skip a node in a fan-out, not
+    /// writing its request and counting it as failed at once.
+    skips: bool,
     /// `SEEN_*` paths the search must reach (`sometimes` properties, as coverage).
     cover: u16,
     /// Initial fencing counters range over `0..=counters` on every node (an earlier history).
@@ -270,6 +278,7 @@ impl Config {
             fencing: None,
             bug: None,
             liveness: false,
+            skips: false,
             cover: 0,
             counters: 0,
             start_counters: None,
@@ -519,6 +528,17 @@ impl Fifo {
         self.len == 0
     }
 
+    /// The newest request, if any.
+    fn last(&self) -> Option<Req> {
+        (self.len > 0).then(|| self.items[usize::from(self.len) - 1])
+    }
+
+    /// Takes the newest request back (it was never written).
+    fn pop_back(&mut self) {
+        self.len -= 1;
+        self.items[usize::from(self.len)] = Req::default();
+    }
+
     /// Nobody waits for these requests' answers any more.
     fn unwait(&mut self) {
         for req in &mut self.items[..usize::from(self.len)] {
@@ -554,6 +574,8 @@ struct Fan {
     yes: u8,
     refused: u8,
     failed: u8,
+    /// Of `failed`, the nodes whose circuit breaker kept the request from being written.
+    skipped: u8,
     max_yes: u8,
     yes_mask: u8,
     refused_mask: u8,
@@ -792,6 +814,7 @@ impl std::hash::Hash for State {
                 cl.fan.yes,
                 cl.fan.refused,
                 cl.fan.failed,
+                cl.fan.skipped,
                 cl.fan.max_yes,
                 cl.fan.yes_mask,
                 cl.fan.refused_mask,
@@ -831,6 +854,9 @@ enum Action {
     /// timeout, so they time out together. For a renewal collecting answers for the repair,
     /// this is the next renewal coming due.
     GiveUp(u8),
+    /// Client `c`'s circuit breaker for node `n` is open: the current fan-out's request to `n`
+    /// is not written (taken back from the connection) and counts as failed at once.
+    Skip(u8, u8),
     /// Client `c` extends to the given TTL.
     Extend(u8, u8),
     /// Client `c`'s watchdog renews.
@@ -1018,10 +1044,15 @@ impl Protocol {
 
     /// `quorum::Tally::decision`.
     fn decision(&self, fan: &Fan) -> Decision {
-        let n = self.n() as u8;
-        if fan.yes >= self.cfg.quorum {
+        let (n, quorum, failed) = if self.cfg.has(Bug::QuorumOverNodesAsked) {
+            let asked = self.n() as u8 - fan.skipped;
+            (asked, asked / 2 + 1, fan.failed - fan.skipped)
+        } else {
+            (self.n() as u8, self.cfg.quorum, fan.failed)
+        };
+        if fan.yes >= quorum {
             Decision::Reached
-        } else if n - fan.refused - fan.failed < self.cfg.quorum {
+        } else if n - fan.refused - failed < quorum {
             Decision::Impossible
         } else {
             Decision::Pending
@@ -1632,6 +1663,20 @@ impl Protocol {
                 self.react(s, c, log);
             }
             Action::GiveUp(c) => self.give_up(s, usize::from(c), log),
+            Action::Skip(c, n) => {
+                let (c, n) = (usize::from(c), usize::from(n));
+                let req = s.conn(c, n).last().expect("a request to skip");
+                s.conn(c, n).pop_back();
+                let fan = &mut s.clients[c].fan;
+                fan.slots[n] = Slot::Idle;
+                fan.skipped += 1;
+                log.note(|| {
+                    let req = req.describe(c, self.cfg.reads(c));
+                    format!("t={now} c{c}'s breaker for n{n} is open: its {req} is not sent")
+                });
+                self.count(s, c, n, None);
+                self.react(s, c, log);
+            }
             Action::Extend(c, ttl) => self.renew(s, usize::from(c), ttl, false, log),
             Action::Renew(c) => {
                 let c = usize::from(c);
@@ -1933,7 +1978,14 @@ impl Model for Protocol {
             }
             for n in 0..self.n() {
                 let n8 = n as u8;
-                if !s.conns[c * MAX_N + n].is_empty() {
+                let conn = &s.conns[c * MAX_N + n];
+                if cfg.skips
+                    && cl.fan.slots[n] == Slot::Waiting
+                    && conn.last().is_some_and(Req::wait)
+                {
+                    actions.push(Action::Skip(c8, n8));
+                }
+                if !conn.is_empty() {
                     actions.push(Action::Process(c8, n8));
                     if may_lose {
                         actions.push(Action::Lose(c8, n8));
@@ -2088,6 +2140,7 @@ fn narrate(model: &Protocol, path: Path<State, Action>, holds: Option<Condition>
         let real_action = match action {
             Action::Process(c, n) => Action::Process(c, r(n)),
             Action::Lose(c, n) => Action::Lose(c, r(n)),
+            Action::Skip(c, n) => Action::Skip(c, r(n)),
             Action::Answer(c, n) => Action::Answer(c, r(n)),
             Action::Restart(n) => Action::Restart(r(n)),
             Action::ClockJump(n, to) => Action::ClockJump(r(n), to),
@@ -2180,6 +2233,15 @@ const EVERYTHING: Plan = Plan {
 fn two_clients_majority_of_3() {
     let cfg = Config::new(3, 2, &[acquirer(1, 2), acquirer(1, 2)], 1).cover(SEEN_ROLLBACK);
     assert_safe("two clients, Majority of 3", cfg);
+}
+
+/// Circuit breakers: either client may skip any node in any fan-out (its request not written,
+/// counted as failed at once), beside losses and timeouts; the quorum is counted over all N.
+#[test]
+fn two_clients_majority_of_3_breakers() {
+    let mut cfg = Config::new(3, 2, &[acquirer(1, 2), acquirer(1, 2)], 1).cover(SEEN_ROLLBACK);
+    cfg.skips = true;
+    assert_safe("two clients, Majority of 3, circuit breakers", cfg);
 }
 
 /// Any number of lost requests.
@@ -2476,6 +2538,17 @@ fn negative_repair_beyond_validity() {
         .losses(Some(1))
         .bug(Bug::RepairBeyondValidity);
     assert_finds("repair beyond the validity", cfg, "repair within validity");
+}
+
+/// A fan-out that counts its quorum over the nodes it asked, leaving out those its circuit
+/// breaker skipped, lets two clients hold at once: one skips two nodes of three and holds with
+/// the third, the other holds the two.
+#[test]
+fn negative_quorum_over_the_nodes_asked() {
+    let mut cfg =
+        Config::new(3, 2, &[acquirer(1, 2), acquirer(1, 2)], 0).bug(Bug::QuorumOverNodesAsked);
+    cfg.skips = true;
+    assert_finds("quorum over the nodes asked", cfg, "exclusion");
 }
 
 /// A rollback sent only to the nodes that said yes misses the late ones.
