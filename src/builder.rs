@@ -4,17 +4,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::join_all;
-
 use crate::address::{redact, NodeAddr};
 use crate::client::QuorumLock;
 use crate::config::{check_duration, Config};
-use crate::error::{Error, FailureKind, Result};
+use crate::error::{Error, Result};
 use crate::human::Human;
 use crate::node::{Node, NodeClient};
 use crate::quorum::Quorum;
-use crate::safety::{self};
+use crate::safety;
 use crate::scripts::MAX_NODES;
+use crate::startup::probe_until_quorum;
 use crate::state::ClientState;
 #[cfg(feature = "tls")]
 use crate::tls::TlsSettings;
@@ -410,6 +409,12 @@ impl Builder {
     }
 
     /// Validates the configuration, connects to every node concurrently and checks them.
+    /// Returns once every node answered or failed, or a node timeout after a quorum of nodes
+    /// answered: a node still silent then (frozen, black-holed) does not hold the client up
+    /// for the whole connect timeout. Its check goes on in the background, and lock calls
+    /// count it as failed, sending it nothing, until the check passes; a check that fails
+    /// then (the same server as another node, a replica) excludes the node for good and logs
+    /// an error.
     ///
     /// Checks: the same server listed twice (same `run_id`) and replicas are rejected;
     /// evicting `maxmemory-policy` and missing persistence are logged as warnings (tracing);
@@ -436,29 +441,7 @@ impl Builder {
             .into_iter()
             .map(|addr| Node::new(addr, config.node_timeout, config.connect_timeout))
             .collect();
-        let probes = join_all(nodes.iter().map(|n| n.probe(config.connect_timeout))).await;
-
-        let mut failures = Vec::new();
-        let mut infos = Vec::new();
-        for probe in probes {
-            match probe {
-                Ok(info) => infos.push(info),
-                // What waiting will not fix: a wrong address or credentials, a refused TLS
-                // handshake, or a server that is not Redis (it answered, but not RESP).
-                Err(f)
-                    if matches!(
-                        f.kind(),
-                        FailureKind::Auth
-                            | FailureKind::UnknownHost
-                            | FailureKind::Tls
-                            | FailureKind::Protocol
-                    ) =>
-                {
-                    return Err(Error::Node(f))
-                }
-                Err(f) => failures.push(f),
-            }
-        }
+        let (infos, failures) = probe_until_quorum(&nodes, &config).await?;
         // The same rules as `quorum-lock check`: refused here, or logged.
         safety::refuse_or_warn(&infos)?;
         let reachable = nodes.len() - failures.len();
@@ -484,6 +467,7 @@ impl Builder {
 mod tests {
     use super::*;
     use crate::config::MAX_TTL;
+    use crate::error::FailureKind;
 
     fn field(r: Result<Config>) -> &'static str {
         match r {

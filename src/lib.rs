@@ -114,6 +114,7 @@ mod holder;
 mod human;
 pub mod quorum;
 mod scripts;
+mod startup;
 mod state;
 mod telemetry;
 #[cfg(feature = "tls")]

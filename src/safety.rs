@@ -196,6 +196,32 @@ pub(crate) fn refuse_or_warn(nodes: &[NodeInfo]) -> crate::Result<()> {
     Ok(())
 }
 
+/// The check of a node whose build-time probe answered after the client was built: the rules
+/// of [`refuse_or_warn`] for `late` against the nodes checked before it (`earlier`), its own
+/// findings only.
+pub(crate) fn refuse_or_warn_late(earlier: &[NodeInfo], late: NodeInfo) -> crate::Result<()> {
+    let node = late.node.clone();
+    let mut all = earlier.to_vec();
+    all.push(late);
+    for finding in findings(&all).into_iter().filter(|f| f.node == node) {
+        match (finding.severity, finding.same_as) {
+            (Severity::Refused, Some(first)) => {
+                return Err(Error::DuplicateNode {
+                    first,
+                    second: finding.node,
+                    run_id: all
+                        .last()
+                        .and_then(|i| i.run_id.clone())
+                        .unwrap_or_default(),
+                })
+            }
+            (Severity::Refused, None) => return Err(Error::ReplicaNode { node: finding.node }),
+            _ => tracing::warn!(node = %finding.node, "{}", finding.message),
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,6 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
+use quorum_lock::testkit::Fleet;
 use quorum_lock::{Error, Quorum, QuorumLock};
 
 const TTL: Duration = Duration::from_secs(10);
@@ -306,4 +307,83 @@ async fn after_one_node_timeout_a_silent_node_is_not_waited_for() {
         "the silent node was sent {run} lock commands for {} attempts ({probes} probe windows)",
         attempts + 1
     );
+}
+
+/// `build()` with one node of five frozen returns once the others answered its checks (and a
+/// node timeout more), not after the whole connect timeout; the frozen node takes no lock calls
+/// until its check answers, and then does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn build_with_a_frozen_node_returns_at_quorum_and_checks_the_node_when_it_answers() {
+    let fleet = own_fleet(5);
+    fleet.pause(4).unwrap();
+    let connect_timeout = Duration::from_secs(20);
+    let started = Instant::now();
+    let locks = QuorumLock::builder()
+        .nodes(fleet.urls())
+        .connect_timeout(connect_timeout)
+        .build()
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert!(
+        took < connect_timeout,
+        "build took {took:?}: it waited for the frozen node"
+    );
+    let key = unique_key("build-frozen");
+    let guard = locks.try_acquire(&key, TTL).await.unwrap().expect("4 of 5");
+    guard.release().await.unwrap();
+    locks.finish_background().await;
+    fleet.resume(4).unwrap();
+    // The commands the node ran once resumed: its check (INFO, CONFIG), none of the lock's.
+    let before = lock_commands_run(&fleet, 4).await;
+    assert_eq!(before, 0, "the unchecked node was sent lock calls");
+    // Once its check answers, the node takes lock calls again.
+    eventually(
+        &fleet,
+        Duration::from_secs(30),
+        "node 4 is used",
+        || async {
+            let guard = locks.try_acquire(&key, TTL).await.unwrap().unwrap();
+            guard.release().await.unwrap();
+            locks.finish_background().await;
+            lock_commands_run(&fleet, 4).await > before
+        },
+    )
+    .await;
+}
+
+/// A node listed twice (directly and through a proxy) whose second address was silent at
+/// build is checked when it answers: the duplicate is excluded for good, never counted twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_checked_after_build_that_repeats_another_is_excluded() {
+    let fleet = Fleet::builder().nodes(3).proxied(true).start().unwrap();
+    let mut urls: Vec<String> = (0..3).map(|i| fleet.direct_url(i)).collect();
+    urls.push(fleet.url(0));
+    // Four nodes, quorum 3: the same server twice could make a quorum of two servers.
+    fleet.proxy(0).black_hole();
+    let locks = QuorumLock::builder()
+        .nodes(urls)
+        .connect_timeout(Duration::from_secs(5))
+        .build()
+        .await
+        .unwrap();
+    fleet.proxy(0).heal();
+    let key = unique_key("late-duplicate");
+    // Node 2 down: the quorum of 3 could only come from node 0 counted twice.
+    fleet.kill(2).unwrap();
+    eventually(
+        &fleet,
+        Duration::from_secs(30),
+        "the duplicate's check ends in its exclusion",
+        || async {
+            match locks.try_acquire(&key, TTL).await {
+                Err(Error::NoQuorum { failures, .. }) => failures
+                    .iter()
+                    .any(|f| f.to_string().contains("excluded") && f.to_string().contains("same")),
+                Ok(Some(_)) => panic!("node 0 counted twice toward the quorum"),
+                _ => false,
+            }
+        },
+    )
+    .await;
 }

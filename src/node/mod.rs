@@ -80,7 +80,26 @@ pub(crate) struct Node {
     link: Arc<Link>,
     /// Requests of this client on their way to the node or waiting for its answer.
     in_flight: AtomicUsize,
+    /// Whether lock calls may use the node yet (see [`Admission`]).
+    admission: Admission,
 }
+
+/// Whether a node's lock calls may be sent: [`build`](crate::Builder::build) returns once a
+/// quorum of nodes answered its checks (and the rest had a node timeout more); a node whose
+/// check is still running counts as failed, without being sent anything, until its check
+/// passes (or fails to connect: then it is used as a node that was down at build), and is
+/// excluded for good when the check finds it unfit (the same server as another node, a
+/// replica).
+#[derive(Default)]
+struct Admission {
+    state: std::sync::atomic::AtomicU8,
+    /// Why the node was excluded.
+    excluded: std::sync::OnceLock<String>,
+}
+
+const ADMITTED: u8 = 0;
+const CHECKING: u8 = 1;
+const EXCLUDED: u8 = 2;
 
 /// The capacity of a connection's request queue.
 const QUEUE_CAPACITY: usize = 1 << 16;
@@ -111,6 +130,49 @@ impl Node {
                 connected: Notify::new(),
             }),
             in_flight: AtomicUsize::new(0),
+            admission: Admission::default(),
+        }
+    }
+
+    /// Lock calls fail at once, unsent, until [`admit`](Self::admit) or
+    /// [`exclude`](Self::exclude): the node's build-time check is still running.
+    pub(crate) fn hold_until_checked(&self) {
+        self.admission.state.store(CHECKING, Ordering::Release);
+    }
+
+    /// The node's check passed (or it could not be reached): lock calls may use it.
+    pub(crate) fn admit(&self) {
+        let _ = self.admission.state.compare_exchange(
+            CHECKING,
+            ADMITTED,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+
+    /// The node's late check found it unfit: lock calls fail at once, for good.
+    pub(crate) fn exclude(&self, why: String) {
+        let _ = self.admission.excluded.set(why);
+        self.admission.state.store(EXCLUDED, Ordering::Release);
+    }
+
+    /// Why lock calls may not use the node now, if they may not.
+    fn not_admitted(&self) -> Option<NodeFailure> {
+        match self.admission.state.load(Ordering::Acquire) {
+            ADMITTED => None,
+            CHECKING => Some(NodeFailure::new(
+                self.name(),
+                FailureKind::Timeout,
+                "not sent: the node's build-time check has not answered yet",
+            )),
+            _ => Some(NodeFailure::new(
+                self.name(),
+                FailureKind::Protocol,
+                format!(
+                    "excluded: {}",
+                    self.admission.excluded.get().map_or("", String::as_str)
+                ),
+            )),
         }
     }
 
@@ -228,6 +290,9 @@ impl Node {
         slot: usize,
         expired: &AtomicBool,
     ) -> Result<Value, NodeFailure> {
+        if let Some(failure) = self.not_admitted() {
+            return Err(failure);
+        }
         let Some(_in_flight) = InFlightRequest::enter(&self.in_flight) else {
             return Err(NodeFailure::new(
                 self.name(),
