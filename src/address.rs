@@ -1,6 +1,8 @@
 //! A node's address: parsing every URL form the redis crate accepts, and keeping its
 //! password out of everything shown (display form, error messages).
 
+use std::time::Duration;
+
 use crate::error::Error;
 
 /// A parsed node address: the redis client for it, and its display form without secrets.
@@ -80,6 +82,13 @@ impl NodeAddr {
         secrets.retain(|s| !s.is_empty());
         let display = shown.to_string();
         let client = redis::Client::open(url.as_str())
+            .and_then(|c| {
+                redis::Client::open(
+                    c.get_connection_info()
+                        .clone()
+                        .set_tcp_settings(tcp_settings()),
+                )
+            })
             .map_err(|e| invalid(scrub(&e.to_string(), &secrets)))?;
         let info = client.get_connection_info();
         let db = info.redis_settings().db();
@@ -118,6 +127,31 @@ impl NodeAddr {
             redis::Client::build_with_tls(self.client.get_connection_info().clone(), certificates)?;
         Ok(self)
     }
+}
+
+/// How long a connection may leave written data unacknowledged before the kernel fails it
+/// (`TCP_USER_TIMEOUT`; Linux's default is about 15 minutes), and about how long an idle one
+/// may stay silent to keepalive probes (Linux's default: over two hours). A node whose host
+/// vanished or was cut off (packets dropped, no reset) is then noticed within this bound and
+/// its connection made again. A frozen server process is not noticed this way (its kernel
+/// still acknowledges): the circuit breaker covers it.
+pub(crate) const DEAD_LINK: Duration = Duration::from_secs(10);
+
+/// The TCP settings of every node connection: no Nagle delay (a lock request is one small
+/// write that must not wait for the previous one's acknowledgement), keepalive probes after
+/// 4 s idle, every 1 s, 6 of them, and `TCP_USER_TIMEOUT` of [`DEAD_LINK`] (Linux).
+fn tcp_settings() -> redis::io::tcp::TcpSettings {
+    use redis::io::tcp::socket2::TcpKeepalive;
+    let keepalive = TcpKeepalive::new()
+        .with_time(Duration::from_secs(4))
+        .with_interval(Duration::from_secs(1))
+        .with_retries(6);
+    let settings = redis::io::tcp::TcpSettings::default()
+        .set_nodelay(true)
+        .set_keepalive(keepalive);
+    #[cfg(target_os = "linux")]
+    let settings = settings.set_user_timeout(DEAD_LINK);
+    settings
 }
 
 fn percent_decode(s: &str) -> Option<String> {

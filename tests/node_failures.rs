@@ -387,3 +387,34 @@ async fn a_node_checked_after_build_that_repeats_another_is_excluded() {
     )
     .await;
 }
+
+/// Every node connection has TCP keepalive on (the kernel's keepalive timer runs on it), so
+/// that a link whose packets are dropped is noticed within a bound (see `DEAD_LINK` in
+/// `src/address.rs`), not after Linux's default of hours.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_connections_run_the_keepalive_timer() {
+    let fleet = own_fleet(3);
+    let locks = client(&fleet, Quorum::Majority).await;
+    let guard = locks
+        .try_acquire(unique_key("keepalive"), TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    guard.release().await.unwrap();
+    let port = fleet.node(0).port();
+    let out = std::process::Command::new("ss")
+        .args(["-tno", "state", "established", &format!("dport = :{port}")])
+        .output()
+        .expect("ss (iproute2) runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let ours: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains(&format!(":{port}")))
+        .collect();
+    assert!(!ours.is_empty(), "no connection to node 0 found: {text}");
+    assert!(
+        ours.iter().all(|l| l.contains("keepalive")),
+        "a connection to node 0 without the keepalive timer: {ours:?}"
+    );
+}
