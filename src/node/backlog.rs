@@ -18,9 +18,11 @@ use std::time::Duration;
 /// So this is also the node's circuit breaker: once the node has left a request unanswered
 /// for longer than the node timeout (it answered nothing since that request was written),
 /// requests fail at once without being written ("not sent", counted as a timeout: a "no" that
-/// costs nothing to wait for), except one probe per node timeout, which closes the breaker
-/// when its answer comes (as does any late answer to an earlier request: a node that was only
-/// slow for a moment is back at its next answer). The quorum is still counted over all N
+/// costs nothing to wait for). One probe per node timeout goes out instead, a `PING` of its
+/// own that no operation waits for (an operation carrying the probe would wait a node timeout
+/// for it, and the clients that act least often would carry most probes and always lose);
+/// its answer closes the breaker, as does any late answer to an earlier request (a node that
+/// was only slow for a moment is back at its next answer). The quorum is still counted over all N
 /// nodes; a request not sent only stands for the answer the node would not have given in
 /// time.
 pub(super) struct Backlog {
@@ -34,6 +36,33 @@ pub(super) struct Backlog {
     /// When (ms since `epoch`) the latest probe was let through.
     probed_at: AtomicU64,
     epoch: tokio::time::Instant,
+}
+
+/// What [`Backlog::admit`] allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Admit {
+    /// Write the request, numbered so.
+    Send(u64),
+    /// Do not write it; when `probe` is given, write a probe of the breaker's own, numbered so.
+    Refused { probe: Option<u64> },
+}
+
+impl Admit {
+    #[cfg(test)]
+    fn sent(self) -> Option<u64> {
+        match self {
+            Admit::Send(seq) => Some(seq),
+            Admit::Refused { .. } => None,
+        }
+    }
+
+    #[cfg(test)]
+    fn probe(self) -> Option<u64> {
+        match self {
+            Admit::Refused { probe } => probe,
+            Admit::Send(_) => None,
+        }
+    }
 }
 
 impl Backlog {
@@ -51,10 +80,10 @@ impl Backlog {
         u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// A sequence number for a request about to be written, or `None` when it must not be
-    /// (the node has left a request unanswered for longer than `timeout`, and a probe went
-    /// out less than `timeout` ago).
-    pub(super) fn admit(&self, timeout: Duration) -> Option<u64> {
+    /// A sequence number for a request about to be written, or, when it must not be (the
+    /// node has left a request unanswered for longer than `timeout`), whether a probe is due
+    /// (none went out for `timeout`) and its sequence number.
+    pub(super) fn admit(&self, timeout: Duration) -> Admit {
         let now = self.now_ms();
         let timeout = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
         let written = self.written.load(Ordering::Acquire);
@@ -69,10 +98,13 @@ impl Backlog {
                     .compare_exchange(probed, now, Ordering::AcqRel, Ordering::Acquire)
                     .is_err()
             {
-                return None;
+                return Admit::Refused { probe: None };
             }
+            return Admit::Refused {
+                probe: Some(self.written.fetch_add(1, Ordering::AcqRel) + 1),
+            };
         }
-        Some(self.written.fetch_add(1, Ordering::AcqRel) + 1)
+        Admit::Send(self.written.fetch_add(1, Ordering::AcqRel) + 1)
     }
 
     /// The request numbered `seq` was answered (and so was every request before it).
@@ -99,32 +131,36 @@ mod tests {
         let backlog = Backlog::new();
         // A healthy node: requests come and go; nothing is held back however many are out.
         for _ in 0..1000 {
-            assert!(backlog.admit(timeout).is_some());
+            assert!(backlog.admit(timeout).sent().is_some());
         }
         backlog.answered(1000);
         assert_eq!(backlog.outstanding(), 0);
         // Many requests at once, answered a moment later: busy, not silent.
         let mut last = 0;
         for _ in 0..512 {
-            last = backlog.admit(timeout).expect("a busy node takes requests");
+            last = backlog
+                .admit(timeout)
+                .sent()
+                .expect("a busy node takes requests");
         }
         tokio::time::advance(timeout / 2).await;
         assert!(
-            backlog.admit(timeout).is_some(),
+            backlog.admit(timeout).sent().is_some(),
             "silent for less than the timeout"
         );
         backlog.answered(last + 1);
         // The node stops answering: one request written, nothing answered for a timeout...
-        let unanswered = backlog.admit(timeout).unwrap();
+        let unanswered = backlog.admit(timeout).sent().unwrap();
         tokio::time::advance(timeout * 2).await;
-        // ...then one probe per timeout, and nothing else.
-        assert!(backlog.admit(timeout).is_some(), "the probe");
+        // ...then nothing is sent, but one probe of the breaker's own per timeout.
+        let probe = backlog.admit(timeout).probe().expect("the probe");
         for _ in 0..100 {
-            assert!(backlog.admit(timeout).is_none(), "held back");
+            assert_eq!(backlog.admit(timeout), Admit::Refused { probe: None });
         }
         tokio::time::advance(timeout + Duration::from_millis(1)).await;
-        let probe = backlog.admit(timeout).expect("the next probe");
-        assert!(backlog.admit(timeout).is_none());
+        let probe2 = backlog.admit(timeout).probe().expect("the next probe");
+        assert!(probe2 > probe);
+        assert_eq!(backlog.admit(timeout), Admit::Refused { probe: None });
         assert_eq!(
             backlog.outstanding(),
             3,
@@ -132,14 +168,16 @@ mod tests {
         );
         // A late answer to the first request: the node was only slow; it is back.
         backlog.answered(unanswered);
-        assert!(backlog.admit(timeout).is_some(), "back at its next answer");
-        // It stops again, and comes back by answering the probe (so, everything before it).
+        assert!(
+            backlog.admit(timeout).sent().is_some(),
+            "back at its next answer"
+        );
+        // It stops again, and comes back by answering a probe (so, everything before it).
         tokio::time::advance(timeout * 2).await;
-        let probe2 = backlog.admit(timeout).expect("a probe");
-        assert!(probe2 > probe);
-        assert!(backlog.admit(timeout).is_none());
-        backlog.answered(probe2);
+        let probe3 = backlog.admit(timeout).probe().expect("a probe");
+        assert_eq!(backlog.admit(timeout), Admit::Refused { probe: None });
+        backlog.answered(probe3);
         assert_eq!(backlog.outstanding(), 0);
-        assert!(backlog.admit(timeout).is_some(), "flowing again");
+        assert!(backlog.admit(timeout).sent().is_some(), "flowing again");
     }
 }

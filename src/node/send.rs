@@ -9,6 +9,7 @@ use redis::{Cmd, ErrorKind, RedisError, Value};
 use crate::scripts::Call;
 use crate::telemetry::{NodeRequest, NodeResult};
 
+use super::backlog::Admit;
 use super::{Connected, MAX_IN_FLIGHT};
 
 /// Why a request was not sent: the call was stopped (the caller decided without it).
@@ -31,16 +32,22 @@ pub(super) async fn send(
     if !progress.may_send(slot) {
         return Err(RedisError::from((ErrorKind::Client, STOPPED)));
     }
-    let Some(seq) = link.backlog.admit(timeout) else {
-        progress.written(slot);
-        return Err(RedisError::from((
-            ErrorKind::Client,
-            NOT_SENT,
-            format!(
-                "{} requests written to it, for longer than the node timeout ({timeout:?})",
-                link.backlog.outstanding()
-            ),
-        )));
+    let seq = match link.backlog.admit(timeout) {
+        Admit::Send(seq) => seq,
+        Admit::Refused { probe } => {
+            if let Some(seq) = probe {
+                probe_in_background(link, seq, timeout);
+            }
+            progress.written(slot);
+            return Err(RedisError::from((
+                ErrorKind::Client,
+                NOT_SENT,
+                format!(
+                    "{} requests written to it, for longer than the node timeout ({timeout:?})",
+                    link.backlog.outstanding()
+                ),
+            )));
+        }
     };
     // Unconstrained: a task out of its scheduling budget would otherwise get its room in the
     // queue and yet return before writing the request.
@@ -57,6 +64,22 @@ pub(super) async fn send(
         link.backlog.answered(seq);
     }
     result
+}
+
+/// The circuit breaker's probe (see [`Backlog`](super::backlog::Backlog)): a `PING` on the
+/// connection that no operation waits for; its answer, if it comes within a while, closes the
+/// breaker (and says that every request written before it was answered).
+fn probe_in_background(link: &Connected, seq: u64, timeout: Duration) {
+    let (mut conn, backlog) = (link.conn.clone(), link.backlog.clone());
+    // Long enough for a node that resumes to answer its backlog first; bounded, so that a node
+    // frozen for minutes does not collect waiting tasks.
+    let wait = (timeout * 20).clamp(Duration::from_secs(1), Duration::from_secs(30));
+    tokio::spawn(async move {
+        let ping = redis::cmd("PING");
+        if let Ok(Ok(_)) = tokio::time::timeout(wait, conn.send_packed_command(&ping)).await {
+            backlog.answered(seq);
+        }
+    });
 }
 
 /// Counts a request in flight to a node, for as long as it lives.

@@ -123,8 +123,8 @@ impl Wakeups {
     }
 
     /// Registers a waiter on `channel`; the first waiter subscribes on every node and waits
-    /// (bounded by the node timeout) until the subscriptions are confirmed, so that a release
-    /// after this returns is seen. A later waiter waits for that round too: until it ends, a
+    /// (bounded by the node timeout) until a quorum of the subscriptions is confirmed (or
+    /// every node answered), so that a release after this returns is seen. A later waiter waits for that round too: until it ends, a
     /// release is announced to nobody here, and the waiter must try again after it rather
     /// than sleep through a notice that never came. Returns the subscription and how many
     /// nodes confirmed.
@@ -172,14 +172,24 @@ impl Wakeups {
         let confirmed = if replies.is_empty() {
             chan.settled(self.timeout).await
         } else {
-            let all = futures::future::join_all(replies);
-            let confirmed = match tokio::time::timeout(self.timeout, all).await {
-                Ok(answers) => answers
-                    .into_iter()
-                    .filter(|a| matches!(a, Ok(true)))
-                    .count(),
-                Err(_) => 0,
-            };
+            // Until a quorum of nodes confirmed (the wake-up threshold is then the quorum, and
+            // a later confirmation changes nothing), or every node answered, or the node
+            // timeout: a silent node must not hold every waiter for a node timeout, which let
+            // the holder's client take the key again before anyone else could listen.
+            let mut replies: futures::stream::FuturesUnordered<_> = replies.into_iter().collect();
+            let deadline = tokio::time::sleep(self.timeout);
+            tokio::pin!(deadline);
+            let mut confirmed = 0;
+            while confirmed < self.quorum {
+                tokio::select! {
+                    reply = futures::StreamExt::next(&mut replies) => match reply {
+                        Some(Ok(true)) => confirmed += 1,
+                        Some(_) => {}
+                        None => break,
+                    },
+                    () = &mut deadline => break,
+                }
+            }
             // Each node's subscriber marks the channel confirmed itself (see `worker`), and the
             // threshold follows (`Channel::threshold`).
             chan.settle();
