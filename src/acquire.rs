@@ -179,11 +179,13 @@ pub(crate) async fn attempt(
         _ => Miss::Failed(fan.outcome.no_quorum(Op::Acquire, key)),
     };
     // A node that answered "refused" took nothing (a re-sent request answers yes where the
-    // first one took the key), so the rollback goes to every other node: those that said yes,
+    // first one took the key), and nor did one the request was never written to (its circuit
+    // breaker was open), so the rollback goes to every other node: those that said yes,
     // failed, timed out or were not waited for, since they may have applied the acquire.
     let refused = std::mem::take(&mut fan.outcome.refused);
+    let unsent = std::mem::take(&mut fan.outcome.unsent);
     let give_back_to: Vec<usize> = (0..state.nodes.len())
-        .filter(|i| !refused.contains(i))
+        .filter(|i| !refused.contains(i) && !unsent.contains(i))
         .collect();
     // Stops the requests not yet written; those written stay queued ahead of the rollback on
     // their connections (ordering invariant 5).

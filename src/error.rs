@@ -71,6 +71,12 @@ impl NodeFailure {
         }
     }
 
+    /// The request was never written to the node (its circuit breaker was open, or its
+    /// build-time check had not answered).
+    pub(crate) fn is_unsent(&self) -> bool {
+        self.detail.starts_with("not sent")
+    }
+
     /// The node's address with any password replaced by `***`.
     pub fn node(&self) -> &str {
         &self.node

@@ -28,6 +28,9 @@ pub(crate) struct Outcome {
     pub(crate) hint: Option<Duration>,
     /// The nodes that answered with a refusal (in answer order).
     pub(crate) refused: Vec<usize>,
+    /// Nodes whose request was never written (their circuit breaker was open, or their
+    /// build-time check had not answered): nothing to undo there.
+    pub(crate) unsent: Vec<usize>,
     /// The largest value among the yes answers counted.
     pub(crate) max_yes: Option<i64>,
     /// The waiters a fair lock's release handed the key to, with the grant's TTL in ms, one
@@ -113,6 +116,7 @@ impl Outcome {
             failures: Vec::new(),
             hint: None,
             refused: Vec::new(),
+            unsent: Vec::new(),
             max_yes: None,
             granted: Vec::new(),
             drawn: 0,
@@ -317,6 +321,9 @@ where
         let out = &mut self.outcome;
         if let Some((waiter, ms)) = result.as_ref().ok().and_then(granted_to) {
             out.granted.push((waiter.to_vec(), ms));
+        }
+        if matches!(&result, Err(f) if f.is_unsent()) {
+            out.unsent.push(i);
         }
         let vote = match result.map(|v| ((self.read)(&v), v)) {
             Ok((Some(Answer::Yes(value)), _)) => {

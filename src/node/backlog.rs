@@ -22,7 +22,12 @@ use std::time::Duration;
 /// own that no operation waits for (an operation carrying the probe would wait a node timeout
 /// for it, and the clients that act least often would carry most probes and always lose);
 /// its answer closes the breaker, as does any late answer to an earlier request (a node that
-/// was only slow for a moment is back at its next answer). The quorum is still counted over all N
+/// was only slow for a moment is back at its next answer).
+///
+/// Releases and rollbacks still go through an open breaker while fewer than
+/// [`MAX_SILENT_BACKLOG`] requests are unanswered: one must follow the acquire it undoes on a
+/// node that is only slow (else its entry stays until its TTL). A rollback is not sent at all
+/// where the acquire was never written. The quorum is still counted over all N
 /// nodes; a request not sent only stands for the answer the node would not have given in
 /// time.
 pub(super) struct Backlog {
@@ -37,6 +42,11 @@ pub(super) struct Backlog {
     probed_at: AtomicU64,
     epoch: tokio::time::Instant,
 }
+
+/// How many unanswered requests a silent node may collect through an open breaker (releases
+/// and rollbacks, see [`Backlog`]): its answers to them, once it is back, take well under a
+/// millisecond each.
+pub(super) const MAX_SILENT_BACKLOG: u64 = 256;
 
 /// What [`Backlog::admit`] allows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,14 +93,16 @@ impl Backlog {
     /// A sequence number for a request about to be written, or, when it must not be (the
     /// node has left a request unanswered for longer than `timeout`), whether a probe is due
     /// (none went out for `timeout`) and its sequence number.
-    pub(super) fn admit(&self, timeout: Duration) -> Admit {
+    pub(super) fn admit(&self, timeout: Duration, cleanup: bool) -> Admit {
         let now = self.now_ms();
         let timeout = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
         let written = self.written.load(Ordering::Acquire);
         let outstanding = written.saturating_sub(self.answered.load(Ordering::Acquire));
         if outstanding == 0 {
             self.quiet_since.store(now, Ordering::Release);
-        } else if now.saturating_sub(self.quiet_since.load(Ordering::Acquire)) > timeout {
+        } else if now.saturating_sub(self.quiet_since.load(Ordering::Acquire)) > timeout
+            && !(cleanup && outstanding < MAX_SILENT_BACKLOG)
+        {
             let probed = self.probed_at.load(Ordering::Acquire);
             if now.saturating_sub(probed) <= timeout
                 || self
@@ -131,7 +143,7 @@ mod tests {
         let backlog = Backlog::new();
         // A healthy node: requests come and go; nothing is held back however many are out.
         for _ in 0..1000 {
-            assert!(backlog.admit(timeout).sent().is_some());
+            assert!(backlog.admit(timeout, false).sent().is_some());
         }
         backlog.answered(1000);
         assert_eq!(backlog.outstanding(), 0);
@@ -139,28 +151,37 @@ mod tests {
         let mut last = 0;
         for _ in 0..512 {
             last = backlog
-                .admit(timeout)
+                .admit(timeout, false)
                 .sent()
                 .expect("a busy node takes requests");
         }
         tokio::time::advance(timeout / 2).await;
         assert!(
-            backlog.admit(timeout).sent().is_some(),
+            backlog.admit(timeout, false).sent().is_some(),
             "silent for less than the timeout"
         );
         backlog.answered(last + 1);
         // The node stops answering: one request written, nothing answered for a timeout...
-        let unanswered = backlog.admit(timeout).sent().unwrap();
+        let unanswered = backlog.admit(timeout, false).sent().unwrap();
         tokio::time::advance(timeout * 2).await;
         // ...then nothing is sent, but one probe of the breaker's own per timeout.
-        let probe = backlog.admit(timeout).probe().expect("the probe");
+        let probe = backlog.admit(timeout, false).probe().expect("the probe");
         for _ in 0..100 {
-            assert_eq!(backlog.admit(timeout), Admit::Refused { probe: None });
+            assert_eq!(
+                backlog.admit(timeout, false),
+                Admit::Refused { probe: None }
+            );
         }
         tokio::time::advance(timeout + Duration::from_millis(1)).await;
-        let probe2 = backlog.admit(timeout).probe().expect("the next probe");
+        let probe2 = backlog
+            .admit(timeout, false)
+            .probe()
+            .expect("the next probe");
         assert!(probe2 > probe);
-        assert_eq!(backlog.admit(timeout), Admit::Refused { probe: None });
+        assert_eq!(
+            backlog.admit(timeout, false),
+            Admit::Refused { probe: None }
+        );
         assert_eq!(
             backlog.outstanding(),
             3,
@@ -169,15 +190,21 @@ mod tests {
         // A late answer to the first request: the node was only slow; it is back.
         backlog.answered(unanswered);
         assert!(
-            backlog.admit(timeout).sent().is_some(),
+            backlog.admit(timeout, false).sent().is_some(),
             "back at its next answer"
         );
         // It stops again, and comes back by answering a probe (so, everything before it).
         tokio::time::advance(timeout * 2).await;
-        let probe3 = backlog.admit(timeout).probe().expect("a probe");
-        assert_eq!(backlog.admit(timeout), Admit::Refused { probe: None });
+        let probe3 = backlog.admit(timeout, false).probe().expect("a probe");
+        assert_eq!(
+            backlog.admit(timeout, false),
+            Admit::Refused { probe: None }
+        );
         backlog.answered(probe3);
         assert_eq!(backlog.outstanding(), 0);
-        assert!(backlog.admit(timeout).sent().is_some(), "flowing again");
+        assert!(
+            backlog.admit(timeout, false).sent().is_some(),
+            "flowing again"
+        );
     }
 }

@@ -32,7 +32,9 @@ pub(super) async fn send(
     if !progress.may_send(slot) {
         return Err(RedisError::from((ErrorKind::Client, STOPPED)));
     }
-    let seq = match link.backlog.admit(timeout) {
+    // Releases and rollbacks (scripts named so) must follow what they undo (see `Backlog`).
+    let cleanup = matches!(call.name, "release" | "withdraw");
+    let seq = match link.backlog.admit(timeout, cleanup) {
         Admit::Send(seq) => seq,
         Admit::Refused { probe } => {
             if let Some(seq) = probe {
