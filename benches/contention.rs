@@ -8,7 +8,8 @@
 //! - `QUORUM_LOCK_BENCH_ROUNDS=N`: rounds per cell, the median reported (default 5);
 //! - `QUORUM_LOCK_BENCH_FAULTS=healthy,frozen,slow,flapping`: the faults to run (all when
 //!   unset): `frozen` is node 2 stopped (SIGSTOP) for the whole run, `slow` node 2 behind 50 ms
-//!   of added latency (the test kit's fault proxy), `flapping` node 2 stopped 1 s of every 3;
+//!   of added latency (the test kit's fault proxy), `flapping` node 2 stopped 1 s of every 3
+//!   (from 200 ms into each run);
 //! - `QUORUM_LOCK_BENCH_MIXES=8x1,4x2,2x4,32x1`: clients x tasks per client (all when unset;
 //!   100 turns per task, 25 at 32 clients);
 //! - `QUORUM_LOCK_BENCH_LOCKS=mutex,fair,rslock`;
@@ -92,6 +93,8 @@ struct Run {
     spread: f64,
     /// Releases that reported an error (quorum-lock) and acquisitions that failed.
     errors: usize,
+    /// The errors by kind (the variant's name) and call.
+    kinds: std::collections::BTreeMap<String, usize>,
     cut: bool,
 }
 
@@ -128,9 +131,9 @@ async fn our_turns(
     who: usize,
     order: Order,
     stop: Arc<AtomicBool>,
-) -> (Vec<Duration>, usize) {
+) -> (Vec<Duration>, Vec<String>) {
     let mut waits = Vec::with_capacity(turns);
-    let mut errors = 0;
+    let mut errors = Vec::new();
     for _ in 0..turns {
         if stop.load(Ordering::Relaxed) {
             break;
@@ -147,18 +150,28 @@ async fn our_turns(
             .await
         {
             Ok(g) => g,
-            Err(_) => {
-                errors += 1;
+            Err(e) => {
+                errors.push(format!("acquire: {}", kind(&e)));
                 continue;
             }
         };
         waits.push(t.elapsed());
         order.lock().unwrap().push(who);
-        if guard.release().await.is_err() {
-            errors += 1;
+        if let Err(e) = guard.release().await {
+            errors.push(format!("release: {}", kind(&e)));
         }
     }
     (waits, errors)
+}
+
+/// An error's variant name, from its `Debug` form.
+fn kind(e: &quorum_lock::Error) -> String {
+    let debug = format!("{e:?}");
+    debug
+        .split(|c: char| !c.is_alphanumeric())
+        .next()
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// One task's turns through rslock (retry 3 x 10 ms, asked again until it holds).
@@ -169,13 +182,13 @@ async fn rslock_turns(
     who: usize,
     order: Order,
     stop: Arc<AtomicBool>,
-) -> (Vec<Duration>, usize) {
+) -> (Vec<Duration>, Vec<String>) {
     let mut waits = Vec::with_capacity(turns);
     for _ in 0..turns {
         let t = Instant::now();
         let held = loop {
             if stop.load(Ordering::Relaxed) {
-                return (waits, 0);
+                return (waits, Vec::new());
             }
             if let Ok(l) = locks.lock(key.as_bytes(), TTL).await {
                 break l;
@@ -185,20 +198,23 @@ async fn rslock_turns(
         order.lock().unwrap().push(who);
         locks.unlock(&held).await;
     }
-    (waits, 0)
+    (waits, Vec::new())
 }
 
-/// Stops node `VICTIM` 1 s of every 3 until `stop`.
+/// Stops node `VICTIM` 1 s of every 3 until `stop`, the first time 200 ms into the run (a
+/// run of a healthy mix takes about a second).
 fn flap(fleet: Arc<Fleet>, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
+        let mut pause_in = Duration::from_millis(200);
         while !stop.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_secs(2));
+            std::thread::sleep(pause_in);
             if stop.load(Ordering::Relaxed) {
                 break;
             }
             fleet.pause(VICTIM).unwrap();
             std::thread::sleep(Duration::from_secs(1));
             fleet.resume(VICTIM).unwrap();
+            pause_in = Duration::from_secs(2);
         }
     })
 }
@@ -287,7 +303,10 @@ async fn run_once(
     for r in results {
         let (waits, errors) = r.unwrap();
         run.waits.extend(waits);
-        run.errors += errors;
+        run.errors += errors.len();
+        for e in errors {
+            *run.kinds.entry(e).or_default() += 1;
+        }
     }
     let order = order.lock().unwrap().clone();
     run.ops = order.len() as f64 / elapsed.as_secs_f64();
@@ -340,6 +359,7 @@ struct Cell {
     hand_offs: f64,
     spread: f64,
     errors: usize,
+    kinds: std::collections::BTreeMap<String, usize>,
     cut: usize,
 }
 
@@ -357,6 +377,13 @@ fn cell(runs: &[Run]) -> Cell {
         hand_offs: med(&|r| r.hand_offs as f64),
         spread: med(&|r| r.spread),
         errors: runs.iter().map(|r| r.errors).sum(),
+        kinds: runs.iter().flat_map(|r| r.kinds.iter()).fold(
+            Default::default(),
+            |mut all, (k, n)| {
+                *all.entry(k.clone()).or_default() += n;
+                all
+            },
+        ),
         cut: runs.iter().filter(|r| r.cut).count(),
     }
 }
@@ -398,6 +425,7 @@ async fn run() {
         println!("## {fault:?} (node {VICTIM} of 5)\n");
         println!("| lock | clients x tasks | ops/s | p50 wait | p99 wait | max wait | hand-offs | spread | errors | cut runs |");
         println!("|---|---|---|---|---|---|---|---|---|---|");
+        let mut errors = Vec::new();
         for mix in &mixes {
             let (c, t) = mix.split_once('x').unwrap();
             let (clients, tasks): (usize, usize) = (c.parse().unwrap(), t.parse().unwrap());
@@ -432,6 +460,9 @@ async fn run() {
                     c.errors,
                     c.cut
                 );
+                if !c.kinds.is_empty() {
+                    errors.push(format!("{lock:?} {mix}: {:?}", c.kinds));
+                }
                 if tasks == 1 {
                     let name = format!("{lock:?}, {fault:?}");
                     match series.iter_mut().find(|s| s.name == name) {
@@ -443,6 +474,9 @@ async fn run() {
                     }
                 }
             }
+        }
+        for e in errors {
+            println!("\nerrors, {e}");
         }
         println!();
     }

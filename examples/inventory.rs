@@ -6,6 +6,10 @@
 //! cargo run --example inventory -- --quorum all  # MultiLock: refuses while a node is down
 //! cargo run --example inventory -- --no-lock     # the same buyers without a lock: oversells
 //!
+//! # the buyers spread over 10 separate clients (as 10 service instances), node 2 frozen
+//! # (SIGSTOP) halfway instead of killed; runs healthy first and prints both times
+//! cargo run --example inventory -- --clients 10 --freeze
+//!
 //! # against the docker-compose fleet (docker-compose.yml), killing a node halfway
 //! cargo run --example inventory -- --external --halfway 'docker-compose kill redis3'
 //! ```
@@ -40,6 +44,10 @@ struct Options {
     external: bool,
     /// A shell command run at the halfway point instead of killing a node.
     halfway: Option<String>,
+    /// Separate clients (`QuorumLock` instances) the buyers are spread over.
+    clients: usize,
+    /// Freeze the node halfway (SIGSTOP) instead of killing it, after a healthy run.
+    freeze: bool,
 }
 
 /// The compose fleet's lock nodes and stock database (docker-compose.yml).
@@ -54,6 +62,8 @@ fn parse_args() -> Result<Options, String> {
         lock: true,
         external: false,
         halfway: None,
+        clients: 1,
+        freeze: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -79,10 +89,19 @@ fn parse_args() -> Result<Options, String> {
             "--no-lock" => o.lock = false,
             "--external" => o.external = true,
             "--halfway" => o.halfway = Some(value("--halfway")?),
+            "--clients" => {
+                o.clients = value("--clients")?
+                    .parse()
+                    .map_err(|e| format!("--clients: {e}"))?;
+                if o.clients == 0 {
+                    return Err("--clients must be at least 1".into());
+                }
+            }
+            "--freeze" => o.freeze = true,
             "-h" | "--help" => {
                 return Err(
                     "usage: inventory [--quorum majority|all] [--buyers N] [--stock N] \
-                     [--no-lock] [--external] [--halfway SHELL-COMMAND]"
+                     [--no-lock] [--clients N] [--freeze] [--external] [--halfway SHELL-COMMAND]"
                         .into(),
                 )
             }
@@ -112,7 +131,33 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run(opts).await {
+    if opts.freeze && !opts.external {
+        // The same sale on a healthy fleet first, for the time beside the frozen run's.
+        println!("== healthy run ==");
+        let healthy = match run(&opts, false).await {
+            Ok((ExitCode::SUCCESS, elapsed)) => elapsed,
+            Ok((code, _)) => return code,
+            Err(e) => {
+                eprintln!("inventory: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        println!("\n== node {NODE_TO_KILL} frozen halfway ==");
+        return match run(&opts, true).await {
+            Ok((code, frozen)) => {
+                println!(
+                    "\ntime: healthy {healthy:?}, node {NODE_TO_KILL} frozen halfway {frozen:?} ({:.2}x)",
+                    frozen.as_secs_f64() / healthy.as_secs_f64()
+                );
+                code
+            }
+            Err(e) => {
+                eprintln!("inventory: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    match run(&opts, true).await.map(|(code, _)| code) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("inventory: {e}");
@@ -160,33 +205,52 @@ fn halfway(opts: &Options, nodes: &Fleet) -> Result<String, Box<dyn std::error::
     if nodes.is_external() {
         return Ok("no --halfway command given: no node was faulted".into());
     }
+    if opts.freeze {
+        nodes.pause(NODE_TO_KILL)?;
+        return Ok(format!("froze node {NODE_TO_KILL} (SIGSTOP)"));
+    }
     nodes.kill(NODE_TO_KILL)?;
     Ok(format!("killed node {NODE_TO_KILL}"))
 }
 
-async fn run(opts: Options) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let (nodes, database) = fleets(&opts)?;
+/// One sale: the buyers, and halfway the fault (when `fault`). Returns the exit code and how
+/// long the buyers took.
+async fn run(
+    opts: &Options,
+    fault: bool,
+) -> Result<(ExitCode, Duration), Box<dyn std::error::Error>> {
+    let (nodes, database) = fleets(opts)?;
     let mut db = database
         .client(0)
         .get_multiplexed_async_connection()
         .await?;
     let _: () = db.set(STOCK_KEY, opts.stock).await?;
 
-    let locks = QuorumLock::builder()
-        .nodes(nodes.urls())
-        .quorum(opts.quorum)
-        .node_timeout(Duration::from_millis(100))
-        .wait_timeout(Duration::from_secs(5))
-        .build()
-        .await?;
-    let fault = match (&opts.halfway, nodes.is_external()) {
-        (Some(cmd), _) => format!("{cmd:?} will run"),
-        (None, true) => "nothing will be faulted".to_string(),
-        (None, false) => format!("node {NODE_TO_KILL} will be killed"),
+    // Each client stands for one service instance, with its own connections.
+    let mut clients = Vec::with_capacity(opts.clients);
+    for _ in 0..opts.clients {
+        clients.push(
+            QuorumLock::builder()
+                .nodes(nodes.urls())
+                .quorum(opts.quorum)
+                .node_timeout(Duration::from_millis(100))
+                .wait_timeout(Duration::from_secs(5))
+                .build()
+                .await?,
+        );
+    }
+    let locks = clients[0].clone();
+    let what = match (&opts.halfway, nodes.is_external(), fault) {
+        (_, _, false) => "nothing will be faulted".to_string(),
+        (Some(cmd), _, true) => format!("{cmd:?} will run"),
+        (None, true, true) => "nothing will be faulted".to_string(),
+        (None, false, true) if opts.freeze => format!("node {NODE_TO_KILL} will be frozen"),
+        (None, false, true) => format!("node {NODE_TO_KILL} will be killed"),
     };
     println!(
-        "{} buyers, {} MoonCakes, quorum {:?} ({} of {} nodes), {fault} after {} sales{}",
+        "{} buyers over {} client(s), {} MoonCakes, quorum {:?} ({} of {} nodes), {what} after {} sales{}",
         opts.buyers,
+        opts.clients,
         opts.stock,
         opts.quorum,
         locks.quorum_size(),
@@ -201,18 +265,19 @@ async fn run(opts: Options) -> Result<ExitCode, Box<dyn std::error::Error>> {
     });
     let started = Instant::now();
     let mut buyers = tokio::task::JoinSet::new();
-    for _ in 0..opts.buyers {
-        let (locks, tally, mut db) = (locks.clone(), tally.clone(), db.clone());
+    for b in 0..opts.buyers {
+        let locks = clients[b as usize % clients.len()].clone();
+        let (tally, mut db) = (tally.clone(), db.clone());
         let use_lock = opts.lock;
         buyers.spawn(async move { buy(&locks, &mut db, use_lock, &tally).await });
     }
-    let mut killed = false;
+    let mut killed = !fault;
     loop {
         tokio::select! {
             _ = tally.halfway.notified(), if !killed => {
                 killed = true;
                 let at = started.elapsed();
-                let what = halfway(&opts, &nodes)?;
+                let what = halfway(opts, &nodes)?;
                 println!("{what}, from {at:?}");
             }
             done = buyers.join_next() => match done {
@@ -222,13 +287,18 @@ async fn run(opts: Options) -> Result<ExitCode, Box<dyn std::error::Error>> {
         }
     }
     let elapsed = started.elapsed();
+    if opts.freeze && killed && fault && !nodes.is_external() {
+        nodes.resume(NODE_TO_KILL)?;
+    }
 
     let final_stock: i64 = db.get(STOCK_KEY).await?;
     let sold = tally.sold.load(Ordering::SeqCst);
     let sold_i64 = i64::try_from(sold)?;
     let oversold = (sold_i64 - opts.stock).max(0) + (-final_stock).max(0);
     let lost_updates = (opts.stock - sold_i64 - final_stock).abs();
-    let stats = locks.stats();
+    // Summed over the clients.
+    let sum =
+        |f: fn(&quorum_lock::Stats) -> u64| clients.iter().map(|c| f(&c.stats())).sum::<u64>();
     println!();
     println!("sold                {sold}");
     println!(
@@ -249,13 +319,18 @@ async fn run(opts: Options) -> Result<ExitCode, Box<dyn std::error::Error>> {
     println!("elapsed             {elapsed:?}");
     println!(
         "lock stats          attempts {}, acquired {}, contended {}, failed {}, released {}, release unconfirmed {}",
-        stats.attempts, stats.acquired, stats.contended, stats.failed, stats.released, stats.release_failed
+        sum(|s| s.attempts),
+        sum(|s| s.acquired),
+        sum(|s| s.contended),
+        sum(|s| s.failed),
+        sum(|s| s.released),
+        sum(|s| s.release_failed)
     );
     if oversold > 0 || lost_updates > 0 {
         println!("\nFAILED: the stock was oversold or updates were lost");
-        return Ok(ExitCode::FAILURE);
+        return Ok((ExitCode::FAILURE, elapsed));
     }
-    Ok(ExitCode::SUCCESS)
+    Ok((ExitCode::SUCCESS, elapsed))
 }
 
 /// One buyer: lock, read the stock, think, write it back decremented, unlock.
