@@ -463,7 +463,9 @@ async fn run() {
                 if !c.kinds.is_empty() {
                     errors.push(format!("{lock:?} {mix}: {:?}", c.kinds));
                 }
-                if tasks == 1 {
+                // The plot: one task per client, healthy and with a node frozen (the other
+                // faults are in the tables).
+                if tasks == 1 && matches!(fault, Fault::Healthy | Fault::Frozen) {
                     let name = format!("{lock:?}, {fault:?}");
                     match series.iter_mut().find(|s| s.name == name) {
                         Some(s) => s.points.push((clients as f64, c.ops, c.p99)),
