@@ -122,26 +122,28 @@ async fn ours(urls: &[String]) -> QuorumLock {
         .unwrap()
 }
 
-/// One task's turns through quorum-lock.
-async fn our_turns(
-    locks: QuorumLock,
-    lock: Lock,
+/// One task's part of a run: its key, turns and client, where it notes who held, and the
+/// flag that cuts the run.
+struct Task {
     key: String,
     turns: usize,
     who: usize,
     order: Order,
     stop: Arc<AtomicBool>,
-) -> (Vec<Duration>, Vec<String>) {
-    let mut waits = Vec::with_capacity(turns);
+}
+
+/// One task's turns through quorum-lock.
+async fn our_turns(locks: QuorumLock, lock: Lock, task: Task) -> (Vec<Duration>, Vec<String>) {
+    let mut waits = Vec::with_capacity(task.turns);
     let mut errors = Vec::new();
-    for _ in 0..turns {
-        if stop.load(Ordering::Relaxed) {
+    for _ in 0..task.turns {
+        if task.stop.load(Ordering::Relaxed) {
             break;
         }
         let t = Instant::now();
         let request = match lock {
-            Lock::Fair => locks.fair_lock(&key),
-            _ => locks.lock(&key),
+            Lock::Fair => locks.fair_lock(&task.key),
+            _ => locks.lock(&task.key),
         };
         let guard = match request
             .ttl(TTL)
@@ -156,7 +158,7 @@ async fn our_turns(
             }
         };
         waits.push(t.elapsed());
-        order.lock().unwrap().push(who);
+        task.order.lock().unwrap().push(task.who);
         if let Err(e) = guard.release().await {
             errors.push(format!("release: {}", kind(&e)));
         }
@@ -175,27 +177,20 @@ fn kind(e: &quorum_lock::Error) -> String {
 }
 
 /// One task's turns through rslock (retry 3 x 10 ms, asked again until it holds).
-async fn rslock_turns(
-    locks: Arc<rslock::LockManager>,
-    key: String,
-    turns: usize,
-    who: usize,
-    order: Order,
-    stop: Arc<AtomicBool>,
-) -> (Vec<Duration>, Vec<String>) {
-    let mut waits = Vec::with_capacity(turns);
-    for _ in 0..turns {
+async fn rslock_turns(locks: Arc<rslock::LockManager>, task: Task) -> (Vec<Duration>, Vec<String>) {
+    let mut waits = Vec::with_capacity(task.turns);
+    for _ in 0..task.turns {
         let t = Instant::now();
         let held = loop {
-            if stop.load(Ordering::Relaxed) {
+            if task.stop.load(Ordering::Relaxed) {
                 return (waits, Vec::new());
             }
-            if let Ok(l) = locks.lock(key.as_bytes(), TTL).await {
+            if let Ok(l) = locks.lock(task.key.as_bytes(), TTL).await {
                 break l;
             }
         };
         waits.push(t.elapsed());
-        order.lock().unwrap().push(who);
+        task.order.lock().unwrap().push(task.who);
         locks.unlock(&held).await;
     }
     (waits, Vec::new())
@@ -252,25 +247,16 @@ async fn run_once(
     let started = Instant::now();
     for c in 0..clients {
         for _ in 0..tasks {
-            let (order, stop, key) = (order.clone(), stop.clone(), key.clone());
+            let task = Task {
+                key: key.clone(),
+                turns,
+                who: c,
+                order: order.clone(),
+                stop: stop.clone(),
+            };
             handles.push(match lock {
-                Lock::Rslock => tokio::spawn(rslock_turns(
-                    theirs_pool[c].clone(),
-                    key,
-                    turns,
-                    c,
-                    order,
-                    stop,
-                )),
-                _ => tokio::spawn(our_turns(
-                    ours_pool[c].clone(),
-                    lock,
-                    key,
-                    turns,
-                    c,
-                    order,
-                    stop,
-                )),
+                Lock::Rslock => tokio::spawn(rslock_turns(theirs_pool[c].clone(), task)),
+                _ => tokio::spawn(our_turns(ours_pool[c].clone(), lock, task)),
             });
         }
     }
