@@ -597,12 +597,6 @@ async fn negative_control_readers_under_a_minority_quorum_are_caught_inside_a_wr
     );
 }
 
-/// A loopback port nothing listens on: connections to it are refused at once.
-fn closed_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
-
 /// A semaphore of 2 permits under a majority of 5 (its check bypassed through the test kit)
 /// admits 3 holders: each client reaches only its own 3 nodes ({0,1,2}, {2,3,4}, {0,1,3};
 /// the others are closed ports), no node is asked for more than 2 permits, and each client
@@ -613,10 +607,11 @@ async fn negative_control_a_majority_semaphore_of_two_permits_admits_a_third_hol
     let key = unique_key("control-semaphore");
     let mut held = Vec::new();
     for (c, reach) in [[0, 1, 2], [2, 3, 4], [0, 1, 3]].into_iter().enumerate() {
+        let mut closed = closed_ports(5 - reach.len()).into_iter();
         let urls: Vec<String> = (0..5)
             .map(|i| match reach.contains(&i) {
                 true => fleet.url(i),
-                false => format!("redis://127.0.0.1:{}", closed_port()),
+                false => format!("redis://127.0.0.1:{}", closed.next().unwrap()),
             })
             .collect();
         let locks = QuorumLock::builder()

@@ -267,3 +267,16 @@ impl Doomed {
         let _ = self.frozen.recv_timeout(Duration::from_secs(30));
     }
 }
+
+/// `n` distinct loopback ports nothing listens on: connections to them are refused at once.
+/// The listeners are held together until every port is read, so that the kernel cannot hand
+/// out one port twice (two closed ports alike would be the same address twice).
+pub fn closed_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<std::net::TcpListener> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    listeners
+        .iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect()
+}
