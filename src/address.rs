@@ -142,8 +142,17 @@ pub(crate) const DEAD_LINK: Duration = Duration::from_secs(10);
 /// 4 s idle, every 1 s, 6 of them, and `TCP_USER_TIMEOUT` of [`DEAD_LINK`] (Linux).
 fn tcp_settings() -> redis::io::tcp::TcpSettings {
     use redis::io::tcp::socket2::TcpKeepalive;
-    let keepalive = TcpKeepalive::new()
-        .with_time(Duration::from_secs(4))
+    let keepalive = TcpKeepalive::new().with_time(Duration::from_secs(4));
+    // Where the platform lets the probes' interval and count be set (socket2's own list).
+    #[cfg(any(
+        target_os = "linux",
+        target_os = "android",
+        target_os = "macos",
+        target_os = "ios",
+        target_os = "freebsd",
+        target_os = "netbsd"
+    ))]
+    let keepalive = keepalive
         .with_interval(Duration::from_secs(1))
         .with_retries(6);
     let settings = redis::io::tcp::TcpSettings::default()

@@ -142,7 +142,7 @@ pub(crate) async fn release(client: &ClientState, key: &[u8], holder: &str) -> R
         // undo (an extend never re-creates an entry), and stopping them would leave the
         // entry on a node that was reconnecting until its TTL.
         let (outcome, _in_background) = release_round(client, &key, holder).await;
-        release_result(client, &key, &outcome, false)
+        release_result(client, &key, &outcome, false, false)
     }
     .instrument(span)
     .await

@@ -80,6 +80,9 @@ struct State {
     deadline: Instant,
     lost: bool,
     ended: bool,
+    /// The lease ended (release or drop) within its deadline, not lost: the lock was held to
+    /// the end, whatever the release's answers.
+    held_to_the_end: bool,
 }
 
 impl Lease {
@@ -102,6 +105,7 @@ impl Lease {
                 deadline,
                 lost: false,
                 ended: false,
+                held_to_the_end: false,
             }),
             signal: CancellationToken::new(),
             moved: Notify::new(),
@@ -223,6 +227,9 @@ impl Lease {
         let (was_lost, first) = {
             let mut s = self.state();
             let first = !s.lost && !s.ended;
+            if first {
+                s.held_to_the_end = Instant::now() < s.deadline;
+            }
             s.ended = true;
             (s.lost, first)
         };
@@ -418,7 +425,8 @@ impl Lease {
     /// What a release by [`LockGuard::release`](crate::LockGuard::release) reports (see
     /// [`release_result`]).
     pub(crate) fn release_result(&self, outcome: &Outcome, was_lost: bool) -> Result<()> {
-        release_result(&self.client, &self.shape, outcome, was_lost)
+        let held = self.state().held_to_the_end;
+        release_result(&self.client, &self.shape, outcome, was_lost, held)
     }
 }
 
@@ -523,20 +531,23 @@ pub(crate) async fn release_round(
 }
 
 /// A release's report, counted: `Ok` when a quorum confirmed and the lock was not lost before;
-/// [`Error::NotHeld`] with the exact count when it was lost before, or so many nodes refused
-/// that no quorum can have held it; else (the nodes that did not confirm were slow or
-/// unreachable) [`Error::ReleaseUnconfirmed`].
+/// [`Error::ReleaseUnconfirmed`] when the lock is known to have been held to the end
+/// (`held_to_the_end`: its lease ended within its deadline, not lost) and the nodes that did
+/// not confirm were only slow or unreachable (too few refused to rule out a quorum); else
+/// [`Error::NotHeld`] with the exact count (also for a release by holder value without a
+/// lease, whose validity this client does not know).
 pub(crate) fn release_result(
     client: &ClientState,
     key: &Shape,
     outcome: &Outcome,
     was_lost: bool,
+    held_to_the_end: bool,
 ) -> Result<()> {
     let confirmed = outcome.decision == Decision::Reached && !was_lost;
     client.counters.release(ReleasedBy::Release, confirmed);
     if confirmed {
         Ok(())
-    } else if was_lost || outcome.tally.refusals_rule_out_quorum() {
+    } else if was_lost || !held_to_the_end || outcome.tally.refusals_rule_out_quorum() {
         Err(outcome.not_held(key))
     } else {
         Err(outcome.release_unconfirmed(key))

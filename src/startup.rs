@@ -60,13 +60,18 @@ pub(crate) async fn probe_until_quorum(
                 node.hold_until_checked();
             }
         }
-        let (nodes, earlier) = (nodes.clone(), infos.clone());
+        // Each late node is checked against every node admitted before it, the late ones too
+        // (two addresses of one slow server are likely to be late together).
+        let (nodes, mut checked) = (nodes.clone(), infos.clone());
         tokio::spawn(async move {
             while let Some((i, probe)) = probes.next().await {
                 let node = &nodes[i];
                 match probe {
-                    Ok(info) => match safety::refuse_or_warn_late(&earlier, info) {
-                        Ok(()) => node.admit(),
+                    Ok(info) => match safety::refuse_or_warn_late(&checked, info.clone()) {
+                        Ok(()) => {
+                            checked.push(info);
+                            node.admit();
+                        }
                         Err(e) => {
                             tracing::error!(node = node.name(), error = %e, "node excluded: it failed its check after build");
                             node.exclude(e.to_string());

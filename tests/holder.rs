@@ -313,8 +313,10 @@ async fn with_nodes_down_an_extend_by_token_has_no_quorum_and_a_release_counts_e
         } if failures.len() == 2 => {}
         other => panic!("expected NoQuorum with 2 failures: {other:?}"),
     }
-    // A release below the quorum waits for every answer: its count is exact. The nodes that
-    // did not confirm failed rather than refused: unconfirmed, not a loss.
+    // A release below the quorum waits for every answer: its count is exact. The guard was
+    // forgotten, not dropped, so its lease is still this client's and goes through it: the
+    // lock was held to the end, and the nodes that did not confirm failed rather than
+    // refused, so the release is unconfirmed, not a loss.
     let err = locks.release_by_holder(&key, &token).await.unwrap_err();
     match &err {
         Error::ReleaseUnconfirmed {

@@ -418,3 +418,34 @@ async fn node_connections_run_the_keepalive_timer() {
         "a connection to node 0 without the keepalive timer: {ours:?}"
     );
 }
+
+/// A guard released within its validity while two of three nodes are frozen: the release is
+/// unconfirmed (one node confirmed, two timed out, none refused), not `NotHeld`: the lock was
+/// held to the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_released_in_time_while_nodes_are_silent_is_unconfirmed_not_lost() {
+    let fleet = own_fleet(3);
+    let locks = client(&fleet, Quorum::Majority).await;
+    let guard = locks
+        .try_acquire(unique_key("unconfirmed"), Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
+    fleet.pause(1).unwrap();
+    fleet.pause(2).unwrap();
+    let released = guard.release().await;
+    fleet.resume(1).unwrap();
+    fleet.resume(2).unwrap();
+    match &released {
+        Err(
+            e @ Error::ReleaseUnconfirmed {
+                confirmed: 1,
+                required: 2,
+                refused: 0,
+                failures,
+                ..
+            },
+        ) if failures.len() == 2 && !e.is_lost() => {}
+        other => panic!("expected ReleaseUnconfirmed (1 of 2, 2 failures): {other:?}"),
+    }
+}

@@ -371,9 +371,21 @@ impl Node {
                 self.forget(generation);
                 tracing::debug!(node = %self.name(), error = %self.scrubbed(&e), "connection dropped; reconnecting once");
                 let (generation, conn) = self.connection().await.map_err(|f| (0, f))?;
-                op(conn, true)
-                    .await
-                    .map_err(|e| (generation, self.failure(generation, &e)))
+                op(conn, true).await.map_err(|e| {
+                    let failure = self.failure(generation, &e);
+                    // The first send may have been written on the dropped connection: a re-send
+                    // refused by the breaker must not read as "never written" (a rollback
+                    // would skip the node).
+                    let failure = match failure.is_unsent() {
+                        true => NodeFailure::new(
+                            self.name(),
+                            failure.kind(),
+                            format!("re-send after a dropped connection {}", failure.detail()),
+                        ),
+                        false => failure,
+                    };
+                    (generation, failure)
+                })
             }
             other => other.map_err(|e| (generation, self.failure(generation, &e))),
         }
