@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::builder::Builder;
 use crate::error::Result;
 use crate::guard::LockGuard;
-use crate::lease::LostSignal;
+use crate::lost_signal::LostSignal;
 use crate::owner::Owner;
 use crate::plan::Target;
 use crate::request::{LockRequest, Scoped};

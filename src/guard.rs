@@ -8,7 +8,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::lease::{Lease, LostSignal};
+use crate::lease::Lease;
+use crate::lost_signal::LostSignal;
 use crate::quorum::Decision;
 use crate::reentry::HoldTable;
 use crate::telemetry::ReleasedBy;

@@ -51,9 +51,12 @@
 //! Talking to the nodes:
 //! - `address`, `tls` (feature): node URLs, passwords kept out of sight, TLS settings.
 //! - `safety`: the node checks shared by `build()` and `quorum-lock check`.
+//! - `startup`: `build()`'s probes of the nodes, returning at a quorum; the late ones checked
+//!   in the background.
 //! - `telemetry`: metrics through the `metrics` facade (empty without the feature).
 //! - `node/`: one master: its connection and reconnect (`connection.rs`), one request
-//!   (`send.rs`), the bound on what a silent node is sent (`backlog.rs`), [`NodeClient`].
+//!   (`send.rs`), its circuit breaker and the bound on what a silent node is sent
+//!   (`backlog.rs`), [`NodeClient`].
 //! - `ordering`: the rules that keep a lease's later call behind its earlier ones.
 //! - `fanout`: one call to every node, decided at quorum (RedLock steps 2 and 4).
 //!
@@ -65,7 +68,8 @@
 //! - `state`: a client's shared state, and one record per outcome (stats and metrics).
 //!
 //! Holding a lock:
-//! - `lease`: one acquisition: deadline, loss, renew, repair, release, the loss signal.
+//! - `lease`: one acquisition: deadline, loss, renew, repair, release; `lost_signal`: the
+//!   loss signal the guarded work waits on.
 //! - `watchdog`: renewals of a lock kept without a fixed TTL.
 //! - `reentry`, `guard`, `holder`: an owner's held leases; the caller's guard; calls by
 //!   holder value, without a guard.
@@ -96,6 +100,7 @@ mod fanout;
 mod guard;
 mod key;
 mod lease;
+mod lost_signal;
 mod node;
 mod ordering;
 mod owner;
@@ -205,7 +210,7 @@ pub use family::MAX_SET_KEYS;
 pub use guard::LockGuard;
 pub use holder::MAX_HOLDER_LEN;
 pub use key::{MAX_KEY_LEN, RESERVED_PREFIX};
-pub use lease::LostSignal;
+pub use lost_signal::LostSignal;
 pub use node::NodeClient;
 pub use owner::Owner;
 pub use quorum::Quorum;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::error::Result;
 use crate::guard::LockGuard;
-use crate::lease::LostSignal;
+use crate::lost_signal::LostSignal;
 use crate::plan::{LeaseMode, Spec, Target};
 use crate::reentry::HoldTable;
 use crate::state::ClientState;
