@@ -175,7 +175,25 @@ pub fn findings(nodes: &[NodeInfo]) -> Vec<Finding> {
 /// ([`Error::DuplicateNode`]), and so is a replica ([`Error::ReplicaNode`]); every other
 /// finding is logged as a warning.
 pub(crate) fn refuse_or_warn(nodes: &[NodeInfo]) -> crate::Result<()> {
-    for finding in findings(nodes) {
+    refuse_or_warn_findings(nodes, |_| true)
+}
+
+/// The check of a node whose build-time probe answered after the client was built: the rules
+/// of [`refuse_or_warn`] for `late` against the nodes checked before it (`earlier`), its own
+/// findings only.
+pub(crate) fn refuse_or_warn_late(earlier: &[NodeInfo], late: NodeInfo) -> crate::Result<()> {
+    let node = late.node.clone();
+    let mut all = earlier.to_vec();
+    all.push(late);
+    refuse_or_warn_findings(&all, |f| f.node == node)
+}
+
+/// The rules of [`refuse_or_warn`], applied to the findings over `nodes` that `wanted` picks.
+fn refuse_or_warn_findings(
+    nodes: &[NodeInfo],
+    wanted: impl Fn(&Finding) -> bool,
+) -> crate::Result<()> {
+    for finding in findings(nodes).into_iter().filter(|f| wanted(f)) {
         match (finding.severity, finding.same_as) {
             (Severity::Refused, Some(first)) => {
                 let run_id = nodes
@@ -188,32 +206,6 @@ pub(crate) fn refuse_or_warn(nodes: &[NodeInfo]) -> crate::Result<()> {
                     second: finding.node,
                     run_id,
                 });
-            }
-            (Severity::Refused, None) => return Err(Error::ReplicaNode { node: finding.node }),
-            _ => tracing::warn!(node = %finding.node, "{}", finding.message),
-        }
-    }
-    Ok(())
-}
-
-/// The check of a node whose build-time probe answered after the client was built: the rules
-/// of [`refuse_or_warn`] for `late` against the nodes checked before it (`earlier`), its own
-/// findings only.
-pub(crate) fn refuse_or_warn_late(earlier: &[NodeInfo], late: NodeInfo) -> crate::Result<()> {
-    let node = late.node.clone();
-    let mut all = earlier.to_vec();
-    all.push(late);
-    for finding in findings(&all).into_iter().filter(|f| f.node == node) {
-        match (finding.severity, finding.same_as) {
-            (Severity::Refused, Some(first)) => {
-                return Err(Error::DuplicateNode {
-                    first,
-                    second: finding.node,
-                    run_id: all
-                        .last()
-                        .and_then(|i| i.run_id.clone())
-                        .unwrap_or_default(),
-                })
             }
             (Severity::Refused, None) => return Err(Error::ReplicaNode { node: finding.node }),
             _ => tracing::warn!(node = %finding.node, "{}", finding.message),
