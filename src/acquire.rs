@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::arbiter::{approach as approach_nodes, arbiter, Approached};
 use crate::error::{Error, Op, Result};
 use crate::fair::Grant;
 use crate::family::fair::granted_to;
@@ -60,7 +61,7 @@ pub(crate) async fn once(state: &Arc<ClientState>, spec: Spec<'_>) -> Result<Opt
         if let Some(guard) = reenter(&plan) {
             return Ok(Some(guard));
         }
-        match attempt(state, &plan).await {
+        match attempt(state, &plan, Approach::All).await {
             Ok(guard) => Ok(Some(guard)),
             Err(Miss::Contended(..)) => Ok(None),
             Err(Miss::Failed(e)) => Err(e),
@@ -100,11 +101,21 @@ fn holder_value(state: &ClientState, owner: Option<&Arc<HoldTable>>) -> String {
     }
 }
 
+/// How an attempt sends its acquire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Approach {
+    /// To every node at once.
+    All,
+    /// A mutex or multi-key waiter that lost: to the key's arbiter first (see `arbiter`).
+    Ordered,
+}
+
 /// One attempt: fan out, tally, compute the validity, and roll back on every node when it is
 /// not a success.
 pub(crate) async fn attempt(
     state: &Arc<ClientState>,
     plan: &Plan<'_>,
+    approach: Approach,
 ) -> std::result::Result<LockGuard, Miss> {
     let config = &state.config;
     let (key, ttl) = (&plan.shape, plan.ttl);
@@ -112,12 +123,30 @@ pub(crate) async fn attempt(
         .shape
         .attempt_holder()
         .unwrap_or_else(|| holder_value(state, plan.owner));
-    let (call, read) = key.acquire(&holder, &plan.ttl_ms);
-    state.counters.attempt_started();
+    let arbiter = match (approach, key) {
+        (Approach::Ordered, Shape::Mutex(_) | Shape::Set(_)) => {
+            arbiter(&state.nodes, key.primary().bytes())
+        }
+        _ => None,
+    };
+    state.counters.attempt_started(arbiter.is_some());
 
     // RedLock step 1: the validity is measured from before the first request is sent.
     let t0 = Instant::now();
-    let mut fan = fan_out(&state.nodes, config.required, call, read);
+    let call = || key.acquire(&holder, &plan.ttl_ms);
+    let mut fan = match approach_nodes(&state.nodes, config.required, call, arbiter).await {
+        Approached::Fan(fan) => fan,
+        Approached::Refused(outcome) => {
+            // The arbiter took nothing, and nothing else was sent: nothing to roll back.
+            state.counters.attempt(AttemptEnd::Contended);
+            tracing::trace!(hint = ?outcome.hint, "attempt refused by the key's arbiter");
+            return Err(Miss::Contended(Contention {
+                hint: outcome.hint,
+                drawn: None,
+                partly: false,
+            }));
+        }
+    };
     let decision = fan.decide().await;
     let deadline = config.trusted_until(t0, ttl);
 

@@ -60,7 +60,7 @@ fn node_call(
 }
 
 /// Bits `0..n`.
-fn all_nodes(n: usize) -> u64 {
+pub(crate) fn all_nodes(n: usize) -> u64 {
     u64::MAX.checked_shr(64 - n as u32).unwrap_or(0)
 }
 
@@ -78,13 +78,13 @@ fn all_nodes(n: usize) -> u64 {
 fn send_all<F>(
     pending: &mut FuturesUnordered<F>,
     call: &Call,
-    nodes: usize,
+    asked: u64,
     early: &mut Vec<NodeAnswer>,
     cx: &mut Context<'_>,
 ) where
     F: Future<Output = NodeAnswer>,
 {
-    let all = all_nodes(nodes);
+    let (all, nodes) = (asked, asked.count_ones());
     // The requests not yet polled lead the set's queue (a woken request queues behind them),
     // so every round polls one at least: `nodes` rounds are enough. The bound only keeps a
     // change of the set's internals from looping here (the rest are then polled later).
@@ -181,6 +181,8 @@ pub(crate) struct FanOut<F> {
     early: Vec<NodeAnswer>,
     /// When the requests still running time out: the node timeout after the first poll.
     deadline: Option<Instant>,
+    /// Bit `i`: node `i` is asked.
+    asked: u64,
     /// Bit `i`: node `i`'s answer was counted.
     counted: u64,
     /// Bit `i`: node `i`'s request was dropped at the deadline, its timeout not yet counted.
@@ -195,8 +197,23 @@ pub(crate) fn fan_out(
     call: Call,
     read: Reader,
 ) -> FanOut<impl Future<Output = NodeAnswer> + Send + 'static> {
+    let outcome = Outcome::empty(nodes.len(), required);
+    fan_out_to(nodes, all_nodes(nodes.len()), call, read, outcome)
+}
+
+/// Starts `call` on the nodes of `asked` (bit `i`: node `i`), counting on from `outcome`:
+/// the answers of the nodes asked before, by an earlier fan-out of the same attempt (see
+/// `arbiter`). Nothing is sent until the fan-out is first polled.
+pub(crate) fn fan_out_to(
+    nodes: &Nodes,
+    asked: u64,
+    call: Call,
+    read: Reader,
+    outcome: Outcome,
+) -> FanOut<impl Future<Output = NodeAnswer> + Send + 'static> {
     let call = Arc::new(call);
     let pending = (0..nodes.len())
+        .filter(|i| asked & (1 << i) != 0)
         .map(|i| node_call(nodes, i, &call))
         .collect();
     FanOut {
@@ -206,9 +223,10 @@ pub(crate) fn fan_out(
         pending: Some(pending),
         early: Vec::new(),
         deadline: None,
+        asked,
         counted: 0,
         timed_out: 0,
-        outcome: Outcome::empty(nodes.len(), required),
+        outcome,
     }
 }
 
@@ -282,9 +300,9 @@ where
     /// at the decision, as it does for answers).
     async fn next(&mut self, mut expiry: Pin<&mut Sleep>) -> Option<NodeAnswer> {
         if let Some(pending) = self.pending.as_mut() {
-            let (call, nodes, early) = (&*self.call, self.nodes.len(), &mut self.early);
+            let (call, asked, early) = (&*self.call, self.asked, &mut self.early);
             let expired = poll_fn(|cx| {
-                send_all(pending, call, nodes, early, cx);
+                send_all(pending, call, asked, early, cx);
                 if !early.is_empty() {
                     return Poll::Ready(Some(Some(early.remove(0))));
                 }
@@ -312,7 +330,7 @@ where
     fn time_out(&mut self) {
         self.call.expire();
         self.pending = None;
-        self.timed_out = all_nodes(self.nodes.len()) & !self.counted;
+        self.timed_out = self.asked & !self.counted;
     }
 
     fn count(&mut self, i: usize, result: Result<Value, NodeFailure>) {
@@ -438,6 +456,7 @@ mod tests {
             pending: Some((0..n).map(|i| request(&call, i, i < 3)).collect()),
             early: Vec::new(),
             deadline: None,
+            asked: 0b11111,
             counted: 0,
             timed_out: 0,
             outcome: Outcome::empty(n, 3),

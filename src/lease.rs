@@ -508,6 +508,18 @@ pub(crate) async fn release_round(
     let mut fan = fan_out(&client.nodes, client.config.required, call, read);
     if fan.decide().await == Decision::Reached {
         let mut stragglers = fan.detach(&client.background);
+        if let Shape::Mutex(m) = shape {
+            // The mutex release answers 1 + the subscribers that heard its notice.
+            let channel = m.key.release_channel();
+            let own = client
+                .wakeups
+                .as_ref()
+                .is_some_and(|w| w.listens(channel));
+            let heard = fan.outcome.max_yes.unwrap_or(1) - 1;
+            client
+                .courtesy
+                .released(m.key.bytes(), heard - i64::from(own));
+        }
         if let Some((releasing, stamp, _, sent)) = fair {
             tracing::trace!(
                 granted = ?fan

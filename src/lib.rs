@@ -88,6 +88,7 @@
 #![deny(unsafe_code)]
 
 mod acquire;
+mod arbiter;
 mod address;
 mod backoff;
 mod builder;

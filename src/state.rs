@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
+use crate::arbiter::Courtesy;
 use crate::config::Config;
 use crate::fair::FairWaiters;
 use crate::node::Nodes;
@@ -28,6 +29,8 @@ pub(crate) struct ClientState {
     pub(crate) fair: Arc<FairWaiters>,
     /// The client's live leases (see [`HeldLeases`]).
     pub(crate) held: HeldLeases,
+    /// Mutex keys just released while other clients waited (see [`Courtesy`]).
+    pub(crate) courtesy: Courtesy,
 }
 
 /// A lease as the registry keeps it: type-erased (`lease::Lease`, which imports this module),
@@ -98,6 +101,7 @@ impl ClientState {
             client_id: uuid::Uuid::new_v4().simple().to_string(),
             fair: Arc::default(),
             held: HeldLeases::default(),
+            courtesy: Courtesy::default(),
         }
     }
 }
@@ -108,6 +112,7 @@ impl ClientState {
 #[derive(Default)]
 pub(crate) struct Counters {
     pub(crate) attempts: AtomicU64,
+    pub(crate) ordered: AtomicU64,
     pub(crate) acquired: AtomicU64,
     pub(crate) contended: AtomicU64,
     pub(crate) failed: AtomicU64,
@@ -120,9 +125,12 @@ pub(crate) struct Counters {
 }
 
 impl Counters {
-    /// An attempt starts (one fan-out to every node).
-    pub(crate) fn attempt_started(&self) {
+    /// An attempt starts (one fan-out to every node, or to the key's arbiter first).
+    pub(crate) fn attempt_started(&self, ordered: bool) {
         self.attempts.fetch_add(1, Ordering::Relaxed);
+        if ordered {
+            self.ordered.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// An attempt (or a claim of a grant) ended.
@@ -195,6 +203,7 @@ impl ClientState {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         Stats {
             attempts: get(&c.attempts),
+            ordered: get(&c.ordered),
             acquired: get(&c.acquired),
             contended: get(&c.contended),
             failed: get(&c.failed),
@@ -216,6 +225,10 @@ impl ClientState {
 pub struct Stats {
     /// Acquire attempts (each a fan-out to all nodes).
     pub attempts: u64,
+    /// Of `attempts`, those of a mutex or multi-key waiter that lost an earlier attempt, which
+    /// asked the key's arbiter first and the other nodes only after its yes (docs/DESIGN.md,
+    /// "Waiting").
+    pub ordered: u64,
     /// Attempts that returned a guard.
     pub acquired: u64,
     /// Attempts refused because others held the lock.

@@ -11,7 +11,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::acquire::{attempt, claim, reenter, Miss};
+use crate::acquire::{attempt, claim, reenter, Approach, Miss};
+use crate::arbiter::COURTESY;
 use crate::backoff::Backoff;
 use crate::error::{Error, Op, Result};
 use crate::fair::Registration;
@@ -104,6 +105,9 @@ struct Waiting<'a, 'p> {
     /// its set, as any of them may be the one that blocked it.
     waiters: Vec<Waiter>,
     attempts: u32,
+    /// An attempt of this wait met another holder: the next ones ask the key's arbiter first
+    /// (see `arbiter`).
+    lost: bool,
     /// What a request that gives up takes back (sent when the wait is dropped unless it got
     /// the lock).
     withdraw: Withdraw<'a>,
@@ -170,6 +174,10 @@ impl<'a, 'p> Waiting<'a, 'p> {
             state,
             call: plan.shape.withdraw(),
         };
+        // A mutex this client just released while others waited: they go first (see
+        // `Courtesy`).
+        let courtesy = matches!(plan.shape, Shape::Mutex(_))
+            && state.courtesy.owed(plan.shape.primary().bytes());
         Waiting {
             state,
             start,
@@ -179,12 +187,16 @@ impl<'a, 'p> Waiting<'a, 'p> {
             waiters,
             fair,
             attempts: 0,
+            lost: courtesy,
             withdraw,
         }
     }
 
     /// Attempts until one succeeds, the wait ends, or the retries run out.
     async fn run(mut self) -> Result<LockGuard> {
+        if self.lost {
+            self.let_others_go_first().await;
+        }
         loop {
             if let Some(guard) = reenter(self.plan) {
                 self.withdraw.call = None;
@@ -206,6 +218,14 @@ impl<'a, 'p> Waiting<'a, 'p> {
                 Next::Pause { failed, hint } => self.pause(listening, failed, hint).await?,
             }
         }
+    }
+
+    /// A mutex this client just released while other clients waited (see `Courtesy`):
+    /// pauses [`COURTESY`] (never past the wait's end) before its first attempt, which then
+    /// asks the key's arbiter.
+    async fn let_others_go_first(&mut self) {
+        tracing::trace!("just released with others waiting: lets them go first");
+        tokio::time::sleep_until((Instant::now() + COURTESY).min(self.deadline)).await;
     }
 
     /// Names a fair request on its key's channel (once the channel exists), and listens for
@@ -259,7 +279,13 @@ impl<'a, 'p> Waiting<'a, 'p> {
                 return Err(None);
             }
             self.attempts = self.attempts.saturating_add(1);
-            return attempt(state, plan).await.map_err(Some);
+            let approach = match self.lost {
+                true => Approach::Ordered,
+                false => Approach::All,
+            };
+            let result = attempt(state, plan, approach).await;
+            self.lost |= matches!(result, Err(Miss::Contended(_)));
+            return result.map_err(Some);
         };
         let released = state
             .fair
@@ -278,7 +304,9 @@ impl<'a, 'p> Waiting<'a, 'p> {
             return claim(state, self.plan, grant).await.map_err(Some);
         }
         self.attempts = self.attempts.saturating_add(1);
-        attempt(state, self.plan).await.map_err(Some)
+        attempt(state, self.plan, Approach::All)
+            .await
+            .map_err(Some)
     }
 
     /// After a miss, a fair request: leaves the line when cut off from a quorum, waits for a

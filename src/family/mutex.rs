@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use redis::Value;
 
-use super::{read_counter, read_flag, script, Answer, Kind, Notice, Reader};
+use super::{read_counter, script, Answer, Kind, Notice, Reader};
 use crate::key::Key;
 use crate::scripts::{Call, LockScript};
 
@@ -90,7 +90,7 @@ impl Kind for Mutex {
 
     fn release(&self, holder: &str, notice: Notice, _: &[(Arc<str>, u64)]) -> (Call, Reader) {
         let argv: [&[u8]; 3] = [holder.as_bytes(), self.key.release_channel(), notice.arg()];
-        (Call::new(&RELEASE, self.key.bytes(), &argv), read_flag)
+        (Call::new(&RELEASE, self.key.bytes(), &argv), read_released)
     }
 
     fn repair(&self, holder: &str, ms: &str) -> (Call, fn(&Value) -> bool) {
@@ -104,5 +104,15 @@ impl Kind for Mutex {
 impl fmt::Display for Mutex {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.key)
+    }
+}
+
+/// The mutex release's answer: `Yes(1 + the subscribers that heard its notice)` where it
+/// deleted this holder's entry, a refusal where it was not this holder's.
+fn read_released(v: &Value) -> Option<Answer> {
+    match super::int(v)? {
+        0 => Some(Answer::Refused(None)),
+        n if n >= 1 => Some(Answer::Yes(n)),
+        _ => None,
     }
 }

@@ -40,6 +40,9 @@ pub(super) struct Backlog {
     quiet_since: AtomicU64,
     /// When (ms since `epoch`) the latest probe was let through.
     probed_at: AtomicU64,
+    /// The node's smoothed round trip in µs (0: none measured yet), for the choice of a key's
+    /// arbiter (see `arbiter`).
+    rtt_us: AtomicU64,
     epoch: tokio::time::Instant,
 }
 
@@ -82,6 +85,7 @@ impl Backlog {
             answered: AtomicU64::new(0),
             quiet_since: AtomicU64::new(0),
             probed_at: AtomicU64::new(0),
+            rtt_us: AtomicU64::new(0),
             epoch: tokio::time::Instant::now(),
         }
     }
@@ -123,6 +127,29 @@ impl Backlog {
     pub(super) fn answered(&self, seq: u64) {
         self.answered.fetch_max(seq, Ordering::AcqRel);
         self.quiet_since.store(self.now_ms(), Ordering::Release);
+    }
+
+    /// Folds one request's round trip into the smoothed round trip (weight 1/8).
+    pub(super) fn round_trip(&self, rtt: Duration) {
+        let sample = u64::try_from(rtt.as_micros()).unwrap_or(u64::MAX).max(1);
+        let old = self.rtt_us.load(Ordering::Relaxed);
+        let new = match old {
+            0 => sample,
+            _ => old - old / 8 + sample / 8,
+        };
+        self.rtt_us.store(new.max(1), Ordering::Relaxed);
+    }
+
+    /// The smoothed round trip in µs, unless the breaker is open or about to open (a request
+    /// unanswered for longer than `timeout`); `Some(0)` before any answer.
+    pub(super) fn answering(&self, timeout: Duration) -> Option<u64> {
+        let timeout = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        let silent = self.outstanding() > 0
+            && self
+                .now_ms()
+                .saturating_sub(self.quiet_since.load(Ordering::Acquire))
+                > timeout;
+        (!silent).then(|| self.rtt_us.load(Ordering::Relaxed))
     }
 
     /// Requests written and not answered yet.

@@ -277,6 +277,17 @@ impl Node {
         self.timeout
     }
 
+    /// The node's smoothed round trip in µs (`Some(0)` before any answer) when it is admitted,
+    /// connected and answering (its breaker closed); `None` otherwise. For the choice of a
+    /// key's arbiter: never a condition of safety.
+    pub(crate) fn answering(&self) -> Option<u64> {
+        if self.not_admitted().is_some() {
+            return None;
+        }
+        let backlog = self.slot().conn.as_ref()?.backlog.clone();
+        backlog.answering(self.timeout)
+    }
+
     /// Runs a lock call, unbounded: the caller bounds it by the node timeout, and sets
     /// `expired` before dropping a request that ran out of time (it is then recorded as timed
     /// out, not stopped). In [`SendBy::Sha`] a script is sent by

@@ -53,6 +53,7 @@ pub(super) async fn send(
     };
     // Unconstrained: a task out of its scheduling budget would otherwise get its room in the
     // queue and yet return before writing the request.
+    let sent_at = tokio::time::Instant::now();
     let mut request = std::pin::pin!(tokio::task::unconstrained(
         link.conn.send_packed_command(cmd)
     ));
@@ -64,6 +65,7 @@ pub(super) async fn send(
     };
     if result.as_ref().is_ok() {
         link.backlog.answered(seq);
+        link.backlog.round_trip(sent_at.elapsed());
     }
     result
 }

@@ -76,6 +76,11 @@ impl Wakeups {
         self.notices.load(Ordering::Relaxed)
     }
 
+    /// Whether this client is subscribed to `channel` (has waiters on its key).
+    pub(crate) fn listens(&self, channel: &[u8]) -> bool {
+        self.channels().contains_key(channel)
+    }
+
     /// Tasks of this client currently waiting for a release notice.
     pub(crate) fn waiting(&self) -> u64 {
         self.channels().values().map(|r| r.waiters as u64).sum()

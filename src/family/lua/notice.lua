@@ -7,10 +7,12 @@
 -- node answers, and waiters may be subscribed only where this holder's entry never was. A
 -- rollback (mode "2") announces only what it gave back: fewer than a quorum of nodes, which
 -- wakes nobody (waiters count the notices of one release and wake at a quorum).
+-- Returns how many subscribers heard the notice (0 when none was published).
 local function notify_release(held, mode, channel, digest, free)
   if held or (mode == '1' and free()) then
-    redis.call('publish', channel, digest)
+    return redis.call('publish', channel, digest)
   end
+  return 0
 end
 -- flag(b): 1 or 0.
 local function flag(b)

@@ -1,0 +1,172 @@
+//! The ordered approach of a waiter that lost (docs/DESIGN.md, "Waiting"): its attempt asks
+//! the key's arbiter first, and the other nodes only once the arbiter said yes.
+//!
+//! When a release frees a key that many clients wait for, every client's first waiter wakes
+//! and attempts at once. Sent to every node together, their requests reach the nodes in
+//! different orders, so the nodes' yes votes split among the clients: often nobody reaches the
+//! quorum, every attempt is rolled back (more requests, and notices that wake everybody again)
+//! and the key stays free until the next round. Asking one node first, the same one in every
+//! client, turns that node into the round's arbiter: one client gets its yes, the others a
+//! refusal, and they go back to sleep without touching the other nodes, whose votes then go to
+//! the one client the arbiter chose.
+//!
+//! Safety does not rest on the arbiter: its yes is one vote, and the attempt holds only once a
+//! quorum of all N nodes said yes within the validity, counted as for any attempt (the
+//! validity runs from before the arbiter was asked). A refusal by the arbiter ends the attempt
+//! with nothing to undo (a refusal takes nothing). An arbiter that fails or does not answer
+//! in time hands the attempt to the usual fan-out to every node (the arbiter included, with
+//! the same holder value, so that its rollback covers both requests). A fresh attempt, and
+//! every attempt of the other shapes, still goes to every node at once.
+//!
+//! The arbiter is the first node, in an order fixed per key (the same in every process), that
+//! is answering (connected, admitted, its breaker closed) and not much slower than the fastest
+//! node: a frozen or slow node is passed over, by every client alike since they all see it.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::fanout::{all_nodes, fan_out_to, FanOut, NodeAnswer, Outcome};
+use crate::family::Reader;
+use crate::node::{Node, Nodes};
+use crate::scripts::Call;
+
+/// An arbiter may answer this much slower than the fastest node (x4, plus 1 ms).
+const SLOWER_BY: u64 = 4;
+const SLOWER_PLUS_US: u64 = 1_000;
+
+/// The key's arbiter, if the ordered approach can be used: at least three nodes, one of them
+/// answering and not much slower than the fastest.
+pub(crate) fn arbiter(nodes: &[Node], key: &[u8]) -> Option<usize> {
+    let n = nodes.len();
+    if n < 3 {
+        return None;
+    }
+    let rtts: Vec<Option<u64>> = nodes.iter().map(Node::answering).collect();
+    let fastest = rtts.iter().flatten().min()?;
+    let bound = fastest
+        .saturating_mul(SLOWER_BY)
+        .saturating_add(SLOWER_PLUS_US);
+    let start = usize::try_from(fnv1a(key) % n as u64).unwrap_or(0);
+    (0..n)
+        .map(|k| (start + k) % n)
+        .find(|&i| rtts[i].is_some_and(|rtt| rtt <= bound))
+}
+
+/// FNV-1a, 64 bits: the key's place in the node order, the same in every process.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// How an attempt's requests went out.
+pub(crate) enum Approached<F> {
+    /// The arbiter refused: nothing was taken, nothing was sent elsewhere. The outcome holds
+    /// its answer (the holder's remaining TTL, a hint for the pause).
+    Refused(Outcome),
+    /// The fan-out to decide: to the nodes other than the arbiter, with its yes counted, or
+    /// to every node.
+    Fan(FanOut<F>),
+}
+
+/// Sends an attempt's acquire (`call()` makes it): to every node at once, or with an
+/// `arbiter`, to it first and then, if it said yes, to the others; if it failed, to every
+/// node.
+pub(crate) async fn approach(
+    nodes: &Nodes,
+    required: usize,
+    call: impl Fn() -> (Call, Reader),
+    arbiter: Option<usize>,
+) -> Approached<impl Future<Output = NodeAnswer> + Send + 'static> {
+    let all = all_nodes(nodes.len());
+    let fresh = || Outcome::empty(nodes.len(), required);
+    let Some(a) = arbiter else {
+        let (call, read) = call();
+        return Approached::Fan(fan_out_to(nodes, all, call, read, fresh()));
+    };
+    let (first, read) = call();
+    let mut asked = fan_out_to(nodes, 1 << a, first, read, fresh());
+    asked.decide().await;
+    let outcome = std::mem::replace(&mut asked.outcome, fresh());
+    let (call, read) = call();
+    match (outcome.tally.yes(), outcome.tally.refused()) {
+        (1, _) => Approached::Fan(fan_out_to(nodes, all & !(1 << a), call, read, outcome)),
+        (_, 1) => Approached::Refused(outcome),
+        // Failed, not sent, or no answer in time: the request, if written, stays queued ahead
+        // of the fan-out's on the arbiter's connection.
+        _ => {
+            tracing::debug!(arbiter = a, failures = ?outcome.failures, "the arbiter failed: asking every node");
+            Approached::Fan(fan_out_to(nodes, all, call, read, fresh()))
+        }
+    }
+}
+
+/// How long a client that just released a key, with other clients' waiters listening, lets
+/// them go first when it asks for the key again (see [`Courtesy`]).
+pub(crate) const COURTESY: Duration = Duration::from_millis(2);
+/// A release counts as "just" for this long.
+const COURTESY_WINDOW: Duration = Duration::from_millis(10);
+/// Releases remembered at most (older ones are dropped first).
+const COURTESY_KEYS: usize = 1024;
+
+/// The mutex keys this client released while other clients waited for them, and when.
+///
+/// A client that releases a key and asks for it again at once would otherwise win it back
+/// nearly every time: its attempt reaches the nodes before the release notice has woken
+/// anyone else (the "barging" of an unfair lock), and with the ordered approach the woken
+/// waiters then only ask the arbiter and go back to sleep. So when the release's notice was
+/// heard by subscribers other than this client's own, a new wait for the key within
+/// [`COURTESY_WINDOW`] of the release starts as a waiter that lost: it pauses [`COURTESY`]
+/// (never past its wait), then asks the arbiter. By then a woken waiter of another client has
+/// usually been given the key, and this client waits behind it like everybody else. (Waiting
+/// for the next release notice instead, as a refused waiter does, took notices meant for the
+/// client's own waiters.) This bounds how unevenly the key goes round
+/// without a queue; the fair lock is the one with an order.
+#[derive(Default)]
+pub(crate) struct Courtesy {
+    released: Mutex<HashMap<Vec<u8>, Instant>>,
+}
+
+impl Courtesy {
+    /// This client released `key` and `others` subscribers of other clients heard it.
+    pub(crate) fn released(&self, key: &[u8], others: i64) {
+        if others <= 0 {
+            return;
+        }
+        let now = Instant::now();
+        let mut released = self.released.lock().unwrap_or_else(|p| p.into_inner());
+        if released.len() >= COURTESY_KEYS {
+            released.retain(|_, at| now.duration_since(*at) < COURTESY_WINDOW);
+        }
+        if released.len() < COURTESY_KEYS {
+            released.insert(key.to_vec(), now);
+        }
+    }
+
+    /// Whether a new wait for `key` owes others the courtesy (taken once).
+    pub(crate) fn owed(&self, key: &[u8]) -> bool {
+        let mut released = self.released.lock().unwrap_or_else(|p| p.into_inner());
+        if released.is_empty() {
+            return false;
+        }
+        released
+            .remove(key)
+            .is_some_and(|at| at.elapsed() < COURTESY_WINDOW)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_maps_to_the_same_place_in_every_process() {
+        // FNV-1a's published test vector: the order must not depend on a per-process seed.
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+    }
+}
