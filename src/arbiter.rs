@@ -20,7 +20,8 @@
 //!
 //! The arbiter is the first node, in an order fixed per key (the same in every process), that
 //! is answering (connected, admitted, its breaker closed) and not much slower than the fastest
-//! node: a frozen or slow node is passed over, by every client alike since they all see it.
+//! node (4x plus 1 ms, or a quarter of the node timeout, whichever is more): a frozen or slow
+//! node is passed over, by every client alike since they all see it.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -29,12 +30,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::fanout::{all_nodes, fan_out_to, FanOut, NodeAnswer, Outcome};
 use crate::family::Reader;
+use crate::fanout::{all_nodes, fan_out_to, FanOut, NodeAnswer, Outcome};
 use crate::node::{Node, Nodes};
 use crate::scripts::Call;
 
-/// An arbiter may answer this much slower than the fastest node (x4, plus 1 ms).
+/// An arbiter may answer this much slower than the fastest node (x4, plus 1 ms), or a
+/// quarter of the node timeout, whichever is more.
 const SLOWER_BY: u64 = 4;
 const SLOWER_PLUS_US: u64 = 1_000;
 
@@ -47,9 +49,17 @@ pub(crate) fn arbiter(nodes: &[Node], key: &[u8]) -> Option<usize> {
     }
     let rtts: Vec<Option<u64>> = nodes.iter().map(Node::answering).collect();
     let fastest = rtts.iter().flatten().min()?;
+    // Never below a quarter of the node timeout: a loaded machine's jitter must not move
+    // the arbiter from one attempt to the next (clients would then ask different nodes).
+    let floor = nodes
+        .iter()
+        .map(|n| u64::try_from(n.timeout().as_micros() / 4).unwrap_or(u64::MAX))
+        .max()
+        .unwrap_or(0);
     let bound = fastest
         .saturating_mul(SLOWER_BY)
-        .saturating_add(SLOWER_PLUS_US);
+        .saturating_add(SLOWER_PLUS_US)
+        .max(floor);
     let start = usize::try_from(fnv1a(key) % n as u64).unwrap_or(0);
     (0..n)
         .map(|k| (start + k) % n)

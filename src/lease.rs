@@ -511,10 +511,7 @@ pub(crate) async fn release_round(
         if let Shape::Mutex(m) = shape {
             // The mutex release answers 1 + the subscribers that heard its notice.
             let channel = m.key.release_channel();
-            let own = client
-                .wakeups
-                .as_ref()
-                .is_some_and(|w| w.listens(channel));
+            let own = client.wakeups.as_ref().is_some_and(|w| w.listens(channel));
             let heard = fan.outcome.max_yes.unwrap_or(1) - 1;
             client
                 .courtesy

@@ -88,8 +88,8 @@
 #![deny(unsafe_code)]
 
 mod acquire;
-mod arbiter;
 mod address;
+mod arbiter;
 mod backoff;
 mod builder;
 mod client;

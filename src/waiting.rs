@@ -304,9 +304,7 @@ impl<'a, 'p> Waiting<'a, 'p> {
             return claim(state, self.plan, grant).await.map_err(Some);
         }
         self.attempts = self.attempts.saturating_add(1);
-        attempt(state, self.plan, Approach::All)
-            .await
-            .map_err(Some)
+        attempt(state, self.plan, Approach::All).await.map_err(Some)
     }
 
     /// After a miss, a fair request: leaves the line when cut off from a quorum, waits for a

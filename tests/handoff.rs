@@ -245,3 +245,131 @@ async fn subscriptions_honour_the_connect_timeout_on_a_slow_link() {
     guard.release().await.unwrap();
     finish_background(&[holder, waiter]).await;
 }
+
+/// A waiter whose attempt met another holder asks only the key's arbiter from then on: the
+/// other nodes see its first attempt and nothing more while the arbiter refuses (a refusal
+/// takes nothing, so there is nothing to roll back either).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_lost_asks_only_the_arbiter_until_it_says_yes() {
+    init_tracing();
+    let fleet = own_fleet(5);
+    let holder = client(&fleet, Quorum::Majority).await;
+    let waiter = builder(&fleet, Quorum::Majority)
+        .retry_delay(Duration::from_millis(20))
+        .retry_jitter(Duration::ZERO)
+        .wait_timeout(Duration::from_millis(400))
+        // The timer, not notices, paces the attempts: nothing is released meanwhile anyway.
+        .pubsub(false)
+        .build()
+        .await
+        .unwrap();
+    let key = unique_key("arbiter");
+    let held = holder.try_acquire(&key, TTL).await.unwrap().unwrap();
+    // The acquire returned at a quorum: its last requests may still be on their way.
+    let mut before = Vec::new();
+    for i in 0..fleet.len() {
+        let c = conn(&fleet, i).await;
+        eventually(
+            &fleet,
+            Duration::from_secs(10),
+            "every node has the entry",
+            || {
+                let (mut c, key) = (c.clone(), key.clone());
+                async move {
+                    redis::cmd("EXISTS")
+                        .arg(&key)
+                        .query_async::<i64>(&mut c)
+                        .await
+                        == Ok(1)
+                }
+            },
+        )
+        .await;
+        before.push(lock_commands_run(&fleet, i).await);
+    }
+    let err = waiter.acquire(&key, TTL).await.unwrap_err();
+    assert!(
+        matches!(err, quorum_lock::Error::WaitTimeout { .. }),
+        "{err}"
+    );
+    let stats = waiter.stats();
+    let mut run = Vec::new();
+    for (i, before) in before.iter().enumerate() {
+        run.push(lock_commands_run(&fleet, i).await - before);
+    }
+    println!("{stats:?}; lock commands per node: {run:?}");
+    assert!(
+        stats.attempts >= 4,
+        "too few attempts to show anything: {stats:?}"
+    );
+    assert_eq!(
+        stats.ordered,
+        stats.attempts - 1,
+        "every attempt after the first asks the arbiter first: {stats:?}"
+    );
+    // The first attempt's request, and its rollback where the attempt decided before the
+    // node's refusal was counted; the arbiter also every later attempt.
+    let arbiters: Vec<usize> = (0..run.len()).filter(|&i| run[i] > 2).collect();
+    assert_eq!(
+        arbiters.len(),
+        1,
+        "one node (the arbiter) ran the ordered attempts: {run:?}"
+    );
+    assert!(run[arbiters[0]] >= stats.attempts, "{run:?}");
+    assert!(
+        run.iter().all(|&r| r >= 1),
+        "the first attempt went to every node: {run:?}"
+    );
+    held.release().await.unwrap();
+}
+
+/// A client that releases a key while another client's waiter listens, and asks for the key
+/// again at once, pauses first (courtesy) and then asks the arbiter; with nobody else
+/// listening it attempts at once, on every node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_releaser_lets_other_clients_waiters_go_first() {
+    init_tracing();
+    let fleet = shared_fleet();
+    let releaser = client(fleet, Quorum::Majority).await;
+    let waiter = waiter_client(fleet, Duration::from_secs(60)).await;
+
+    // Nobody else listening: the next acquire attempts at once, on every node.
+    let alone = unique_key("courtesy-alone");
+    let guard = releaser.acquire(&alone, TTL).await.unwrap();
+    guard.release().await.unwrap();
+    let before = releaser.stats();
+    let guard = releaser.acquire(&alone, TTL).await.unwrap();
+    let after = releaser.stats();
+    assert_eq!(after.ordered, before.ordered, "{after:?}");
+    assert_eq!(after.attempts, before.attempts + 1, "{after:?}");
+    guard.release().await.unwrap();
+
+    // Another client's waiter listens: the releaser's next acquire pauses, then asks the
+    // arbiter.
+    let key = unique_key("courtesy");
+    let held = releaser.try_acquire(&key, TTL).await.unwrap().unwrap();
+    let task = {
+        let (waiter, key) = (waiter.clone(), key.clone());
+        tokio::spawn(async move {
+            let guard = waiter.acquire(&key, TTL).await.unwrap();
+            guard.release().await.unwrap();
+        })
+    };
+    until_contended(fleet, &waiter, 2).await;
+    held.release().await.unwrap();
+    let before = releaser.stats();
+    let asked = Instant::now();
+    let guard = releaser.acquire(&key, TTL).await.unwrap();
+    let waited = asked.elapsed();
+    let after = releaser.stats();
+    assert!(after.ordered > before.ordered, "{after:?}");
+    assert!(
+        waited >= Duration::from_millis(2),
+        "the releaser took the key back after {waited:?}, without a pause"
+    );
+    guard.release().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("the waiter got the key")
+        .unwrap();
+}

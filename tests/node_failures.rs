@@ -152,36 +152,6 @@ async fn a_restarted_node_is_reconnected() {
     guard.release().await.unwrap();
 }
 
-/// Lock commands node `i` has run so far (INFO commandstats: SET, EVAL, EVALSHA, INCR).
-async fn lock_commands_run(fleet: &quorum_lock::testkit::Fleet, i: usize) -> u64 {
-    let mut c = conn(fleet, i).await;
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    info.lines()
-        .filter(|l| {
-            [
-                "cmdstat_set:",
-                "cmdstat_eval:",
-                "cmdstat_evalsha:",
-                "cmdstat_incr:",
-            ]
-            .iter()
-            .any(|p| l.starts_with(p))
-        })
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
-}
-
 /// A node frozen for a while would collect every request of every call meanwhile, each one
 /// timed out and forgotten by its caller but still queued on the connection, and once it
 /// answers again new requests would wait behind all of them. The requests written to a

@@ -280,3 +280,33 @@ pub fn closed_ports(n: usize) -> Vec<u16> {
         .map(|l| l.local_addr().unwrap().port())
         .collect()
 }
+
+/// Lock commands node `i` has run so far (INFO commandstats: SET, EVAL, EVALSHA, INCR).
+pub async fn lock_commands_run(fleet: &Fleet, i: usize) -> u64 {
+    let mut c = conn(fleet, i).await;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    info.lines()
+        .filter(|l| {
+            [
+                "cmdstat_set:",
+                "cmdstat_eval:",
+                "cmdstat_evalsha:",
+                "cmdstat_incr:",
+            ]
+            .iter()
+            .any(|p| l.starts_with(p))
+        })
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
