@@ -62,9 +62,24 @@ enum Outage {
     Slowed,
 }
 
-/// One torture run: `at_least` confirmations (`None`: majority), and whether node SKEWED's
-/// clock jumps. `test` is the name of the calling test, which its worker processes re-enter.
-async fn torture(test: &str, at_least: Option<usize>, clock_jumps: bool) {
+/// The faults of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Schedule {
+    /// The seeded random schedule (see [`inject_faults`]), and whether node SKEWED's clock
+    /// jumps.
+    Random { clock_jumps: bool },
+    /// Node FROZEN stopped (SIGSTOP) for the whole run.
+    Frozen,
+    /// Node FROZEN stopped for 1 s of every 3.
+    Flapping,
+}
+
+/// The node a frozen or flapping run stops.
+const FROZEN: usize = 1;
+
+/// One torture run: `at_least` confirmations (`None`: majority), under `schedule`. `test` is
+/// the name of the calling test, which its worker processes re-enter.
+async fn torture(test: &str, at_least: Option<usize>, schedule: Schedule) {
     // A worker process started by the run below: run the clients, print the history.
     if let Some(plan) = ClientPlan::from_env() {
         let report = plan.run().await.expect("worker clients");
@@ -121,8 +136,15 @@ async fn torture(test: &str, at_least: Option<usize>, clock_jumps: bool) {
         async move { plan.run().await }
     });
 
-    let jumps = clock_jumps.then(|| keys.pattern());
-    let faults = inject_faults(&fleet, seed, Duration::from_secs(secs), jumps.as_deref()).await;
+    let faults = match schedule {
+        Schedule::Random { clock_jumps } => {
+            let jumps = clock_jumps.then(|| keys.pattern());
+            inject_faults(&fleet, seed, Duration::from_secs(secs), jumps.as_deref()).await
+        }
+        Schedule::Frozen | Schedule::Flapping => {
+            stop_one_node(&fleet, schedule, Duration::from_secs(secs)).await
+        }
+    };
 
     let local = local.await.unwrap().expect("local clients");
     let mut history = local.intervals;
@@ -192,8 +214,13 @@ async fn torture(test: &str, at_least: Option<usize>, clock_jumps: bool) {
         acquisitions >= 25,
         "too few acquisitions to mean anything: {acquisitions}"
     );
+    let at_least_faults = match schedule {
+        Schedule::Random { .. } => 10,
+        Schedule::Frozen => 1,
+        Schedule::Flapping => (secs / 3).max(1) as u32,
+    };
     assert!(
-        faults.counts.values().sum::<u32>() >= 10,
+        faults.counts.values().sum::<u32>() >= at_least_faults,
         "too few faults: {:?}",
         faults.counts
     );
@@ -267,7 +294,28 @@ fn coverage_table(events: &[PathEvent], spans: &[FaultSpan]) -> String {
 /// however the outages move.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn torture_majority_under_outages() {
-    torture("torture_majority_under_outages", None, false).await;
+    let schedule = Schedule::Random { clock_jumps: false };
+    torture("torture_majority_under_outages", None, schedule).await;
+}
+
+/// Separate clients (processes) contend while one node of five is frozen (SIGSTOP) for the
+/// whole run: the circuit breaker, the arbiter passed over, the quorum of the four others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn torture_majority_with_a_node_frozen_throughout() {
+    let test = "torture_majority_with_a_node_frozen_throughout";
+    torture(test, None, Schedule::Frozen).await;
+}
+
+/// Separate clients (processes) contend while one node of five is stopped 1 s of every 3:
+/// breakers opening and closing, arbiters changing, backlogs answered late.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn torture_majority_with_a_flapping_node() {
+    torture(
+        "torture_majority_with_a_flapping_node",
+        None,
+        Schedule::Flapping,
+    )
+    .await;
 }
 
 /// Majority plus one (4 of 5) with the same outages and, on top, one node whose clock keeps
@@ -278,7 +326,7 @@ async fn torture_majority_plus_one_with_a_jumping_clock() {
     torture(
         "torture_majority_plus_one_with_a_jumping_clock",
         Some(4),
-        true,
+        Schedule::Random { clock_jumps: true },
     )
     .await;
 }
@@ -402,6 +450,31 @@ async fn inject_faults(
             start: began,
             end: monotonic_nanos(),
         });
+    }
+    faults
+}
+
+/// Node FROZEN stopped for the whole run ([`Schedule::Frozen`]) or for 1 s of every 3
+/// ([`Schedule::Flapping`]), resumed at the end.
+async fn stop_one_node(fleet: &Fleet, schedule: Schedule, duration: Duration) -> Faults {
+    let mut faults = Faults::default();
+    let end = Instant::now() + duration;
+    let (stopped, running) = match schedule {
+        Schedule::Flapping => (Duration::from_secs(1), Duration::from_secs(2)),
+        _ => (duration, Duration::ZERO),
+    };
+    while Instant::now() < end {
+        let began = monotonic_nanos();
+        fleet.pause(FROZEN).expect("pause");
+        *faults.counts.entry(Outage::Paused.name()).or_default() += 1;
+        tokio::time::sleep_until((Instant::now() + stopped).min(end)).await;
+        fleet.resume(FROZEN).expect("resume");
+        faults.spans.push(FaultSpan {
+            kind: Outage::Paused.name(),
+            start: began,
+            end: monotonic_nanos(),
+        });
+        tokio::time::sleep_until((Instant::now() + running).min(end)).await;
     }
     faults
 }
