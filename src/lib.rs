@@ -61,6 +61,8 @@
 //! - `fanout`: one call to every node, decided at quorum (RedLock steps 2 and 4).
 //!
 //! A client:
+//! - `arbiter`: the ordered approach of a waiter that lost (the key's arbiter first), and the
+//!   courtesy of a client that just released a key others wait for.
 //! - `fair`: the fair lock's line within a client, and a release's hand-off to a waiter.
 //! - `wakeup/`: pub/sub release notices (`channel.rs` counts them per release and node, and
 //!   grants per waiter; its unit tests are `channel_tests.rs`; `subscriber.rs` keeps one
