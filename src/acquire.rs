@@ -134,19 +134,20 @@ pub(crate) async fn attempt(
     // RedLock step 1: the validity is measured from before the first request is sent.
     let t0 = Instant::now();
     let call = || key.acquire(&holder, &plan.ttl_ms);
-    let mut fan = match approach_nodes(&state.nodes, config.required, call, arbiter).await {
-        Approached::Fan(fan) => fan,
-        Approached::Refused(outcome) => {
-            // The arbiter took nothing, and nothing else was sent: nothing to roll back.
-            state.counters.attempt(AttemptEnd::Contended);
-            tracing::trace!(hint = ?outcome.hint, "attempt refused by the key's arbiter");
-            return Err(Miss::Contended(Contention {
-                hint: outcome.hint,
-                drawn: None,
-                partly: false,
-            }));
-        }
-    };
+    let (mut fan, also_undo) =
+        match approach_nodes(&state.nodes, config.required, call, arbiter).await {
+            Approached::Fan { fan, also_undo } => (fan, also_undo),
+            Approached::Refused(outcome) => {
+                // The arbiter took nothing, and nothing else was sent: nothing to roll back.
+                state.counters.attempt(AttemptEnd::Contended);
+                tracing::trace!(hint = ?outcome.hint, "attempt refused by the key's arbiter");
+                return Err(Miss::Contended(Contention {
+                    hint: outcome.hint,
+                    drawn: None,
+                    partly: false,
+                }));
+            }
+        };
     let decision = fan.decide().await;
     let deadline = config.trusted_until(t0, ttl);
 
@@ -210,11 +211,12 @@ pub(crate) async fn attempt(
     // A node that answered "refused" took nothing (a re-sent request answers yes where the
     // first one took the key), and nor did one the request was never written to (its circuit
     // breaker was open), so the rollback goes to every other node: those that said yes,
-    // failed, timed out or were not waited for, since they may have applied the acquire.
+    // failed, timed out or were not waited for, since they may have applied the acquire; and
+    // to an arbiter whose first request may have run (see `Approached::Fan`).
     let refused = std::mem::take(&mut fan.outcome.refused);
     let unsent = std::mem::take(&mut fan.outcome.unsent);
     let give_back_to: Vec<usize> = (0..state.nodes.len())
-        .filter(|i| !refused.contains(i) && !unsent.contains(i))
+        .filter(|i| (!refused.contains(i) && !unsent.contains(i)) || also_undo == Some(*i))
         .collect();
     // Stops the requests not yet written; those written stay queued ahead of the rollback on
     // their connections (ordering invariant 5).

@@ -24,8 +24,9 @@ pub(crate) struct NodeAddr {
 const SECRET_PARAMS: [&str; 2] = ["pass", "password"];
 
 impl NodeAddr {
-    /// Parses `redis://[user:pass@]host:port[/db]`, `rediss://...`, `unix:///path[?pass=..]`
-    /// or `redis+unix:///path[?pass=..]`.
+    /// Parses `redis://[user:pass@]host:port[/db]`, `rediss://...`, `valkey://...`,
+    /// `valkeys://...` (the same, for Valkey), `unix:///path[?pass=..]` or
+    /// `redis+unix:///path[?pass=..]`.
     pub(crate) fn parse(raw: &str) -> Result<NodeAddr, Error> {
         let invalid = |reason: String| Error::InvalidNodeUrl {
             address: redact_unparsed(raw),
@@ -33,20 +34,21 @@ impl NodeAddr {
         };
         let url = url::Url::parse(raw.trim()).map_err(|e| invalid(e.to_string()))?;
         match url.scheme() {
-            "redis" | "unix" | "redis+unix" => {}
-            "rediss" if cfg!(feature = "tls") => {}
-            "rediss" => {
-                return Err(invalid(
-                    "rediss:// needs the `tls` feature of quorum-lock".into(),
-                ))
+            "redis" | "valkey" | "unix" | "redis+unix" => {}
+            "rediss" | "valkeys" if cfg!(feature = "tls") => {}
+            tls @ ("rediss" | "valkeys") => {
+                return Err(invalid(format!(
+                    "{tls}:// needs the `tls` feature of quorum-lock"
+                )))
             }
             other => {
                 return Err(invalid(format!(
-                    "unsupported scheme {other:?} (use redis://, rediss:// or unix://)"
+                    "unsupported scheme {other:?} (use redis://, rediss://, valkey://, valkeys:// or unix://)"
                 )))
             }
         }
-        if matches!(url.scheme(), "redis" | "rediss") && url.host_str().is_none_or(str::is_empty) {
+        let tcp = matches!(url.scheme(), "redis" | "rediss" | "valkey" | "valkeys");
+        if tcp && url.host_str().is_none_or(str::is_empty) {
             return Err(invalid("no host".into()));
         }
         let mut secrets = Vec::new();
@@ -105,7 +107,7 @@ impl NodeAddr {
             display,
             secrets,
             #[cfg(feature = "tls")]
-            tls: url.scheme() == "rediss",
+            tls: matches!(url.scheme(), "rediss" | "valkeys"),
             client,
         })
     }
@@ -248,11 +250,25 @@ mod tests {
     }
 
     #[test]
+    fn valkey_urls_are_redis_urls() {
+        let v = NodeAddr::parse("valkey://u:pw@host:7001/2").unwrap();
+        let r = NodeAddr::parse("redis://host:7001/2").unwrap();
+        // The same node whichever way it is written (a node listed twice is refused).
+        assert_eq!(v.endpoint, r.endpoint);
+        assert_eq!(v.display, "valkey://u:***@host:7001/2");
+        #[cfg(feature = "tls")]
+        assert!(NodeAddr::parse("valkeys://host:7001").unwrap().is_tls());
+        #[cfg(not(feature = "tls"))]
+        assert!(NodeAddr::parse("valkeys://host:7001").is_err());
+    }
+
+    #[test]
     fn schemes_are_checked() {
         assert!(NodeAddr::parse("http://127.0.0.1:1").is_err());
         assert!(NodeAddr::parse("unix:///tmp/redis.sock").is_ok());
         assert!(NodeAddr::parse("redis://127.0.0.1:1").is_ok());
         assert!(NodeAddr::parse("not a url").is_err());
+        assert!(NodeAddr::parse("valkey://").is_err());
         assert!(NodeAddr::parse("").is_err());
     }
 }

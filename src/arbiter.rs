@@ -15,7 +15,8 @@
 //! validity runs from before the arbiter was asked). A refusal by the arbiter ends the attempt
 //! with nothing to undo (a refusal takes nothing). An arbiter that fails or does not answer
 //! in time hands the attempt to the usual fan-out to every node (the arbiter included, with
-//! the same holder value, so that its rollback covers both requests). A fresh attempt, and
+//! the same holder value), and the attempt's rollback then goes to the arbiter whatever its
+//! second request answered, if its first one may have been written. A fresh attempt, and
 //! every attempt of the other shapes, still goes to every node at once.
 //!
 //! The arbiter is the first node, in an order fixed per key (the same in every process), that
@@ -80,7 +81,15 @@ pub(crate) enum Approached<F> {
     Refused(Outcome),
     /// The fan-out to decide: to the nodes other than the arbiter, with its yes counted, or
     /// to every node.
-    Fan(FanOut<F>),
+    Fan {
+        fan: FanOut<F>,
+        /// After a fallback, the arbiter when its first request may have been written: the
+        /// attempt's rollback must go there whatever the fan-out's second request answered (a
+        /// first request that ran late took the key, and then the second one is refused by
+        /// the attempt's own entry, or not written at all if the breaker opened meanwhile).
+        /// The model check found this (docs/SAFETY.md, control 11).
+        also_undo: Option<usize>,
+    },
 }
 
 /// Sends an attempt's acquire (`call()` makes it): to every node at once, or with an
@@ -96,7 +105,11 @@ pub(crate) async fn approach(
     let fresh = || Outcome::empty(nodes.len(), required);
     let Some(a) = arbiter else {
         let (call, read) = call();
-        return Approached::Fan(fan_out_to(nodes, all, call, read, fresh()));
+        let fan = fan_out_to(nodes, all, call, read, fresh());
+        return Approached::Fan {
+            fan,
+            also_undo: None,
+        };
     };
     let (first, read) = call();
     let mut asked = fan_out_to(nodes, 1 << a, first, read, fresh());
@@ -104,13 +117,19 @@ pub(crate) async fn approach(
     let outcome = std::mem::replace(&mut asked.outcome, fresh());
     let (call, read) = call();
     match (outcome.tally.yes(), outcome.tally.refused()) {
-        (1, _) => Approached::Fan(fan_out_to(nodes, all & !(1 << a), call, read, outcome)),
+        (1, _) => Approached::Fan {
+            fan: fan_out_to(nodes, all & !(1 << a), call, read, outcome),
+            also_undo: None,
+        },
         (_, 1) => Approached::Refused(outcome),
         // Failed, not sent, or no answer in time: the request, if written, stays queued ahead
         // of the fan-out's on the arbiter's connection.
         _ => {
             tracing::debug!(arbiter = a, failures = ?outcome.failures, "the arbiter failed: asking every node");
-            Approached::Fan(fan_out_to(nodes, all, call, read, fresh()))
+            Approached::Fan {
+                fan: fan_out_to(nodes, all, call, read, fresh()),
+                also_undo: (!outcome.unsent.contains(&a)).then_some(a),
+            }
         }
     }
 }
