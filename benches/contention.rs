@@ -449,9 +449,8 @@ async fn run() {
                 if !c.kinds.is_empty() {
                     errors.push(format!("{lock:?} {mix}: {:?}", c.kinds));
                 }
-                // The plot: one task per client, healthy and with a node frozen (the other
-                // faults are in the tables).
-                if tasks == 1 && matches!(fault, Fault::Healthy | Fault::Frozen) {
+                // The plot: one task per client, every fault run.
+                if tasks == 1 {
                     let name = format!("{lock:?}, {fault:?}");
                     match series.iter_mut().find(|s| s.name == name) {
                         Some(s) => s.points.push((clients as f64, c.ops, c.p99)),
