@@ -227,10 +227,14 @@ async fn torture(test: &str, at_least: Option<usize>, schedule: Schedule) {
     // The main paths ran (each is expected dozens of times in 30 s, so missing one means
     // the plan is broken, not bad luck); the table above shows the rest.
     let ran: std::collections::BTreeSet<&str> = events.iter().map(|e| e.path).collect();
+    // A semaphore under `Quorum::All` cannot be taken while a node is stopped: with one
+    // frozen throughout it never is, and with one flapping only in the windows between.
+    let needs_every_node = |p: &&str| *p == "acquire permit (1 of 2, Quorum::All)";
     let missing: Vec<&str> = MAIN_PATHS
         .iter()
         .copied()
         .filter(|p| !ran.contains(p))
+        .filter(|p| matches!(schedule, Schedule::Random { .. }) || !needs_every_node(p))
         .collect();
     assert!(missing.is_empty(), "paths that never ran: {missing:?}");
 }
