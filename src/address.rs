@@ -85,13 +85,9 @@ impl NodeAddr {
         let display = shown.to_string();
         let client = redis::Client::open(url.as_str())
             .and_then(|c| {
-                let info = c.get_connection_info().clone();
-                // No `CLIENT SETINFO` on connect: one round trip less, and a user limited to
-                // the library's commands (README, "ACL") is not denied it on servers that
-                // have it (Redis >= 7.2, Valkey) and log the denial each time.
-                let redis = info.redis_settings().clone().set_skip_set_lib_name();
                 redis::Client::open(
-                    info.set_redis_settings(redis)
+                    c.get_connection_info()
+                        .clone()
                         .set_tcp_settings(tcp_settings()),
                 )
             })

@@ -106,8 +106,14 @@ struct Waiting<'a, 'p> {
     waiters: Vec<Waiter>,
     attempts: u32,
     /// An attempt of this wait met another holder: the next ones ask the key's arbiter first
-    /// (see `arbiter`).
+    /// (see `arbiter`) while the waiter is woken by release notices.
     lost: bool,
+    /// The latest pause ended on a notice, or on a quick retry after one: a release was just
+    /// heard, and woken waiters of other clients may be racing for the key. A pause that ran
+    /// its whole retry delay heard nothing: the next attempt asks every node, so that an
+    /// entry left on the arbiter alone (a cancelled attempt, a crashed client) keeps nobody
+    /// out while the other nodes are free.
+    heard: bool,
     /// What a request that gives up takes back (sent when the wait is dropped unless it got
     /// the lock).
     withdraw: Withdraw<'a>,
@@ -188,6 +194,7 @@ impl<'a, 'p> Waiting<'a, 'p> {
             fair,
             attempts: 0,
             lost: courtesy,
+            heard: courtesy,
             withdraw,
         }
     }
@@ -279,7 +286,7 @@ impl<'a, 'p> Waiting<'a, 'p> {
                 return Err(None);
             }
             self.attempts = self.attempts.saturating_add(1);
-            let approach = match self.lost {
+            let approach = match self.lost && self.heard {
                 true => Approach::Ordered,
                 false => Approach::All,
             };
@@ -429,7 +436,10 @@ impl<'a, 'p> Waiting<'a, 'p> {
             let subscribing =
                 futures::future::join_all(self.waiters.iter_mut().map(|w| w.subscribe()));
             match tokio::time::timeout_at(self.deadline, subscribing).await {
-                Ok(subscribed) if subscribed.contains(&true) => return Ok(()),
+                Ok(subscribed) if subscribed.contains(&true) => {
+                    self.heard = false;
+                    return Ok(());
+                }
                 Ok(_) => {}
                 Err(_) => return Err(self.timed_out()),
             }
@@ -442,6 +452,8 @@ impl<'a, 'p> Waiting<'a, 'p> {
         }
         let sleep = tokio::time::sleep_until((now + pause).min(self.deadline));
         let counters = &self.state.counters;
+        // A quick retry (shorter than the retry delay) follows a notice.
+        self.heard = pause < config.retry_delay;
         if listening.notices.is_empty() {
             sleep.await;
             counters.wakeup(false);
@@ -459,12 +471,14 @@ impl<'a, 'p> Waiting<'a, 'p> {
                 tracing::trace!("woken by a notice");
                 counters.wakeup(true);
                 self.backoff.woken();
+                self.heard = true;
             }
             // One attempt, with no quick retries: the waiter before this one most likely
             // claimed its grant.
             () = lapse => {
                 tracing::trace!("woken at the end of a short grant before this waiter");
                 counters.wakeup(true);
+                self.heard = true;
             }
             () = sleep => {
                 tracing::trace!(?pause, "woken by the timer");

@@ -194,11 +194,35 @@ impl std::io::Write for Captured {
     }
 }
 
+/// Whether the test kit's server (`QUORUM_LOCK_REDIS_SERVER`, else `redis-server`) has
+/// `CLIENT SETINFO`: Valkey, or Redis 7.2 and later.
+pub fn server_has_client_setinfo() -> bool {
+    let server =
+        std::env::var("QUORUM_LOCK_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+    let out = std::process::Command::new(&server)
+        .arg("--version")
+        .output()
+        .unwrap_or_else(|e| panic!("{server} --version: {e}"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let version: Vec<u32> = text
+        .split("v=")
+        .nth(1)
+        .and_then(|v| v.split_whitespace().next())
+        .map(|v| v.split('.').filter_map(|n| n.parse().ok()).collect())
+        .unwrap_or_default();
+    text.starts_with("Valkey") || version.as_slice() >= [7, 2].as_slice()
+}
+
 /// Three nodes with the ACL user `rule` (its first words: `locker on >s3cret-pw`), and the
 /// node URLs that log in as that user.
 pub fn acl_fleet(rule: &[&str]) -> (Fleet, Vec<String>) {
     let mut args = vec!["--user".to_string()];
     args.extend(rule.iter().map(|s| s.to_string()));
+    // As the README says: on Redis 7.2 and later and on Valkey, the redis crate's handshake
+    // sends CLIENT SETINFO (a refusal is ignored, but the ACL log records it).
+    if server_has_client_setinfo() {
+        args.push("+client|setinfo".to_string());
+    }
     let fleet = Fleet::builder()
         .nodes(3)
         .server_args(args)
