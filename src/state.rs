@@ -225,9 +225,9 @@ impl ClientState {
 pub struct Stats {
     /// Acquire attempts (each a fan-out to all nodes, or to the key's arbiter first).
     pub attempts: u64,
-    /// Of `attempts`, those of a mutex or multi-key waiter that lost an earlier attempt and was
-    /// woken by a release notice, which asked the key's arbiter first and the other nodes only
-    /// after its yes (docs/DESIGN.md, "Waiting").
+    /// Of `attempts`, those of a mutex or multi-key waiter that lost an earlier attempt (and
+    /// whose pause did not run its whole retry delay), which asked the key's arbiter first and
+    /// the other nodes only after its yes (docs/DESIGN.md, "Waiting").
     pub ordered: u64,
     /// Attempts that returned a guard.
     pub acquired: u64,

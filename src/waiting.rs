@@ -108,11 +108,12 @@ struct Waiting<'a, 'p> {
     /// An attempt of this wait met another holder: the next ones ask the key's arbiter first
     /// (see `arbiter`) while the waiter is woken by release notices.
     lost: bool,
-    /// The latest pause ended on a notice, or on a quick retry after one: a release was just
-    /// heard, and woken waiters of other clients may be racing for the key. A pause that ran
-    /// its whole retry delay heard nothing: the next attempt asks every node, so that an
-    /// entry left on the arbiter alone (a cancelled attempt, a crashed client) keeps nobody
-    /// out while the other nodes are free.
+    /// The latest pause did not run its whole retry delay: it ended on a notice, a quick retry
+    /// after one, or the waiter's first subscription (when it attempts again at once). Other
+    /// clients' waiters may be racing for the key. A pause that ran its whole retry delay
+    /// heard no release: the next attempt asks every node, so that an entry left on the
+    /// arbiter alone (a cancelled attempt, a crashed client) keeps nobody out while the other
+    /// nodes are free.
     heard: bool,
     /// What a request that gives up takes back (sent when the wait is dropped unless it got
     /// the lock).
@@ -437,7 +438,7 @@ impl<'a, 'p> Waiting<'a, 'p> {
                 futures::future::join_all(self.waiters.iter_mut().map(|w| w.subscribe()));
             match tokio::time::timeout_at(self.deadline, subscribing).await {
                 Ok(subscribed) if subscribed.contains(&true) => {
-                    self.heard = false;
+                    self.heard = true;
                     return Ok(());
                 }
                 Ok(_) => {}
