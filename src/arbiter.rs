@@ -32,7 +32,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::family::Reader;
-use crate::fanout::{all_nodes, fan_out_to, FanOut, NodeAnswer, Outcome};
+use crate::fanout::{all_nodes, call_timeout, fan_out_to, FanOut, NodeAnswer, Outcome};
 use crate::node::{Node, Nodes};
 use crate::scripts::Call;
 
@@ -52,11 +52,7 @@ pub(crate) fn arbiter(nodes: &[Node], key: &[u8]) -> Option<usize> {
     let fastest = rtts.iter().flatten().min()?;
     // Never below a quarter of the node timeout: a loaded machine's jitter must not move
     // the arbiter from one attempt to the next (clients would then ask different nodes).
-    let floor = nodes
-        .iter()
-        .map(|n| u64::try_from(n.timeout().as_micros() / 4).unwrap_or(u64::MAX))
-        .max()
-        .unwrap_or(0);
+    let floor = u64::try_from(call_timeout(nodes).as_micros() / 4).unwrap_or(u64::MAX);
     let bound = fastest
         .saturating_mul(SLOWER_BY)
         .saturating_add(SLOWER_PLUS_US)
@@ -115,22 +111,22 @@ pub(crate) async fn approach(
     let mut asked = fan_out_to(nodes, 1 << a, first, read, fresh());
     asked.decide().await;
     let outcome = std::mem::replace(&mut asked.outcome, fresh());
+    if outcome.tally.refused() == 1 {
+        return Approached::Refused(outcome);
+    }
     let (call, read) = call();
-    match (outcome.tally.yes(), outcome.tally.refused()) {
-        (1, _) => Approached::Fan {
+    if outcome.tally.yes() == 1 {
+        return Approached::Fan {
             fan: fan_out_to(nodes, all & !(1 << a), call, read, outcome),
             also_undo: None,
-        },
-        (_, 1) => Approached::Refused(outcome),
-        // Failed, not sent, or no answer in time: the request, if written, stays queued ahead
-        // of the fan-out's on the arbiter's connection.
-        _ => {
-            tracing::debug!(arbiter = a, failures = ?outcome.failures, "the arbiter failed: asking every node");
-            Approached::Fan {
-                fan: fan_out_to(nodes, all, call, read, fresh()),
-                also_undo: (!outcome.unsent.contains(&a)).then_some(a),
-            }
-        }
+        };
+    }
+    // Failed, not sent, or no answer in time: the request, if written, stays queued ahead of
+    // the fan-out's on the arbiter's connection.
+    tracing::debug!(arbiter = a, failures = ?outcome.failures, "the arbiter failed: asking every node");
+    Approached::Fan {
+        fan: fan_out_to(nodes, all, call, read, fresh()),
+        also_undo: (!outcome.unsent.contains(&a)).then_some(a),
     }
 }
 

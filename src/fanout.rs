@@ -102,7 +102,7 @@ fn send_all<F>(
 }
 
 /// The longest of the nodes' timeouts (they are all the client's node timeout).
-fn call_timeout(nodes: &Nodes) -> Duration {
+pub(crate) fn call_timeout(nodes: &[Node]) -> Duration {
     nodes.iter().map(Node::timeout).max().unwrap_or_default()
 }
 
