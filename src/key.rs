@@ -16,7 +16,8 @@ pub const MAX_KEY_LEN: usize = 64 * 1024;
 /// round.
 pub const RESERVED_PREFIX: &str = "quorum-lock:";
 
-const RELEASED_PREFIX: &[u8] = b"quorum-lock:released:";
+/// The hash slots of a Redis or Valkey Cluster.
+pub(crate) const SLOTS: u16 = 16384;
 
 /// A checked lock key: its bytes and its release channel, made once and shared by the
 /// acquisition's lease, requests and logs. Shown as lossy UTF-8.
@@ -45,9 +46,7 @@ impl Key {
         }
         Ok(Key {
             bytes: bytes.into(),
-            // Collected straight into its `Arc` (one allocation; a `Vec` first would be two):
-            // a key is made for every request.
-            channel: RELEASED_PREFIX.iter().chain(bytes).copied().collect(),
+            channel: derived(kept::RELEASED, bytes).into(),
         })
     }
 
@@ -126,14 +125,58 @@ pub(crate) mod kept {
     pub(crate) const TICKETS: &str = "ticket";
 }
 
-/// `quorum-lock:<what>:<key>`: the name of a key the library keeps for `key`.
+/// `quorum-lock:<what>:{<hashed>}:<key>`: the name of a key the library keeps for `key`,
+/// where `<hashed>` is the part of `key` a cluster hashes ([`hashed`]): in braces, it is the
+/// name's hash tag, so that on a cluster node the name is in the key's own slot and one script
+/// can touch both (docs/DESIGN.md, "Keys on the nodes").
 pub(crate) fn derived(what: &str, key: &[u8]) -> Vec<u8> {
-    let mut name = Vec::with_capacity(RESERVED_PREFIX.len() + what.len() + 1 + key.len());
+    let tag = hashed(key);
+    let mut name =
+        Vec::with_capacity(RESERVED_PREFIX.len() + what.len() + tag.len() + key.len() + 4);
     name.extend_from_slice(RESERVED_PREFIX.as_bytes());
     name.extend_from_slice(what.as_bytes());
-    name.push(b':');
+    name.extend_from_slice(b":{");
+    name.extend_from_slice(tag);
+    name.extend_from_slice(b"}:");
     name.extend_from_slice(key);
     name
+}
+
+/// The part of `key` a cluster hashes to find its slot: the content of its hash tag (the
+/// first `{` and the first `}` after it, when something is between them), else the whole
+/// key.
+pub(crate) fn hashed(key: &[u8]) -> &[u8] {
+    if let Some(open) = key.iter().position(|&b| b == b'{') {
+        if let Some(len) = key[open + 1..].iter().position(|&b| b == b'}') {
+            if len > 0 {
+                return &key[open + 1..open + 1 + len];
+            }
+        }
+    }
+    key
+}
+
+/// Whether the names [`derived`] from `key` hash to `key`'s own slot: not when the part of
+/// `key` a cluster hashes holds a `}` (a key without a hash tag that has one), which cannot
+/// stand in a hash tag.
+pub(crate) fn taggable(key: &[u8]) -> bool {
+    !hashed(key).contains(&b'}')
+}
+
+/// The cluster hash slot of `key`: CRC16 (XMODEM) of its hashed part, modulo [`SLOTS`].
+pub(crate) fn slot(key: &[u8]) -> u16 {
+    let crc = hashed(key).iter().fold(0u16, |mut crc, &b| {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+        crc
+    });
+    crc % SLOTS
 }
 
 #[cfg(test)]
@@ -146,11 +189,44 @@ mod tests {
         assert!(Key::new(&vec![b'k'; MAX_KEY_LEN + 1]).is_err());
         assert!(Key::new(b"quorum-lock:fence:x").is_err());
         let key = Key::new(b"stock:1").unwrap();
-        assert_eq!(key.release_channel(), b"quorum-lock:released:stock:1");
-        assert_eq!(key.fence_key(), b"quorum-lock:fence:stock:1");
-        assert_eq!(key.derived("readers"), b"quorum-lock:readers:stock:1");
+        assert_eq!(
+            key.release_channel(),
+            b"quorum-lock:released:{stock:1}:stock:1"
+        );
+        assert_eq!(key.fence_key(), b"quorum-lock:fence:{stock:1}:stock:1");
+        assert_eq!(
+            key.derived("readers"),
+            b"quorum-lock:readers:{stock:1}:stock:1"
+        );
         assert_eq!(key.to_string(), "stock:1");
         // The channel is made without `derived`, once per key: the same name.
         assert_eq!(key.release_channel(), key.derived(kept::RELEASED));
+        // A key with a hash tag: its names carry the tag only.
+        let tagged = Key::new(b"order:{42}:items").unwrap();
+        assert_eq!(
+            tagged.fence_key(),
+            b"quorum-lock:fence:{42}:order:{42}:items"
+        );
+    }
+
+    #[test]
+    fn slots_are_the_clusters() {
+        // Values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
+        assert_eq!(slot(b"123456789"), 0x31c3 % SLOTS);
+        assert_eq!(slot(b"foo"), 12182);
+        assert_eq!(slot(b"{user1000}.following"), slot(b"{user1000}.followers"));
+        assert_eq!(slot(b"foo{}{bar}"), slot(b"foo{}{bar}"));
+        assert_eq!(hashed(b"foo{}{bar}"), b"foo{}{bar}");
+        assert_eq!(hashed(b"foo{{bar}}zap"), b"{bar");
+        assert_eq!(hashed(b"foo{bar}{zap}"), b"bar");
+        // Every name kept for a key is in the key's slot, tagged or not.
+        for key in [&b"stock:1"[..], b"a{b}c", b"{x", b"x{", b"y{z}{w}"] {
+            for what in [kept::FENCE, kept::READERS, kept::LINE, kept::RELEASED] {
+                assert_eq!(slot(&derived(what, key)), slot(key), "{key:?} {what}");
+            }
+        }
+        assert!(!taggable(b"a}b"));
+        assert!(!taggable(b"{}}"));
+        assert!(taggable(b"a{b}c}"));
     }
 }

@@ -180,6 +180,12 @@ pub mod names {
     pub fn tickets(key: &[u8]) -> Vec<u8> {
         derived(kept::TICKETS, key)
     }
+
+    /// The Redis Cluster hash slot of `key` (`CLUSTER KEYSLOT`): on a cluster node, every
+    /// name above for `key` is in this slot too.
+    pub fn hash_slot(key: &[u8]) -> u16 {
+        crate::key::slot(key)
+    }
 }
 
 /// The redis crate (1.x), re-exported on purpose: [`NodeClient::client`] hands out its

@@ -21,7 +21,7 @@ const LONG: Duration = Duration::from_secs(30);
 async fn line(fleet: &Fleet, i: usize, key: &str) -> Vec<String> {
     let mut c = conn(fleet, i).await;
     redis::cmd("ZRANGE")
-        .arg(format!("quorum-lock:queue:{key}"))
+        .arg(quorum_lock::names::line(key.as_bytes()))
         .arg(0)
         .arg(-1)
         .query_async(&mut c)
@@ -43,9 +43,9 @@ async fn any_line_keys(fleet: &Fleet, key: &str) -> bool {
     for i in 0..fleet.len() {
         let mut c = conn(fleet, i).await;
         let n: usize = redis::cmd("EXISTS")
-            .arg(format!("quorum-lock:queue:{key}"))
-            .arg(format!("quorum-lock:queue-expiry:{key}"))
-            .arg(format!("quorum-lock:queue-holder:{key}"))
+            .arg(quorum_lock::names::line(key.as_bytes()))
+            .arg(quorum_lock::names::line_leases(key.as_bytes()))
+            .arg(quorum_lock::names::line_entries(key.as_bytes()))
             .query_async(&mut c)
             .await
             .unwrap();
@@ -683,9 +683,9 @@ async fn del_if(
         )
         .arg(4)
         .arg(key)
-        .arg(format!("quorum-lock:queue:{key}"))
-        .arg(format!("quorum-lock:queue-expiry:{key}"))
-        .arg(format!("quorum-lock:queue-holder:{key}"))
+        .arg(quorum_lock::names::line(key.as_bytes()))
+        .arg(quorum_lock::names::line_leases(key.as_bytes()))
+        .arg(quorum_lock::names::line_entries(key.as_bytes()))
         .arg(holder)
         .arg(waiter)
         .query_async(node)
@@ -716,7 +716,8 @@ async fn late_rollback_round(
     waiter_client: &QuorumLock,
     key: &str,
 ) -> (LockGuard, bool) {
-    let channel = format!("quorum-lock:released:{key}");
+    let channel =
+        String::from_utf8_lossy(&quorum_lock::names::release_channel(key.as_bytes())).into_owned();
     let held = holder.fair_lock(key).ttl(LONG).acquire().await.unwrap();
     // Read before the waiter starts: `waiting` is a gauge, and a waiter that is already
     // asleep when it is read would never show as one more.
@@ -895,9 +896,9 @@ async fn line_dump(fleet: &Fleet, key: &str) -> String {
             .arg(READ)
             .arg(4)
             .arg(key)
-            .arg(format!("quorum-lock:queue:{key}"))
-            .arg(format!("quorum-lock:queue-expiry:{key}"))
-            .arg(format!("quorum-lock:queue-holder:{key}"))
+            .arg(quorum_lock::names::line(key.as_bytes()))
+            .arg(quorum_lock::names::line_leases(key.as_bytes()))
+            .arg(quorum_lock::names::line_entries(key.as_bytes()))
             .query_async(&mut c)
             .await
             .unwrap();
@@ -1101,7 +1102,7 @@ async fn a_ticket_drawn_by_a_waiter_that_never_joins_the_line_expires() {
     .await
     .unwrap();
     assert!(drawn.is_some(), "refused: someone holds the key");
-    let counter = format!("quorum-lock:ticket:{key}");
+    let counter = quorum_lock::names::tickets(key.as_bytes());
     let pttl = |mut node: redis::aio::MultiplexedConnection| {
         let counter = counter.clone();
         async move {
@@ -1423,13 +1424,13 @@ async fn not_joined_yet(fleet: &Fleet, i: usize, key: &str, waiter: &str) {
     let mut c = conn(fleet, i).await;
     let _: () = redis::pipe()
         .cmd("ZREM")
-        .arg(format!("quorum-lock:queue:{key}"))
+        .arg(quorum_lock::names::line(key.as_bytes()))
         .arg(waiter)
         .cmd("ZREM")
-        .arg(format!("quorum-lock:queue-expiry:{key}"))
+        .arg(quorum_lock::names::line_leases(key.as_bytes()))
         .arg(waiter)
         .cmd("HDEL")
-        .arg(format!("quorum-lock:queue-holder:{key}"))
+        .arg(quorum_lock::names::line_entries(key.as_bytes()))
         .arg(waiter)
         .query_async(&mut c)
         .await
@@ -1666,10 +1667,10 @@ async fn forget_fair_key(fleet: &Fleet, i: usize, key: &str) {
     let mut c = conn(fleet, i).await;
     let _: () = redis::cmd("DEL")
         .arg(key)
-        .arg(format!("quorum-lock:queue:{key}"))
-        .arg(format!("quorum-lock:queue-expiry:{key}"))
-        .arg(format!("quorum-lock:queue-holder:{key}"))
-        .arg(format!("quorum-lock:ticket:{key}"))
+        .arg(quorum_lock::names::line(key.as_bytes()))
+        .arg(quorum_lock::names::line_leases(key.as_bytes()))
+        .arg(quorum_lock::names::line_entries(key.as_bytes()))
+        .arg(quorum_lock::names::tickets(key.as_bytes()))
         .query_async(&mut c)
         .await
         .unwrap();

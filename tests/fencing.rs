@@ -77,7 +77,7 @@ async fn fencing_is_opt_in() {
     guard.release().await.unwrap();
     let mut c = conn(fleet, 0).await;
     let exists: bool = redis::cmd("EXISTS")
-        .arg(format!("quorum-lock:fence:{key}"))
+        .arg(quorum_lock::names::fencing_counter(key.as_bytes()))
         .query_async(&mut c)
         .await
         .unwrap();

@@ -77,7 +77,7 @@ async fn numsub(fleet: &Fleet, i: usize, channel: &[u8]) -> i64 {
 
 /// The release channel of `key`, as the library names it.
 fn release_channel(key: &str) -> Vec<u8> {
-    [b"quorum-lock:released:".as_slice(), key.as_bytes()].concat()
+    quorum_lock::names::release_channel(key.as_bytes())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -995,7 +995,7 @@ async fn a_password_protected_fleet_never_shows_a_password() {
 // ---------------------------------------------------------------------------------------------
 
 /// The library keeps its own keys under `quorum-lock:` (fencing counters
-/// `quorum-lock:fence:<key>`, release channels `quorum-lock:released:<key>`). A user key in
+/// `quorum-lock:fence:{<key>}:<key>`, release channels `quorum-lock:released:{<key>}:<key>`). A user key in
 /// that namespace collides with them: after a fenced lock on X, X's counter (no TTL) blocks a
 /// lock on "quorum-lock:fence:X" forever; a user lock on "quorum-lock:fence:Y" breaks fenced
 /// locks on Y (INCR on a holder value). Such keys must be rejected as `InvalidKey`.
@@ -1023,7 +1023,7 @@ async fn keys_in_the_librarys_reserved_namespace_are_rejected() {
         .release()
         .await
         .unwrap();
-    let x_counter = format!("quorum-lock:fence:{x}");
+    let x_counter = String::from_utf8(quorum_lock::names::fencing_counter(x.as_bytes())).unwrap();
     match locks.acquire(&x_counter, TTL).await {
         Err(Error::InvalidKey { .. }) => {}
         other => wrong.push(format!(
@@ -1039,7 +1039,7 @@ async fn keys_in_the_librarys_reserved_namespace_are_rejected() {
 
     // A user lock on "quorum-lock:fence:Y" first, then a fenced lock on Y.
     let y = unique_key("fenced-later");
-    let y_counter = format!("quorum-lock:fence:{y}");
+    let y_counter = String::from_utf8(quorum_lock::names::fencing_counter(y.as_bytes())).unwrap();
     let user = locks.try_acquire(&y_counter, TTL).await;
     let fenced = locks.lock(&y).ttl(TTL).fencing(true).try_acquire().await;
     if !matches!(user, Err(Error::InvalidKey { .. })) {
@@ -1055,7 +1055,7 @@ async fn keys_in_the_librarys_reserved_namespace_are_rejected() {
 
     // Anything else in the namespace, however it is requested.
     for reserved in [
-        format!("quorum-lock:released:{y}"),
+        String::from_utf8(quorum_lock::names::release_channel(y.as_bytes())).unwrap(),
         "quorum-lock:".to_string(),
         format!("quorum-lock:{}", unique_key("other")),
     ] {

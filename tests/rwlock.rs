@@ -14,11 +14,11 @@ use quorum_lock::{Error, LockGuard, Quorum, QuorumLock};
 use tokio::time::Instant;
 
 fn readers_key(key: &str) -> String {
-    format!("quorum-lock:readers:{key}")
+    String::from_utf8_lossy(&quorum_lock::names::readers(key.as_bytes())).into_owned()
 }
 
 fn mark_key(key: &str) -> String {
-    format!("quorum-lock:writer-waiting:{key}")
+    String::from_utf8_lossy(&quorum_lock::names::writer_mark(key.as_bytes())).into_owned()
 }
 
 /// The live readers of `key` on node `i` (members with an expiry in the future), sorted.

@@ -66,7 +66,7 @@ async fn early_expiry_cuts_lock_entries_but_not_fencing_counters() {
     assert!(entry(&fleet, 0, &key).await.is_none());
     let mut c = conn(&fleet, 0).await;
     let counter: Option<u64> = redis::cmd("GET")
-        .arg(format!("quorum-lock:fence:{key}"))
+        .arg(quorum_lock::names::fencing_counter(key.as_bytes()))
         .query_async(&mut c)
         .await
         .unwrap();

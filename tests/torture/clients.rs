@@ -95,8 +95,12 @@ impl Keys {
     pub fn with_ttl(&self) -> Vec<String> {
         let rw = self.rw();
         let mut keys: Vec<String> = (0..KEYS).map(|k| self.key(k)).collect();
-        keys.push(format!("quorum-lock:readers:{rw}"));
-        keys.push(format!("quorum-lock:writer-waiting:{rw}"));
+        keys.push(
+            String::from_utf8_lossy(&quorum_lock::names::readers(rw.as_bytes())).into_owned(),
+        );
+        keys.push(
+            String::from_utf8_lossy(&quorum_lock::names::writer_mark(rw.as_bytes())).into_owned(),
+        );
         keys.push(rw);
         keys.extend(SEMAPHORES.iter().map(|s| self.semaphore(s)));
         let fair = self.fair();
