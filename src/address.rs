@@ -112,6 +112,51 @@ impl NodeAddr {
         })
     }
 
+    /// The same credentials, TLS settings and database at another `host` and `port`: a member
+    /// of the cluster this address is a member of.
+    pub(crate) fn at(&self, host: &str, port: u16) -> Result<NodeAddr, Error> {
+        let invalid = |reason: String| Error::InvalidNodeUrl {
+            address: format!("{host}:{port}"),
+            reason,
+        };
+        let info = self.client.get_connection_info().clone();
+        let addr = match info.addr() {
+            redis::ConnectionAddr::TcpTls {
+                insecure,
+                tls_params,
+                ..
+            } => redis::ConnectionAddr::TcpTls {
+                host: host.to_string(),
+                port,
+                insecure: *insecure,
+                tls_params: tls_params.clone(),
+            },
+            _ => redis::ConnectionAddr::Tcp(host.to_string(), port),
+        };
+        let client = redis::Client::open(info.set_addr(addr))
+            .map_err(|e| invalid(scrub(&e.to_string(), &self.secrets)))?;
+        let mut shown = url::Url::parse(&self.display).map_err(|e| invalid(e.to_string()))?;
+        if !matches!(shown.scheme(), "redis" | "rediss" | "valkey" | "valkeys") {
+            shown = url::Url::parse("redis://localhost").map_err(|e| invalid(e.to_string()))?;
+        }
+        let bracketed = match host.contains(':') {
+            true => format!("[{host}]"),
+            false => host.to_string(),
+        };
+        shown
+            .set_host(Some(&bracketed))
+            .map_err(|e| invalid(e.to_string()))?;
+        let _ = shown.set_port(Some(port));
+        Ok(NodeAddr {
+            display: shown.to_string(),
+            endpoint: format!("{}:{port}/0", host.to_ascii_lowercase()),
+            secrets: self.secrets.clone(),
+            #[cfg(feature = "tls")]
+            tls: self.tls,
+            client,
+        })
+    }
+
     /// Whether the node is reached over TLS (`rediss://`).
     #[cfg(feature = "tls")]
     pub(crate) fn is_tls(&self) -> bool {

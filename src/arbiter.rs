@@ -48,7 +48,7 @@ pub(crate) fn arbiter(nodes: &[Node], key: &[u8]) -> Option<usize> {
     if n < 3 {
         return None;
     }
-    let rtts: Vec<Option<u64>> = nodes.iter().map(Node::answering).collect();
+    let rtts: Vec<Option<u64>> = nodes.iter().map(|n| n.answering(key)).collect();
     let fastest = rtts.iter().flatten().min()?;
     // Never below a quarter of the node timeout: a loaded machine's jitter must not move
     // the arbiter from one attempt to the next (clients would then ask different nodes).

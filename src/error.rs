@@ -198,6 +198,21 @@ pub enum Error {
         run_id: String,
     },
 
+    /// Two nodes are members of one Redis or Valkey Cluster (one's members include a member
+    /// of the other): one cluster is one node of the quorum, however many of its members are
+    /// listed, and would count twice toward it. List the cluster once (any one member).
+    #[error(
+        "nodes {first} and {second} are members of one cluster (member {member}): one cluster is one node; list it once"
+    )]
+    SameCluster {
+        /// The first address.
+        first: String,
+        /// The second address, a member of the same cluster.
+        second: String,
+        /// The id of a member both belong to (`CLUSTER MYID`).
+        member: String,
+    },
+
     /// The same address (host and port, or socket path, and database) is listed twice: it
     /// would count twice toward the quorum. Refused before any node is contacted.
     #[error("node {node} is listed twice: it would count twice toward the quorum")]

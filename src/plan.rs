@@ -7,7 +7,8 @@ use std::time::Duration;
 use crate::config::check_duration;
 use crate::error::{Error, Result};
 use crate::family::{Fair, Permit, Read, Set, Shape, Write};
-use crate::key::Key;
+use crate::key::{self, Key};
+use crate::node::Node;
 use crate::reentry::HoldTable;
 use crate::state::ClientState;
 
@@ -124,6 +125,10 @@ pub(crate) fn plan<'a>(state: &ClientState, spec: Spec<'a>) -> Result<Plan<'a>> 
             })
         }
     };
+    if state.nodes.iter().any(Node::is_cluster) {
+        one_slot(shape.keys())?;
+    }
+
     // Read-write guards are not reentrant: only an `Owner` sets one, and its requests are
     // for one key's mutex. A nested read or write would share a lease of the wrong kind.
     debug_assert!(
@@ -169,4 +174,27 @@ pub(crate) fn plan<'a>(state: &ClientState, spec: Spec<'a>) -> Result<Plan<'a>> 
         wait: spec.wait.unwrap_or(config.wait_timeout),
         owner: spec.owner,
     })
+}
+
+/// On a cluster node every key one lock's scripts touch must be in one hash slot: a
+/// multi-key lock's keys share a hash tag, and a key's own names (fencing counter, line,
+/// readers, channel) carry its hashed part as theirs ([`key::taggable`]).
+fn one_slot(keys: &[Key]) -> Result<()> {
+    let invalid = |reason: String| Err(Error::InvalidKey { reason });
+    if let Some(key) = keys.iter().find(|k| !key::taggable(k.bytes())) {
+        return invalid(format!(
+            "{key:?} has a '}}' outside a hash tag: on a cluster node its lock's own keys could \
+             not share its slot; rename it, or give it a hash tag (the text between its first \
+             '{{' and the next '}}' is what a cluster hashes)"
+        ));
+    }
+    let slot = key::slot(keys[0].bytes());
+    if let Some(other) = keys.iter().find(|k| key::slot(k.bytes()) != slot) {
+        return invalid(format!(
+            "keys {:?} and {other:?} are in different hash slots: on a cluster node a \
+             multi-key lock's keys must share a hash tag (e.g. {{order:1}}:a and {{order:1}}:b)",
+            keys[0]
+        ));
+    }
+    Ok(())
 }

@@ -27,6 +27,98 @@ pub struct NodeInfo {
     pub appendfsync: Option<String>,
     /// `maxmemory-policy`.
     pub maxmemory_policy: Option<String>,
+    /// When the node is a Redis or Valkey Cluster (`cluster_enabled:1`): its shape. The
+    /// persistence and eviction fields above are then the weakest of its primaries'.
+    pub cluster: Option<ClusterInfo>,
+}
+
+/// What a node that is a whole cluster is made of.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClusterInfo {
+    /// The primaries serving slots (`host:port`).
+    pub primaries: Vec<String>,
+    /// Replicas of those primaries.
+    pub replicas: usize,
+    /// Slots no primary serves (0 in a healthy cluster).
+    pub uncovered_slots: usize,
+    /// The ids of every member the member asked knows (`CLUSTER NODES`): two nodes sharing
+    /// one are one cluster.
+    pub members: Vec<String>,
+}
+
+impl ClusterInfo {
+    /// Reads a member's `CLUSTER SLOTS` and `CLUSTER NODES` answers.
+    pub fn from_replies(slots: &Value, nodes: &Value) -> ClusterInfo {
+        let mut info = ClusterInfo::default();
+        let mut covered = 0usize;
+        if let Value::Array(ranges) = slots {
+            for range in ranges {
+                let Value::Array(parts) = range else { continue };
+                if let (Some(Value::Int(start)), Some(Value::Int(end))) =
+                    (parts.first(), parts.get(1))
+                {
+                    covered += usize::try_from(end - start + 1).unwrap_or(0);
+                }
+                if let Some(Value::Array(primary)) = parts.get(2) {
+                    if let (Some(host), Some(Value::Int(port))) =
+                        (primary.first().and_then(string), primary.get(1))
+                    {
+                        let at = format!("{host}:{port}");
+                        if !info.primaries.contains(&at) {
+                            info.primaries.push(at);
+                        }
+                    }
+                }
+                info.replicas += parts.len().saturating_sub(3);
+            }
+        }
+        info.uncovered_slots = usize::from(crate::key::SLOTS).saturating_sub(covered);
+        info.members = string(nodes)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .map(str::to_string)
+            .collect();
+        info
+    }
+}
+
+impl NodeInfo {
+    /// Folds a cluster primary's answers into the node's: each setting becomes the weaker of
+    /// the two (no AOF over AOF, a lazier `appendfsync`, an evicting policy).
+    pub fn weakest_with(&mut self, primary: &NodeInfo) {
+        match (self.aof, primary.aof) {
+            (_, Some(false)) => self.aof = Some(false),
+            (None, other) => self.aof = other,
+            _ => {}
+        }
+        // Unknown (None) or lazier than `always` on any primary is the node's.
+        if matches!(self.appendfsync.as_deref(), Some("always"))
+            && primary.appendfsync.as_deref() != Some("always")
+        {
+            self.appendfsync = primary.appendfsync.clone();
+        }
+        if !evicting(self.maxmemory_policy.as_deref())
+            && evicting(primary.maxmemory_policy.as_deref())
+        {
+            self.maxmemory_policy = primary.maxmemory_policy.clone();
+        }
+    }
+}
+
+/// A member id both nodes' clusters list, when both are clusters.
+fn shared_member<'a>(a: &'a NodeInfo, b: &NodeInfo) -> Option<&'a String> {
+    let theirs = &b.cluster.as_ref()?.members;
+    a.cluster
+        .as_ref()?
+        .members
+        .iter()
+        .find(|m| theirs.contains(m))
+}
+
+fn evicting(policy: Option<&str>) -> bool {
+    policy.is_some_and(|p| p.starts_with("allkeys") || p.starts_with("volatile"))
 }
 
 impl NodeInfo {
@@ -67,6 +159,7 @@ impl NodeInfo {
             aof: fields.get("aof_enabled").map(|v| *v == "1"),
             appendfsync,
             maxmemory_policy: field("maxmemory_policy"),
+            cluster: (field("cluster_enabled").as_deref() == Some("1")).then(ClusterInfo::default),
         }
     }
 }
@@ -131,7 +224,54 @@ pub fn findings(nodes: &[NodeInfo]) -> Vec<Finding> {
                 );
             }
         }
-        if let Some(role) = n.role.as_deref().filter(|r| *r != "master") {
+        if let Some(cluster) = &n.cluster {
+            let other = nodes
+                .iter()
+                .take_while(|o| o.node != n.node)
+                .find_map(|o| shared_member(o, n).map(|m| (o, m)));
+            if let Some((first, member)) = other {
+                add(
+                    Severity::Refused,
+                    format!(
+                        "a member of the same cluster as {} (member {member}): one cluster is one node; list it once",
+                        first.node
+                    ),
+                    Some(&first.node),
+                );
+            }
+            if cluster.replicas > 0 {
+                add(
+                    Severity::Warning,
+                    format!(
+                        "a cluster with {} replicas: replication is asynchronous, so a failover inside it may lose the locks of its last moments; it counts against the quorum's tolerance like a restart without persistence",
+                        cluster.replicas
+                    ),
+                    None,
+                );
+            }
+            if cluster.uncovered_slots > 0 {
+                add(
+                    Severity::Warning,
+                    format!(
+                        "{} hash slots are served by no primary: keys in them fail on this node",
+                        cluster.uncovered_slots
+                    ),
+                    None,
+                );
+            }
+            if nodes.len() == 1 {
+                add(
+                    Severity::Warning,
+                    "one cluster is the whole lock service: single-instance safety (a failover inside it can lose a lock while it is held); list independent nodes for a quorum".into(),
+                    None,
+                );
+            }
+        }
+        if let Some(role) = n
+            .role
+            .as_deref()
+            .filter(|r| *r != "master" && n.cluster.is_none())
+        {
             add(
                 Severity::Refused,
                 format!("role {role}: every node must be an independent master"),
@@ -156,11 +296,7 @@ pub fn findings(nodes: &[NodeInfo]) -> Vec<Finding> {
                 None,
             ),
         }
-        if let Some(policy) = n
-            .maxmemory_policy
-            .as_deref()
-            .filter(|p| p.starts_with("allkeys") || p.starts_with("volatile"))
-        {
+        if let Some(policy) = n.maxmemory_policy.as_deref().filter(|p| evicting(Some(p))) {
             add(
                 Severity::Warning,
                 format!("maxmemory-policy {policy} may evict lock entries early; use noeviction"),
@@ -195,6 +331,22 @@ fn refuse_or_warn_findings(
 ) -> crate::Result<()> {
     for finding in findings(nodes).into_iter().filter(|f| wanted(f)) {
         match (finding.severity, finding.same_as) {
+            (Severity::Refused, Some(first))
+                if nodes
+                    .iter()
+                    .any(|i| i.node == finding.node && i.cluster.is_some()) =>
+            {
+                let of = |name: &str| nodes.iter().find(|i| i.node == name);
+                let member = match (of(&first), of(&finding.node)) {
+                    (Some(a), Some(b)) => shared_member(a, b).cloned().unwrap_or_default(),
+                    _ => String::new(),
+                };
+                return Err(Error::SameCluster {
+                    first,
+                    second: finding.node,
+                    member,
+                });
+            }
             (Severity::Refused, Some(first)) => {
                 let run_id = nodes
                     .iter()

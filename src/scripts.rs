@@ -158,6 +158,19 @@ impl Call {
         }
     }
 
+    /// The call's first key: on a cluster node, the request goes to the primary serving its
+    /// slot (every key of one call is in one slot, docs/DESIGN.md "Cluster nodes").
+    pub(crate) fn route(&self) -> Option<&[u8]> {
+        let at = match self.verb {
+            "EVALSHA" => 3,
+            _ => 1,
+        };
+        match self.command.args_iter().nth(at)? {
+            redis::Arg::Simple(key) => Some(key),
+            _ => None,
+        }
+    }
+
     /// Marks the call's time as run out: its requests dropped from now on timed out.
     pub(crate) fn expire(&self) {
         self.expired.store(true, Ordering::Relaxed);

@@ -215,6 +215,7 @@ impl ClientState {
             woken: get(&c.woken),
             notices: self.wakeups.as_ref().map_or(0, |w| w.notices()),
             waiting: self.wakeups.as_ref().map_or(0, |w| w.waiting()),
+            redirects: self.nodes.iter().map(crate::node::Node::redirects).sum(),
         }
     }
 }
@@ -252,4 +253,7 @@ pub struct Stats {
     pub notices: u64,
     /// Tasks currently waiting for a release notice on some key (a gauge, not a counter).
     pub waiting: u64,
+    /// `MOVED` and `ASK` answers of cluster nodes (docs/DESIGN.md, "Cluster nodes"): each is
+    /// a request not run, one "no" of its node; the node's slot map is corrected at once.
+    pub redirects: u64,
 }

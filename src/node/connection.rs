@@ -11,7 +11,8 @@ use crate::error::{FailureKind, NodeFailure};
 
 use super::backlog::Backlog;
 use super::send::{top_level_error, NOT_SENT};
-use super::{Connected, Link, QUEUE_CAPACITY};
+use super::shard::{Connected, Link};
+use super::QUEUE_CAPACITY;
 
 /// The background connect of one node: connects, loads every script, and publishes the new
 /// connection (or the failure) in the slot, waking the callers waiting for it.

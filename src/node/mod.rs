@@ -8,17 +8,17 @@
 
 mod backlog;
 mod client;
+mod cluster;
 mod connection;
 mod send;
+mod shard;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
 use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
-use tokio::sync::Notify;
 use tracing::Instrument;
 
 use crate::address::NodeAddr;
@@ -27,38 +27,11 @@ use crate::safety::NodeInfo;
 use crate::scripts::{Call, SendBy};
 use crate::telemetry::{NodeRequest, NodeResult};
 
-use backlog::Backlog;
 pub use client::NodeClient;
-use connection::{classify, connect};
+use cluster::Cluster;
+use connection::classify;
 use send::{send, top_level_error, InFlightRequest, Recorded, NOT_SENT, STOPPED};
-
-/// The connection slot: the live connection with a generation number (so that a failure
-/// observed on an old connection does not throw away a newer one), and the state of the
-/// background connect.
-#[derive(Default)]
-struct Slot {
-    generation: u64,
-    conn: Option<Connected>,
-    /// A background connect is under way.
-    connecting: bool,
-    /// Why the latest connect failed, for the callers that waited for it.
-    failure: Option<NodeFailure>,
-}
-
-/// A live connection and the account of its requests not answered yet.
-#[derive(Clone)]
-struct Connected {
-    conn: MultiplexedConnection,
-    backlog: Arc<Backlog>,
-}
-
-/// What a node's background connect shares with the node.
-struct Link {
-    // std Mutex: held only to read or swap the slot, never across an await.
-    slot: Mutex<Slot>,
-    /// Wakes the callers waiting for a connect to end.
-    connected: Notify,
-}
+use shard::{Connected, Shard};
 
 /// One Redis master.
 ///
@@ -73,11 +46,17 @@ struct Link {
 /// task bounded by the connect timeout, not inside a call: a call waits for it at most its own
 /// timeout, and the connect goes on when the call gives up, so that a link whose round trip is
 /// a large part of the node timeout still gets its connection back.
+///
+/// A node may be a whole Redis or Valkey Cluster (found out at its build-time check, or by its
+/// first `MOVED` answer): each request then goes to the primary serving its key's slot, on
+/// that primary's one connection (see `cluster`).
 pub(crate) struct Node {
-    addr: Arc<NodeAddr>,
+    /// The server at the node's address (for a cluster, the member it was given by).
+    home: Arc<Shard>,
+    /// Set once the node is found to be a cluster.
+    cluster: OnceLock<Arc<Cluster>>,
     timeout: Duration,
     connect_timeout: Duration,
-    link: Arc<Link>,
     /// Requests of this client on their way to the node or waiting for its answer.
     in_flight: AtomicUsize,
     /// Whether lock calls may use the node yet (see [`Admission`]).
@@ -113,7 +92,7 @@ const MAX_IN_FLIGHT: usize = QUEUE_CAPACITY - 64;
 impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Node")
-            .field("addr", &self.addr.display)
+            .field("addr", &self.home.addr.display)
             .field("timeout", &self.timeout)
             .finish()
     }
@@ -122,13 +101,10 @@ impl std::fmt::Debug for Node {
 impl Node {
     pub(crate) fn new(addr: NodeAddr, timeout: Duration, connect_timeout: Duration) -> Node {
         Node {
-            addr: Arc::new(addr),
+            home: Arc::new(Shard::new(Arc::new(addr))),
+            cluster: OnceLock::new(),
             timeout,
             connect_timeout,
-            link: Arc::new(Link {
-                slot: Mutex::new(Slot::default()),
-                connected: Notify::new(),
-            }),
             in_flight: AtomicUsize::new(0),
             admission: Admission::default(),
         }
@@ -178,50 +154,34 @@ impl Node {
 
     /// The redacted address.
     pub(crate) fn name(&self) -> &str {
-        &self.addr.display
+        &self.home.addr.display
     }
 
-    fn slot(&self) -> std::sync::MutexGuard<'_, Slot> {
-        self.link.slot.lock().unwrap_or_else(|p| p.into_inner())
+    /// Whether the node is a cluster (as far as it has been found out).
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.cluster.get().is_some()
     }
 
-    fn forget(&self, generation: u64) {
-        let mut slot = self.slot();
-        if slot.generation == generation {
-            slot.conn = None;
-        }
+    /// The node is a cluster: from now on, requests go to the primary serving their key.
+    fn become_cluster(&self) -> &Arc<Cluster> {
+        self.cluster.get_or_init(|| {
+            tracing::debug!(node = %self.name(), "the node is a cluster");
+            Arc::new(Cluster::new(self.home.clone(), self.connect_timeout))
+        })
     }
 
-    /// The live connection; without one, waits for the background connect (starting it if
-    /// none is under way). The caller bounds the wait; the connect itself is bounded by the
-    /// connect timeout.
-    async fn connection(&self) -> Result<(u64, Connected), NodeFailure> {
-        let connected = self.link.connected.notified();
-        {
-            let mut slot = self.slot();
-            if let Some(conn) = &slot.conn {
-                return Ok((slot.generation, conn.clone()));
-            }
-            if !slot.connecting {
-                slot.connecting = true;
-                tokio::spawn(connect(
-                    self.addr.clone(),
-                    self.link.clone(),
-                    self.connect_timeout,
-                ));
-            }
-        }
-        // Registered before the slot was released: the connect's wake-up cannot be missed.
-        connected.await;
-        let slot = self.slot();
-        match (&slot.conn, &slot.failure) {
-            (Some(conn), _) => Ok((slot.generation, conn.clone())),
-            (None, Some(failure)) => Err(failure.clone()),
-            (None, None) => Err(NodeFailure::new(
-                self.name(),
-                FailureKind::Connection,
-                "connection lost while connecting",
-            )),
+    /// `MOVED` and `ASK` answers this node gave (0 for a standalone node).
+    pub(crate) fn redirects(&self) -> u64 {
+        self.cluster.get().map_or(0, |c| c.redirects())
+    }
+
+    /// The server a request goes to: the node's own, or, for a cluster, the primary serving
+    /// the slot of `call`'s keys (keyless requests go to the member given). The caller bounds
+    /// the wait.
+    async fn shard(&self, call: Option<&Call>) -> Result<Arc<Shard>, NodeFailure> {
+        match (self.cluster.get(), call.and_then(Call::route)) {
+            (Some(cluster), Some(key)) => cluster.shard(crate::key::slot(key), self.name()).await,
+            _ => Ok(self.home.clone()),
         }
     }
 
@@ -231,7 +191,7 @@ impl Node {
         cmd: &Cmd,
         limit: Duration,
     ) -> Result<Value, NodeFailure> {
-        let sent = self.on_connection(|mut link, _resent| async move {
+        let sent = self.on_connection(None, |mut link, _resent| async move {
             link.conn
                 .send_packed_command(cmd)
                 .await
@@ -280,12 +240,16 @@ impl Node {
     /// The node's smoothed round trip in µs (`Some(0)` before any answer) when it is admitted,
     /// connected and answering (its breaker closed); `None` otherwise. For the choice of a
     /// key's arbiter: never a condition of safety.
-    pub(crate) fn answering(&self) -> Option<u64> {
+    pub(crate) fn answering(&self, key: &[u8]) -> Option<u64> {
         if self.not_admitted().is_some() {
             return None;
         }
-        let backlog = self.slot().conn.as_ref()?.backlog.clone();
-        backlog.answering(self.timeout)
+        match self.cluster.get() {
+            None => self.home.answering(self.timeout),
+            Some(cluster) => cluster
+                .serving(crate::key::slot(key))?
+                .answering(self.timeout),
+        }
     }
 
     /// Runs a lock call, unbounded: the caller bounds it by the node timeout, and sets
@@ -325,7 +289,7 @@ impl Node {
             "quorum_lock.operation" = call.name,
         );
         let result = self
-            .on_connection(|mut conn, resent| async move {
+            .on_connection(Some(call), |mut conn, resent| async move {
                 let timeout = self.timeout;
                 let first = match (form, resent) {
                     (_, true) => send(&mut conn, &call.resend(form), call, slot, timeout).await,
@@ -371,19 +335,31 @@ impl Node {
     /// write-back are idempotent for one holder value; a repeated fencing increment only
     /// raises the token; a repeated release can only under-report (answer "not held" for an
     /// entry it already deleted).
-    async fn on_connection<'a, F, Fut>(&'a self, op: F) -> Result<Value, (u64, NodeFailure)>
+    ///
+    /// On a cluster node, `op` runs on the connection of the primary serving `key` (see
+    /// `cluster`); an answer that says the cluster changed corrects or refreshes the map, and
+    /// nothing is re-sent elsewhere.
+    async fn on_connection<'a, F, Fut>(
+        &'a self,
+        call: Option<&Call>,
+        op: F,
+    ) -> Result<Value, (u64, NodeFailure)>
     where
         F: Fn(Connected, bool) -> Fut + 'a,
         Fut: std::future::Future<Output = Result<Value, RedisError>> + 'a,
     {
-        let (generation, conn) = self.connection().await.map_err(|f| (0, f))?;
+        let shard = self.shard(call).await.map_err(|f| (0, f))?;
+        let (generation, conn) = self.connection(&shard).await.map_err(|f| (0, f))?;
         match op(conn, false).await {
             Err(e) if e.is_io_error() => {
-                self.forget(generation);
+                shard.forget(generation);
                 tracing::debug!(node = %self.name(), error = %self.scrubbed(&e), "connection dropped; reconnecting once");
-                let (generation, conn) = self.connection().await.map_err(|f| (0, f))?;
+                if let Some(cluster) = self.cluster.get() {
+                    cluster.observe(&e);
+                }
+                let (generation, conn) = self.connection(&shard).await.map_err(|f| (0, f))?;
                 op(conn, true).await.map_err(|e| {
-                    let failure = self.failure(generation, &e);
+                    let failure = self.failure(&shard, generation, &e);
                     // The first send may have been written on the dropped connection: a re-send
                     // refused by the breaker must not read as "never written" (a rollback
                     // would skip the node).
@@ -398,29 +374,74 @@ impl Node {
                     (generation, failure)
                 })
             }
-            other => other.map_err(|e| (generation, self.failure(generation, &e))),
+            other => other.map_err(|e| (generation, self.failure(&shard, generation, &e))),
         }
     }
 
-    /// Classifies a call's error, dropping the connection when it is broken.
-    fn failure(&self, generation: u64, e: &RedisError) -> NodeFailure {
-        if e.is_io_error() {
-            self.forget(generation);
+    /// `shard`'s live connection (see [`Shard::connection`]); a cluster's map is refreshed
+    /// when a primary cannot be reached (a failover may have moved its slots).
+    async fn connection(&self, shard: &Arc<Shard>) -> Result<(u64, Connected), NodeFailure> {
+        let connected = shard.connection(self.connect_timeout).await;
+        match (connected, self.cluster.get()) {
+            (Ok(conn), _) => Ok(conn),
+            (Err(failure), None) => Err(failure),
+            (Err(failure), Some(cluster)) => {
+                cluster.unreachable();
+                Err(self.named(shard, failure))
+            }
         }
-        classify(&self.addr, e)
+    }
+
+    /// Classifies a call's error, dropping the connection when it is broken; a cluster reads
+    /// what the answer says about its map (a `MOVED` from a node not known to be a cluster
+    /// makes it one).
+    fn failure(&self, shard: &Arc<Shard>, generation: u64, e: &RedisError) -> NodeFailure {
+        if e.is_io_error() {
+            shard.forget(generation);
+        }
+        let cluster = match e.kind() {
+            ErrorKind::Server(ServerErrorKind::Moved | ServerErrorKind::Ask) => {
+                Some(self.become_cluster())
+            }
+            _ => self.cluster.get(),
+        };
+        if let Some(cluster) = cluster {
+            cluster.observe(e);
+        }
+        self.named(shard, classify(&shard.addr, e))
+    }
+
+    /// A failure of a cluster's primary other than the member the node was given by, named
+    /// by the node, with the primary at the end of its detail.
+    fn named(&self, shard: &Arc<Shard>, failure: NodeFailure) -> NodeFailure {
+        if Arc::ptr_eq(shard, &self.home) {
+            return failure;
+        }
+        NodeFailure::new(
+            self.name(),
+            failure.kind(),
+            format!("{} (primary {})", failure.detail(), shard.addr.display),
+        )
     }
 
     fn scrubbed(&self, e: &RedisError) -> String {
-        self.addr.scrub(&e.to_string())
+        self.home.addr.scrub(&e.to_string())
     }
 
-    /// A dedicated pub/sub connection (release notices), not bounded here.
+    /// A dedicated pub/sub connection (release notices), not bounded here. On a cluster node,
+    /// to a primary with an open connection: a cluster delivers `PUBLISH` to the subscribers
+    /// of every member.
     pub(crate) async fn pubsub(&self) -> Result<redis::aio::PubSub, NodeFailure> {
-        self.addr
+        let shard = match self.cluster.get() {
+            Some(cluster) => cluster.live_shard(),
+            None => self.home.clone(),
+        };
+        shard
+            .addr
             .client
             .get_async_pubsub()
             .await
-            .map_err(|e| classify(&self.addr, &e))
+            .map_err(|e| self.named(&shard, classify(&shard.addr, &e)))
     }
 
     /// Runs `request` within `limit`: the one bound of a node request that is not part of a
@@ -447,7 +468,43 @@ impl Node {
     /// Connects to one node and reads what the safety rules need: `INFO` and `CONFIG GET
     /// appendfsync` (`ROLE` is not asked: `INFO` has the role, and an ACL may deny `ROLE`).
     pub(crate) async fn probe(&self, limit: Duration) -> Result<NodeInfo, NodeFailure> {
-        let info = self.query_within(&redis::cmd("INFO"), limit).await?;
+        let home = self.home.clone();
+        let mut info = self.probe_one(&home, limit).await?;
+        if info.cluster.is_none() {
+            return Ok(info);
+        }
+        // A cluster: its shape, and the weakest persistence of its primaries.
+        let cluster = self.become_cluster().clone();
+        let primaries = tokio::time::timeout(limit, cluster.primaries())
+            .await
+            .map_err(|_| self.no_answer_within(limit))??;
+        let mut slots = redis::cmd("CLUSTER");
+        slots.arg("SLOTS");
+        let slots = self.query_within(&slots, limit).await?;
+        let mut nodes = redis::cmd("CLUSTER");
+        nodes.arg("NODES");
+        let nodes = self.query_within(&nodes, limit).await?;
+        let asked =
+            futures::future::join_all(primaries.iter().map(|p| self.probe_one(p, limit))).await;
+        // Not one server's: two nodes of one cluster are found by their members.
+        info.run_id = None;
+        info.aof = None;
+        info.appendfsync = Some("always".into());
+        info.maxmemory_policy = None;
+        for primary in asked {
+            info.weakest_with(&primary?);
+        }
+        info.cluster = Some(crate::safety::ClusterInfo::from_replies(&slots, &nodes));
+        Ok(info)
+    }
+
+    /// `INFO` and `CONFIG GET appendfsync` of one server, each bounded by `limit`.
+    async fn probe_one(
+        &self,
+        shard: &Arc<Shard>,
+        limit: Duration,
+    ) -> Result<NodeInfo, NodeFailure> {
+        let info = self.query_on(shard, &redis::cmd("INFO"), limit).await?;
         if !matches!(
             info,
             redis::Value::BulkString(_)
@@ -464,13 +521,37 @@ impl Node {
         // which case the setting stays unknown (and the warning says so).
         let mut get = redis::cmd("CONFIG");
         get.arg("GET").arg("appendfsync");
-        let appendfsync = self.query_within(&get, limit).await.ok();
+        let appendfsync = self.query_on(shard, &get, limit).await.ok();
         Ok(NodeInfo::from_replies(
             self.name(),
             &info,
             None,
             appendfsync.as_ref(),
         ))
+    }
+
+    /// Sends one command to one server of the node, bounded by `limit`: the node's own server
+    /// as [`query_within`](Self::query_within) does, another primary of a cluster directly.
+    async fn query_on(
+        &self,
+        shard: &Arc<Shard>,
+        cmd: &Cmd,
+        limit: Duration,
+    ) -> Result<Value, NodeFailure> {
+        if Arc::ptr_eq(shard, &self.home) {
+            return self.query_within(cmd, limit).await;
+        }
+        let sent = async {
+            let (generation, mut link) = self.connection(shard).await?;
+            link.conn
+                .send_packed_command(cmd)
+                .await
+                .and_then(top_level_error)
+                .map_err(|e| self.failure(shard, generation, &e))
+        };
+        tokio::time::timeout(limit, sent)
+            .await
+            .map_err(|_| self.no_answer_within(limit))?
     }
 }
 

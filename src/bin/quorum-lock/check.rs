@@ -11,7 +11,7 @@ use futures::future::join_all;
 use serde::Serialize;
 
 use crate::args::CheckArgs;
-use quorum_lock::safety::{self, NodeInfo, Severity};
+use quorum_lock::safety::{self, ClusterInfo, NodeInfo, Severity};
 use quorum_lock::NodeClient;
 
 use crate::direct::{self, int, NodeError};
@@ -129,7 +129,20 @@ async fn read(
     let mut get = redis::cmd("CONFIG");
     get.arg("GET").arg("appendfsync");
     let appendfsync = direct::query(node, &mut conn, &get, limit).await.ok();
-    let read = NodeInfo::from_replies(node.name(), &info, role.as_ref(), appendfsync.as_ref());
+    let mut read = NodeInfo::from_replies(node.name(), &info, role.as_ref(), appendfsync.as_ref());
+    if read.cluster.is_some() {
+        // A cluster is one node: its shape (primaries, replicas, members) instead of one
+        // server's identity; its persistence is the member's asked.
+        let mut slots = redis::cmd("CLUSTER");
+        slots.arg("SLOTS");
+        let slots = direct::query(node, &mut conn, &slots, limit).await?;
+        let mut nodes = redis::cmd("CLUSTER");
+        nodes.arg("NODES");
+        let nodes = direct::query(node, &mut conn, &nodes, limit).await?;
+        read.cluster = Some(ClusterInfo::from_replies(&slots, &nodes));
+        read.run_id = None;
+        read.role = Some("master".into());
+    }
     report.run_id = read.run_id.clone();
     report.version = read.version.clone();
     report.role = read.role.clone();

@@ -105,6 +105,7 @@ impl Failure {
             Error::Unreachable { .. }
             | Error::NoQuorum { .. }
             | Error::DuplicateNode { .. }
+            | Error::SameCluster { .. }
             | Error::DuplicateAddress { .. }
             | Error::ReplicaNode { .. }
             | Error::Node(_) => format!("configuration: {e}"),
@@ -165,6 +166,7 @@ pub fn code(e: &Error, conflict: u8) -> u8 {
         Error::InvalidConfig { .. }
         | Error::InvalidNodeUrl { .. }
         | Error::DuplicateNode { .. }
+        | Error::SameCluster { .. }
         | Error::DuplicateAddress { .. }
         | Error::ReplicaNode { .. }
         | Error::Node(_) => CONFIG,

@@ -1,0 +1,393 @@
+//! A node that is a whole Redis or Valkey Cluster (docs/DESIGN.md, "Cluster nodes"): which
+//! primary serves a key's hash slot, learned from `CLUSTER SLOTS` and from `MOVED` answers,
+//! and one [`Shard`] (connection) per primary.
+//!
+//! Unlike a cluster client, nothing here retries or follows a redirect: a request is sent once,
+//! to the primary the map names, on that primary's one connection (ordering invariants 1 and
+//! 2 hold per shard, and every request about one key goes to one shard until the map
+//! changes). A `MOVED` answer means the command was not run: it is one "no" of this node,
+//! the map is corrected at once (and refreshed in the background), and the next request goes
+//! to the new primary. So no redirect or retry can carry an acquire past the rollback or
+//! release that undoes it, and the per-node deadline bounds everything a node request does.
+//! The map moves a slot to another primary only after the cluster says so; a slot moves with
+//! its keys (a migration), or in a failover, which is this node's fault (it may forget keys,
+//! docs/SAFETY.md).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use redis::{RedisError, ServerErrorKind, Value};
+use tokio::sync::Notify;
+
+use crate::error::{FailureKind, NodeFailure};
+use crate::key::SLOTS;
+
+use super::shard::Shard;
+
+/// The least time between two background refreshes of the map.
+const REFRESH_EVERY: Duration = Duration::from_millis(100);
+
+/// The shards of one cluster and which of them serves each slot.
+pub(crate) struct Cluster {
+    /// The node's own address: its credentials and TLS settings are every shard's.
+    seed: Arc<Shard>,
+    connect_timeout: Duration,
+    state: Mutex<Topology>,
+    refreshing: AtomicBool,
+    /// Wakes the callers waiting for the first map.
+    refreshed: Notify,
+    /// `MOVED` and `ASK` answers seen (for the figures of the docs).
+    redirects: AtomicU64,
+}
+
+#[derive(Default)]
+struct Topology {
+    /// Every shard ever sent to, by `host:port`: a primary keeps its one connection across
+    /// refreshes (its requests stay in order).
+    known: HashMap<String, Arc<Shard>>,
+    /// The primary serving each slot, when a map was read.
+    owners: Option<Owners>,
+    /// Why the latest refresh found no map.
+    failure: Option<NodeFailure>,
+    refreshed_at: Option<tokio::time::Instant>,
+}
+
+/// The primary serving each of the [`SLOTS`] slots.
+type Owners = Arc<[Option<Arc<Shard>>]>;
+
+impl Cluster {
+    pub(super) fn new(seed: Arc<Shard>, connect_timeout: Duration) -> Cluster {
+        let mut topology = Topology::default();
+        topology
+            .known
+            .insert(host_port(&seed.addr.endpoint), seed.clone());
+        Cluster {
+            seed,
+            connect_timeout,
+            state: Mutex::new(topology),
+            refreshing: AtomicBool::new(false),
+            refreshed: Notify::new(),
+            redirects: AtomicU64::new(0),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, Topology> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `MOVED` and `ASK` answers seen so far.
+    pub(crate) fn redirects(&self) -> u64 {
+        self.redirects.load(Ordering::Relaxed)
+    }
+
+    /// The shard serving `slot`; without a map yet, waits for the first (the caller bounds
+    /// the wait).
+    pub(super) async fn shard(
+        self: &Arc<Self>,
+        slot: u16,
+        node: &str,
+    ) -> Result<Arc<Shard>, NodeFailure> {
+        let waited = self.refreshed.notified();
+        {
+            let state = self.state();
+            if let Some(owners) = &state.owners {
+                if let Some(shard) = &owners[usize::from(slot)] {
+                    return Ok(shard.clone());
+                }
+                drop(state);
+                self.refresh();
+                return Err(NodeFailure::new(
+                    node,
+                    FailureKind::Server,
+                    format!("no primary of the cluster serves slot {slot} (cluster down?)"),
+                ));
+            }
+        }
+        self.refresh();
+        waited.await;
+        let state = self.state();
+        match (&state.owners, &state.failure) {
+            (Some(owners), _) => owners[usize::from(slot)].clone().ok_or_else(|| {
+                NodeFailure::new(
+                    node,
+                    FailureKind::Server,
+                    format!("no primary of the cluster serves slot {slot} (cluster down?)"),
+                )
+            }),
+            (None, Some(failure)) => Err(failure.clone()),
+            (None, None) => Err(NodeFailure::new(
+                node,
+                FailureKind::Connection,
+                "the cluster's slot map could not be read",
+            )),
+        }
+    }
+
+    /// The shard serving `slot` in the current map, if one was read.
+    pub(super) fn serving(&self, slot: u16) -> Option<Arc<Shard>> {
+        self.state().owners.as_ref()?[usize::from(slot)].clone()
+    }
+
+    /// The primaries of the map (after waiting for the first one, bounded by the caller).
+    pub(super) async fn primaries(self: &Arc<Self>) -> Result<Vec<Arc<Shard>>, NodeFailure> {
+        let _ = self.shard(0, &self.seed.addr.display).await;
+        let state = self.state();
+        let Some(owners) = &state.owners else {
+            return Err(state.failure.clone().unwrap_or_else(|| {
+                NodeFailure::new(
+                    &self.seed.addr.display,
+                    FailureKind::Connection,
+                    "the cluster's slot map could not be read",
+                )
+            }));
+        };
+        let mut primaries: Vec<Arc<Shard>> = Vec::new();
+        for s in owners.iter().flatten() {
+            if !primaries.iter().any(|p| Arc::ptr_eq(p, s)) {
+                primaries.push(s.clone());
+            }
+        }
+        Ok(primaries)
+    }
+
+    /// Reads an error answer: a `MOVED` corrects the map at once; a `MOVED`, `ASK` or an
+    /// answer that says the cluster changed (`CLUSTERDOWN`, `TRYAGAIN`, `MASTERDOWN`,
+    /// `READONLY`) or a broken connection starts a refresh. Nothing is re-sent.
+    pub(super) fn observe(self: &Arc<Self>, e: &RedisError) {
+        let changed = match e.kind() {
+            redis::ErrorKind::Server(ServerErrorKind::Moved) => {
+                self.redirects.fetch_add(1, Ordering::Relaxed);
+                if let Some((to, slot)) = e.redirect_node() {
+                    self.moved(slot, to);
+                }
+                true
+            }
+            redis::ErrorKind::Server(ServerErrorKind::Ask) => {
+                self.redirects.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            redis::ErrorKind::Server(
+                ServerErrorKind::ClusterDown
+                | ServerErrorKind::TryAgain
+                | ServerErrorKind::MasterDown
+                | ServerErrorKind::ReadOnly,
+            ) => true,
+            _ => e.is_io_error() || e.is_connection_dropped(),
+        };
+        if changed {
+            self.refresh();
+        }
+    }
+
+    /// A connection to a shard could not be made: the map may be stale (a failover).
+    pub(super) fn unreachable(self: &Arc<Self>) {
+        self.refresh();
+    }
+
+    /// `slot` is served by `to` (`host:port`) now.
+    fn moved(&self, slot: u16, to: &str) {
+        let Some(shard) = self.shard_at(to) else {
+            return;
+        };
+        let mut state = self.state();
+        let Some(owners) = &state.owners else { return };
+        if owners[usize::from(slot)]
+            .as_ref()
+            .is_some_and(|s| Arc::ptr_eq(s, &shard))
+        {
+            return;
+        }
+        let mut updated = owners.to_vec();
+        updated[usize::from(slot)] = Some(shard);
+        state.owners = Some(updated.into());
+    }
+
+    /// The shard at `host:port`, made on first use with the seed's credentials and TLS.
+    fn shard_at(&self, at: &str) -> Option<Arc<Shard>> {
+        let mut state = self.state();
+        if let Some(shard) = state.known.get(at) {
+            return Some(shard.clone());
+        }
+        let (host, port) = at.rsplit_once(':')?;
+        let port: u16 = port.parse().ok()?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let addr = self.seed.addr.at(host, port).ok()?;
+        let shard = Arc::new(Shard::new(Arc::new(addr)));
+        state.known.insert(at.to_string(), shard.clone());
+        Some(shard)
+    }
+
+    /// Reads the map again in the background, unless a refresh is under way or one ended
+    /// less than [`REFRESH_EVERY`] ago (the first map is always read).
+    fn refresh(self: &Arc<Self>) {
+        {
+            let state = self.state();
+            if state.owners.is_some()
+                && state
+                    .refreshed_at
+                    .is_some_and(|at| at.elapsed() < REFRESH_EVERY)
+            {
+                return;
+            }
+        }
+        if self.refreshing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let cluster = self.clone();
+        tokio::spawn(async move {
+            let result = cluster.read_map().await;
+            {
+                let mut state = cluster.state();
+                match result {
+                    Ok(owners) => {
+                        state.owners = Some(owners);
+                        state.failure = None;
+                    }
+                    Err(failure) => state.failure = Some(failure),
+                }
+                state.refreshed_at = Some(tokio::time::Instant::now());
+            }
+            cluster.refreshing.store(false, Ordering::Release);
+            cluster.refreshed.notify_waiters();
+        });
+    }
+
+    /// Asks every primary of the current map, and the seed, for `CLUSTER SLOTS` at once, and
+    /// takes the first full answer.
+    async fn read_map(self: &Arc<Self>) -> Result<Owners, NodeFailure> {
+        let mut asked: Vec<Arc<Shard>> = vec![self.seed.clone()];
+        if let Some(owners) = &self.state().owners {
+            for s in owners.iter().flatten() {
+                if !asked.iter().any(|a| Arc::ptr_eq(a, s)) {
+                    asked.push(s.clone());
+                }
+            }
+        }
+        let limit = self.connect_timeout;
+        let mut answers: FuturesUnordered<_> = asked
+            .into_iter()
+            .map(|shard| async move {
+                let ask = async {
+                    let (_, mut link) = shard.connection(limit).await?;
+                    let mut slots = redis::cmd("CLUSTER");
+                    slots.arg("SLOTS");
+                    link.conn
+                        .send_packed_command(&slots)
+                        .await
+                        .and_then(super::send::top_level_error)
+                        .map_err(|e| super::connection::classify(&shard.addr, &e))
+                };
+                match tokio::time::timeout(limit, ask).await {
+                    Ok(answer) => answer.map(|v| (shard, v)),
+                    Err(_) => Err(NodeFailure::new(
+                        &shard.addr.display,
+                        FailureKind::Timeout,
+                        format!("CLUSTER SLOTS: no answer within {limit:?}"),
+                    )),
+                }
+            })
+            .collect();
+        let mut last = None;
+        while let Some(answer) = answers.next().await {
+            match answer.and_then(|(shard, v)| self.owners_from(&shard, &v)) {
+                Ok(owners) => return Ok(owners),
+                Err(f) => last = Some(f),
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            NodeFailure::new(
+                &self.seed.addr.display,
+                FailureKind::Connection,
+                "no member of the cluster answered CLUSTER SLOTS",
+            )
+        }))
+    }
+
+    /// The owners of every slot from a `CLUSTER SLOTS` answer of `asked`.
+    fn owners_from(&self, asked: &Shard, answer: &Value) -> Result<Owners, NodeFailure> {
+        let bad = |what: &str| {
+            NodeFailure::new(
+                &asked.addr.display,
+                FailureKind::Protocol,
+                format!("CLUSTER SLOTS answered {what}"),
+            )
+        };
+        let Value::Array(ranges) = answer else {
+            return Err(bad("something other than a list"));
+        };
+        let mut owners: Vec<Option<Arc<Shard>>> = vec![None; usize::from(SLOTS)];
+        let asked_host = host_port(&asked.addr.endpoint)
+            .rsplit_once(':')
+            .map(|(h, _)| h.to_string())
+            .unwrap_or_default();
+        for range in ranges {
+            let Value::Array(parts) = range else {
+                return Err(bad("a range that is not a list"));
+            };
+            let (Some(Value::Int(start)), Some(Value::Int(end)), Some(Value::Array(primary))) =
+                (parts.first(), parts.get(1), parts.get(2))
+            else {
+                return Err(bad("a range without its bounds and primary"));
+            };
+            let (Some(host), Some(Value::Int(port))) =
+                (primary.first().and_then(text), primary.get(1))
+            else {
+                return Err(bad("a primary without host and port"));
+            };
+            // An empty or unknown endpoint is the member that answered.
+            let host = match host.as_str() {
+                "" | "?" => asked_host.clone(),
+                h => h.to_string(),
+            };
+            let at = match host.contains(':') {
+                true => format!("[{host}]:{port}"),
+                false => format!("{host}:{port}"),
+            };
+            let shard = self
+                .shard_at(&at)
+                .ok_or_else(|| bad(&format!("a primary at {at} that is not an address")))?;
+            let (Ok(start), Ok(end)) = (u16::try_from(*start), u16::try_from(*end)) else {
+                return Err(bad("a slot out of range"));
+            };
+            if start > end || end >= SLOTS {
+                return Err(bad("a slot out of range"));
+            }
+            for slot in start..=end {
+                owners[usize::from(slot)] = Some(shard.clone());
+            }
+        }
+        Ok(owners.into())
+    }
+
+    /// A primary with an open connection, else the seed: where a pub/sub connection is made
+    /// (a cluster delivers `PUBLISH` to the subscribers of every member).
+    pub(super) fn live_shard(&self) -> Arc<Shard> {
+        let state = self.state();
+        state
+            .owners
+            .iter()
+            .flat_map(|o| o.iter().flatten())
+            .find(|s| s.is_connected())
+            .cloned()
+            .unwrap_or_else(|| self.seed.clone())
+    }
+}
+
+/// `host:port` of an endpoint (`host:port/db`).
+fn host_port(endpoint: &str) -> String {
+    endpoint
+        .rsplit_once('/')
+        .map_or(endpoint, |(hp, _)| hp)
+        .to_string()
+}
+
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    }
+}
