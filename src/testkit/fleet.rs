@@ -133,6 +133,7 @@ impl FleetBuilder {
                     .filter(|(node, _)| node.is_none_or(|n| n == i))
                     .flat_map(|(_, args)| args.iter().cloned())
                     .collect(),
+                cluster_node_timeout: None,
                 #[cfg(feature = "tls")]
                 tls: tls_files.clone(),
             };

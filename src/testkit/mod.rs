@@ -39,6 +39,8 @@
 //!   someone else), [`Persistence`], [`NODES_ENV`] and [`START_TIMEOUT`].
 //! - `tls` (feature `tls`): `FleetTls`, the certificates of a TLS fleet.
 //! - `process`: one `redis-server` child process ([`RedisProcess`]), and finding the binary.
+//! - `cluster`: [`ClusterFleet`], N independent Redis Clusters (3 primaries each by default,
+//!   replicas optional), each one lock node, with kill, pause, restart and failover per member.
 //! - `proxy`: the [`FaultProxy`] in front of a node, and its [`Fault`]s.
 //! - `scripts`: the library's own node scripts run on one node, for tests of the scripts
 //!   ([`fair_attempt_on_node`] and the like).
@@ -48,6 +50,7 @@
 //! - here: the helpers for negative tests ([`unchecked_quorum`], [`unchecked_semaphore`])
 //!   and [`monotonic_nanos`].
 
+mod cluster;
 #[cfg(feature = "containers")]
 pub mod containers;
 mod fenced_store;
@@ -59,6 +62,7 @@ mod scripts;
 #[cfg(feature = "tls")]
 mod tls;
 
+pub use cluster::{ClusterFleet, ClusterFleetBuilder};
 pub use fenced_store::FencedStore;
 pub use fleet::{Fleet, FleetBuilder, Persistence, NODES_ENV, START_TIMEOUT};
 pub use process::RedisProcess;

@@ -20,6 +20,8 @@ pub(crate) struct Settings {
     pub(crate) password: Option<String>,
     pub(crate) persistence: Persistence,
     pub(crate) args: Vec<String>,
+    /// A cluster member: `cluster-enabled yes`, with this `cluster-node-timeout` (ms).
+    pub(crate) cluster_node_timeout: Option<u64>,
     #[cfg(feature = "tls")]
     pub(crate) tls: Option<TlsFiles>,
 }
@@ -132,6 +134,8 @@ struct State {
 #[derive(Debug)]
 pub struct RedisProcess {
     port: u16,
+    /// A cluster member's bus port (kept across restarts).
+    bus: Option<u16>,
     settings: Settings,
     state: Mutex<State>,
     log: Arc<Mutex<String>>,
@@ -149,10 +153,15 @@ impl RedisProcess {
         // A port picked free may be taken before the server binds it: try a few.
         for _ in 0..5 {
             let port = free_port()?;
-            match launch(&settings, port, &log)? {
+            let bus = match settings.cluster_node_timeout {
+                Some(_) => Some(free_port()?),
+                None => None,
+            };
+            match launch(&settings, port, bus, &log)? {
                 Ok(child) => {
                     return Ok(RedisProcess {
                         port,
+                        bus,
                         settings,
                         state: Mutex::new(State { child: Some(child) }),
                         log,
@@ -168,6 +177,11 @@ impl RedisProcess {
     /// The TCP port on 127.0.0.1 (the TLS port of a TLS fleet's node, which has no other).
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// A cluster member's bus port (`cluster-port`).
+    pub(crate) fn bus_port(&self) -> Option<u16> {
+        self.bus
     }
 
     /// The process id, while running.
@@ -224,7 +238,7 @@ impl RedisProcess {
 
     pub(crate) fn restart(&self) -> io::Result<()> {
         self.kill()?;
-        let child = launch(&self.settings, self.port, &self.log)??;
+        let child = launch(&self.settings, self.port, self.bus, &self.log)??;
         self.state().child = Some(child);
         Ok(())
     }
@@ -252,6 +266,7 @@ fn signal(pid: libc::pid_t, sig: libc::c_int) -> io::Result<()> {
 fn launch(
     settings: &Settings,
     port: u16,
+    bus: Option<u16>,
     log: &Arc<Mutex<String>>,
 ) -> io::Result<io::Result<Child>> {
     let mut args: Vec<OsString> = Vec::new();
@@ -294,6 +309,18 @@ fn launch(
     }
     if let Some(p) = &settings.password {
         set("requirepass", p);
+        if settings.cluster_node_timeout.is_some() {
+            set("masterauth", p);
+        }
+    }
+    if let (Some(timeout), Some(bus)) = (settings.cluster_node_timeout, bus) {
+        set("cluster-enabled", "yes");
+        set("cluster-config-file", "nodes.conf");
+        set("cluster-port", &bus.to_string());
+        set("cluster-node-timeout", &timeout.to_string());
+        // A replica takes over however long its primary was away.
+        set("cluster-replica-validity-factor", "0");
+        set("cluster-require-full-coverage", "no");
     }
     args.extend(settings.args.iter().map(OsString::from));
     let mut child = spawn(settings.binary.clone(), args)?;

@@ -1,0 +1,530 @@
+//! Nodes that are whole Redis (or Valkey) Clusters: real `redis-server --cluster-enabled yes`
+//! processes, 3 primaries per cluster (docs/DESIGN.md, "Cluster nodes"). Every lock's keys are
+//! in one slot of each cluster; a request goes to the primary serving it, once; a `MOVED`
+//! is one "no" and corrects the map; a killed, paused or failed-over primary costs its node
+//! the keys of its slots only.
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use common::*;
+use quorum_lock::testkit::ClusterFleet;
+use quorum_lock::{Error, QuorumLock};
+
+/// Three clusters of three primaries, shared by the tests that inject no faults.
+fn shared_clusters() -> &'static ClusterFleet {
+    static FLEET: OnceLock<ClusterFleet> = OnceLock::new();
+    FLEET.get_or_init(|| ClusterFleet::start(3).expect("start three clusters"))
+}
+
+async fn cluster_client(fleet: &ClusterFleet) -> QuorumLock {
+    QuorumLock::builder()
+        .nodes(fleet.urls())
+        .node_timeout(Duration::from_millis(200))
+        .build()
+        .await
+        .expect("build over cluster nodes")
+}
+
+/// The holder value of `key` on cluster `c` (read from the primary serving it).
+async fn cluster_entry(fleet: &ClusterFleet, c: usize, key: &str) -> Option<String> {
+    let m = fleet.primary_of(c, key.as_bytes()).ok()?;
+    let mut conn = fleet
+        .client(c, m)
+        .get_multiplexed_async_connection()
+        .await
+        .ok()?;
+    redis::cmd("GET")
+        .arg(key)
+        .query_async(&mut conn)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// Waits (up to 5 s) until cluster `c` has `expected` at `key`: an acquire returns at a
+/// quorum, and the last cluster's request may still be on its way.
+async fn eventually_entry(fleet: &ClusterFleet, c: usize, key: &str, expected: Option<&str>) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let now = cluster_entry(fleet, c, key).await;
+        if now.as_deref() == expected {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "cluster {c} has {now:?} at {key}, not {expected:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_on_cluster_nodes_land_on_the_primary_of_their_slot() {
+    let fleet = shared_clusters();
+    let locks = cluster_client(fleet).await;
+    let mut primaries = HashSet::new();
+    for i in 0..24 {
+        let key = unique_key(&format!("spread-{i}"));
+        let guard = locks
+            .lock(&key)
+            .ttl(Duration::from_secs(10))
+            .fencing(true)
+            .acquire()
+            .await
+            .expect("acquire on three clusters");
+        for c in 0..fleet.len() {
+            // On the primary of its slot (that is where `cluster_entry` reads).
+            eventually_entry(fleet, c, &key, Some(guard.holder())).await;
+        }
+        primaries.insert(fleet.primary_of(0, key.as_bytes()).unwrap());
+        assert!(guard.fencing_token().is_some_and(|t| t >= 1));
+        guard.release().await.expect("release");
+        for c in 0..fleet.len() {
+            eventually_entry(fleet, c, &key, None).await;
+        }
+    }
+    assert!(
+        primaries.len() > 1,
+        "24 keys all on one of three shards: {primaries:?}"
+    );
+    assert_eq!(locks.stats().redirects, 0, "a map read at build: no MOVED");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn separate_clients_on_cluster_nodes_never_overlap() {
+    const CLIENTS: usize = 4;
+    const TASKS: usize = 3;
+    const ROUNDS: usize = 8;
+    let fleet = shared_clusters();
+    let key = unique_key("cluster-exclusion");
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        clients.push(cluster_client(fleet).await);
+    }
+    let inside = Arc::new(AtomicBool::new(false));
+    let overlaps = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for t in 0..CLIENTS * TASKS {
+        let locks = clients[t % CLIENTS].clone();
+        let (key, inside, overlaps) = (key.clone(), inside.clone(), overlaps.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let guard = locks
+                    .lock(&key)
+                    .ttl(Duration::from_secs(10))
+                    .wait(Duration::from_secs(60))
+                    .acquire()
+                    .await
+                    .expect("acquire within the wait");
+                if inside.swap(true, Ordering::SeqCst) {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                inside.store(false, Ordering::SeqCst);
+                guard.release().await.expect("release");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("task panicked");
+    }
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two holders at once");
+    let acquired: u64 = clients.iter().map(|c| c.stats().acquired).sum();
+    assert_eq!(acquired, (CLIENTS * TASKS * ROUNDS) as u64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_family_runs_on_cluster_nodes() {
+    let fleet = shared_clusters();
+    let locks = cluster_client(fleet).await;
+    let ttl = Duration::from_secs(10);
+    let key = unique_key("family");
+    // Read-write: two readers, then a writer once they left.
+    let r1 = locks
+        .read_lock(&key)
+        .ttl(ttl)
+        .acquire()
+        .await
+        .expect("reader");
+    let r2 = locks
+        .read_lock(&key)
+        .ttl(ttl)
+        .acquire()
+        .await
+        .expect("reader");
+    assert!(matches!(
+        locks.write_lock(&key).ttl(ttl).try_acquire().await,
+        Ok(None)
+    ));
+    r1.release().await.unwrap();
+    r2.release().await.unwrap();
+    let w = locks
+        .write_lock(&key)
+        .ttl(ttl)
+        .acquire()
+        .await
+        .expect("writer");
+    w.release().await.unwrap();
+    // The fair lock: its line and tickets are in the key's slot.
+    let fair = unique_key("fair");
+    let f = locks
+        .fair_lock(&fair)
+        .ttl(ttl)
+        .acquire()
+        .await
+        .expect("fair");
+    assert!(matches!(
+        locks.fair_lock(&fair).ttl(ttl).try_acquire().await,
+        Ok(None)
+    ));
+    f.release().await.unwrap();
+    // A multi-key lock whose keys share a hash tag, with fencing.
+    let tag = unique_key("order");
+    let keys = [format!("{{{tag}}}:a"), format!("{{{tag}}}:b")];
+    let set = locks
+        .lock_all(&keys)
+        .ttl(ttl)
+        .fencing(true)
+        .acquire()
+        .await
+        .expect("a multi-key lock in one slot");
+    assert!(set.fencing_token().is_some());
+    set.release().await.unwrap();
+    // A semaphore of one permit.
+    let sem = locks
+        .semaphore(unique_key("sem"), 1)
+        .ttl(ttl)
+        .acquire()
+        .await
+        .expect("permit");
+    sem.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_a_cluster_cannot_keep_together_are_refused_by_name() {
+    let fleet = shared_clusters();
+    let locks = cluster_client(fleet).await;
+    let ttl = Duration::from_secs(10);
+    match locks
+        .lock_all(["cross:a", "cross:b"])
+        .ttl(ttl)
+        .acquire()
+        .await
+    {
+        Err(Error::InvalidKey { reason }) => {
+            assert!(reason.contains("different hash slots"), "{reason}")
+        }
+        other => panic!("expected InvalidKey, got {other:?}"),
+    }
+    match locks.lock("brace}key").ttl(ttl).acquire().await {
+        Err(Error::InvalidKey { reason }) => assert!(reason.contains("hash tag"), "{reason}"),
+        other => panic!("expected InvalidKey, got {other:?}"),
+    }
+    // The same key with a hash tag is fine.
+    let g = locks
+        .lock(unique_key("{brace}key"))
+        .ttl(ttl)
+        .acquire()
+        .await
+        .expect("a tagged key");
+    g.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_members_of_one_cluster_are_one_node() {
+    let fleet = shared_clusters();
+    let refused = QuorumLock::builder()
+        .nodes([
+            fleet.member_url(0, 0),
+            fleet.member_url(0, 1),
+            fleet.member_url(1, 0),
+        ])
+        .build()
+        .await;
+    match refused {
+        Err(e @ Error::SameCluster { .. }) => {
+            let shown = e.to_string();
+            assert!(shown.contains("one cluster is one node"), "{shown}");
+        }
+        other => panic!("expected SameCluster, got {:?}", other.map(|_| ())),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_cluster_as_the_whole_service_locks_with_single_instance_safety() {
+    let fleet = shared_clusters();
+    let locks = QuorumLock::builder()
+        .nodes([fleet.member_url(2, 1)])
+        .build()
+        .await
+        .expect("one cluster as the lock service");
+    assert_eq!(locks.quorum_size(), 1);
+    let key = unique_key("single-cluster");
+    let g = locks
+        .lock(&key)
+        .ttl(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("lock");
+    eventually_entry(fleet, 2, &key, Some(g.holder())).await;
+    assert!(matches!(
+        locks
+            .lock(&key)
+            .ttl(Duration::from_secs(1))
+            .try_acquire()
+            .await,
+        Ok(None)
+    ));
+    g.release().await.unwrap();
+    // What build() and `quorum-lock check` say about it.
+    let info = quorum_lock::safety::NodeInfo::from_replies(
+        "c",
+        &redis::Value::BulkString(b"role:master\r\ncluster_enabled:1\r\n".to_vec()),
+        None,
+        None,
+    );
+    let found = quorum_lock::safety::findings(&[info]);
+    assert!(
+        found.iter().any(|f| f.message.contains("single-instance")),
+        "{found:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_primary_costs_its_node_the_keys_of_its_slots_only() {
+    let fleet = ClusterFleet::start(3).expect("clusters");
+    let locks = cluster_client(&fleet).await;
+    let ttl = Duration::from_secs(10);
+    let key = unique_key("killed");
+    let dead = fleet.primary_of(0, key.as_bytes()).unwrap();
+    // A key served by another primary of cluster 0.
+    let other = (0..)
+        .map(|i| unique_key(&format!("alive-{i}")))
+        .find(|k| fleet.primary_of(0, k.as_bytes()).unwrap() != dead)
+        .unwrap();
+    fleet.kill(0, dead).unwrap();
+    let g = locks
+        .lock(&key)
+        .ttl(ttl)
+        .acquire()
+        .await
+        .expect("two clusters of three");
+    g.release().await.unwrap();
+    let g = locks.lock(&other).ttl(ttl).acquire().await.expect("lock");
+    // Cluster 0 still serves the slots of its live primaries.
+    eventually_entry(&fleet, 0, &other, Some(g.holder())).await;
+    g.release().await.unwrap();
+    // The primary comes back empty and rejoins: its keys are served again.
+    fleet.restart(0, dead).unwrap();
+    fleet.wait_ok(0).unwrap();
+    let mut served = false;
+    for _ in 0..100 {
+        let g = locks.lock(&key).ttl(ttl).acquire().await.expect("lock");
+        served = cluster_entry(&fleet, 0, &key).await.as_deref() == Some(g.holder());
+        g.release().await.unwrap();
+        if served {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(served, "the restarted primary never took the key again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_primary_is_a_silent_node_for_its_keys() {
+    let fleet = ClusterFleet::start(3).expect("clusters");
+    let locks = cluster_client(&fleet).await;
+    let ttl = Duration::from_secs(10);
+    let key = unique_key("paused");
+    let frozen = fleet.primary_of(1, key.as_bytes()).unwrap();
+    fleet.pause(1, frozen).unwrap();
+    for _ in 0..3 {
+        let g = locks
+            .lock(&key)
+            .ttl(ttl)
+            .acquire()
+            .await
+            .expect("two of three without the frozen primary");
+        eventually_entry(&fleet, 0, &key, Some(g.holder())).await;
+        g.release().await.unwrap();
+    }
+    fleet.resume(1, frozen).unwrap();
+    let mut served = false;
+    for _ in 0..100 {
+        let g = locks.lock(&key).ttl(ttl).acquire().await.expect("lock");
+        served = cluster_entry(&fleet, 1, &key).await.as_deref() == Some(g.holder());
+        g.release().await.unwrap();
+        if served {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(served, "the resumed primary never took the key again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_failover_the_map_follows_the_moved_slots() {
+    let fleet = ClusterFleet::builder()
+        .clusters(3)
+        .replicas(1)
+        .start()
+        .expect("clusters with replicas");
+    let locks = cluster_client(&fleet).await;
+    let ttl = Duration::from_secs(10);
+    let key = unique_key("failover");
+    let g = locks.lock(&key).ttl(ttl).acquire().await.expect("lock");
+    g.release().await.unwrap();
+    let old = fleet.primary_of(0, key.as_bytes()).unwrap();
+    // Member p's replica is 3 + p (one replica per primary).
+    let replica = 3 + old;
+    fleet.failover(0, replica, false).unwrap();
+    fleet.wait_ok(0).unwrap();
+    let mut served = false;
+    for _ in 0..100 {
+        let g = locks.lock(&key).ttl(ttl).acquire().await.expect("lock");
+        served = cluster_entry(&fleet, 0, &key).await.as_deref() == Some(g.holder());
+        g.release().await.unwrap();
+        if served {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        served,
+        "cluster 0 never served the key from its new primary"
+    );
+    assert_eq!(fleet.primary_of(0, key.as_bytes()).unwrap(), replica);
+    assert!(
+        locks.stats().redirects >= 1,
+        "the old primary's MOVED was seen"
+    );
+}
+
+/// The exclusion and fencing checks of the torture suite over cluster nodes while shard
+/// primaries are paused and killed: 4 separate clients x 3 tasks on 3 keys (mutex and fair
+/// lock, fenced) for 12 s over three clusters; one fault at a time, each on the primary that
+/// serves one of the keys: a pause of 0.2-0.8 s, or a kill with a restart (empty) only after
+/// the longest TTL, as RedLock asks of a node without persistence. Every hold is recorded as
+/// an interval until its guard's deadline and checked by `testkit::history`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn torture_over_clusters_with_primaries_killed_and_paused() {
+    use quorum_lock::testkit::history::{check, Interval};
+    use std::sync::Mutex;
+    const CLIENTS: usize = 4;
+    const TASKS: usize = 3;
+    const RUN: Duration = Duration::from_secs(12);
+    const TTL: Duration = Duration::from_millis(400);
+    let fleet = Arc::new(ClusterFleet::start(3).expect("clusters"));
+    let keys: Vec<String> = (0..3)
+        .map(|i| unique_key(&format!("torture-{i}")))
+        .collect();
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        clients.push(
+            QuorumLock::builder()
+                .nodes(fleet.urls())
+                .node_timeout(Duration::from_millis(50))
+                .build()
+                .await
+                .expect("client"),
+        );
+    }
+    let history = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let during_fault = Arc::new(AtomicU64::new(0));
+    let faulted = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for t in 0..CLIENTS * TASKS {
+        let locks = clients[t % CLIENTS].clone();
+        let key = keys[t % keys.len()].clone();
+        let (history, stop, faulted, during_fault) = (
+            history.clone(),
+            stop.clone(),
+            faulted.clone(),
+            during_fault.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let name = format!("c{}t{t}", t % CLIENTS);
+            let fair = t % 2 == 0;
+            while !stop.load(Ordering::SeqCst) {
+                let request = match fair {
+                    true => locks.fair_lock(&key),
+                    false => locks.lock(&key),
+                };
+                let Ok(Some(guard)) = request.ttl(TTL).fencing(true).try_acquire().await else {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    continue;
+                };
+                let interval = Interval::begin(&guard, name.clone());
+                if faulted.load(Ordering::SeqCst) {
+                    during_fault.fetch_add(1, Ordering::SeqCst);
+                }
+                tokio::time::sleep(Duration::from_millis(3)).await;
+                history.lock().unwrap().push(interval.finish(&guard));
+                let _ = guard.release().await;
+            }
+        }));
+    }
+    // One fault at a time, on the primary serving one of the keys in one cluster.
+    let (pauses, kills) = {
+        let (fleet, keys, stop, faulted) =
+            (fleet.clone(), keys.clone(), stop.clone(), faulted.clone());
+        tokio::task::spawn_blocking(move || {
+            let started = std::time::Instant::now();
+            let (mut pauses, mut kills) = (0u32, 0u32);
+            let mut i = 0usize;
+            while started.elapsed() < RUN {
+                let (c, key) = (i % fleet.len(), &keys[i % keys.len()]);
+                i += 1;
+                let Ok(m) = fleet.primary_of(c, key.as_bytes()) else {
+                    continue;
+                };
+                faulted.store(true, Ordering::SeqCst);
+                if i.is_multiple_of(3) {
+                    fleet.kill(c, m).expect("kill");
+                    // Restarted empty only once every lock it held has expired.
+                    std::thread::sleep(TTL * 2);
+                    fleet.restart(c, m).expect("restart");
+                    fleet.wait_ok(c).expect("cluster ok again");
+                    kills += 1;
+                } else {
+                    fleet.pause(c, m).expect("pause");
+                    std::thread::sleep(Duration::from_millis(200 + 150 * (i as u64 % 5)));
+                    fleet.resume(c, m).expect("resume");
+                    pauses += 1;
+                }
+                faulted.store(false, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            stop.store(true, Ordering::SeqCst);
+            (pauses, kills)
+        })
+        .await
+        .expect("fault loop")
+    };
+    for t in tasks {
+        t.await.expect("task panicked");
+    }
+    let history = history.lock().unwrap().clone();
+    let report = check(&history);
+    println!(
+        "cluster torture: {} holds ({} while a primary was faulted), {pauses} pauses, {kills} kills; {report}",
+        history.len(),
+        during_fault.load(Ordering::SeqCst)
+    );
+    assert!(report.is_safe(), "{report}");
+    assert!(
+        history.len() >= 50,
+        "too few holds to mean anything: {report}"
+    );
+    assert!(
+        during_fault.load(Ordering::SeqCst) > 0,
+        "no hold while a primary was down or paused"
+    );
+    assert!(pauses > 0 && kills > 0);
+}
