@@ -246,6 +246,10 @@ enum Bug {
     /// the holder's own entry, ordering invariant 6) is then refused by the attempt's own
     /// entry, and the rollback misses it.
     FallbackRollbackSkipsArbiter,
+    /// A cluster node that follows a `MOVED` answer as a cluster client does: the request is
+    /// sent again to the slot's new primary, behind what was sent there meanwhile (the
+    /// library answers the call with a failure instead, `src/node/cluster.rs`).
+    FollowRedirect,
 }
 
 #[derive(Clone, Debug)]
@@ -288,6 +292,9 @@ struct Config {
     /// first, beside the attempts to every node at once. Node 0 is then special, so the
     /// symmetry reduction renames only the other nodes (see [`Protocol::canonicalize`]).
     ordered: bool,
+    /// Cluster nodes (`src/node/cluster.rs`): the head request of a connection may be answered
+    /// `MOVED` (its slot moved to another primary: not run); it counts as a lost request.
+    redirects: bool,
 }
 
 impl Config {
@@ -317,6 +324,7 @@ impl Config {
             start_counters: None,
             symmetry: true,
             ordered: false,
+            redirects: false,
         }
     }
 
@@ -746,6 +754,8 @@ const SEEN_UNDER_MARK: u16 = 512;
 const SEEN_ARBITER_REFUSED: u16 = 1024;
 /// An ordered attempt whose arbiter said yes, then reached the quorum over all N.
 const SEEN_ARBITER_QUORUM: u16 = 2048;
+/// A request answered `MOVED` (cluster nodes).
+const SEEN_REDIRECTED: u16 = 4096;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct State {
@@ -932,6 +942,8 @@ enum Action {
     Process(u8, u8),
     /// The oldest request on client `c`'s connection to node `n` is lost.
     Lose(u8, u8),
+    /// The head request of client `c`'s connection to node `n` is answered `MOVED`.
+    Redirect(u8, u8),
     /// Node `n`'s reply reaches client `c` (only with `reply_delay`).
     Answer(u8, u8),
     /// Client `c`'s node timeout: it stops waiting for every node that has not answered (the
@@ -1849,6 +1861,35 @@ impl Protocol {
         self.react(s, c, log);
     }
 
+    /// The head request of `c`'s connection to `n` is answered `MOVED`: it was not run. The
+    /// library counts it as a failure of the node for its call, and sends nothing again (the
+    /// next call goes to the new primary); under [`Bug::FollowRedirect`] it is sent again,
+    /// behind the requests already on the way to the new primary (in the model, the same
+    /// connection: the node's state is the slot's, wherever it is served).
+    fn redirect(&self, s: &mut State, c: usize, n: usize, log: &mut Log) {
+        let now = s.now;
+        let req = s.conn(c, n).pop();
+        s.lost += 1;
+        s.see(SEEN_REDIRECTED);
+        if self.cfg.has(Bug::FollowRedirect) {
+            s.conn(c, n).push(req);
+            log.note(|| {
+                let req = req.describe(c, self.cfg.reads(c));
+                format!("t={now} n{n} answers MOVED to c{c}'s {req}: re-sent to the new primary")
+            });
+            return;
+        }
+        log.note(|| {
+            let req = req.describe(c, self.cfg.reads(c));
+            format!("t={now} n{n} answers MOVED to c{c}'s {req}: not run, not re-sent")
+        });
+        if req.wait() && s.clients[c].fan.slots[n] == Slot::Waiting {
+            s.clients[c].fan.slots[n] = Slot::Idle;
+            self.count(s, c, n, None);
+            self.react(s, c, log);
+        }
+    }
+
     /// Applies `action` to `s`; the narration goes to `log`.
     fn step(&self, s: &mut State, action: Action, log: &mut Log) {
         let now = s.now;
@@ -1868,6 +1909,7 @@ impl Protocol {
                     format!("t={now} c{c}'s {req} to n{n} is lost")
                 });
             }
+            Action::Redirect(c, n) => self.redirect(s, usize::from(c), usize::from(n), log),
             Action::Answer(c, n) => {
                 let (c, n) = (usize::from(c), usize::from(n));
                 let Slot::Replied(vote) = s.clients[c].fan.slots[n] else {
@@ -2085,7 +2127,7 @@ const HOLDS: [(&str, Condition); MAX_C] = [
 ];
 
 /// The coverage properties: paths a configuration must reach.
-const COVERAGE: [(u16, &str, Condition); 12] = [
+const COVERAGE: [(u16, &str, Condition); 13] = [
     (SEEN_ROLLBACK, "reaches a rollback", |_, s| {
         s.saw(SEEN_ROLLBACK)
     }),
@@ -2131,6 +2173,11 @@ const COVERAGE: [(u16, &str, Condition); 12] = [
         SEEN_ARBITER_QUORUM,
         "reaches an arbiter's yes and then the quorum",
         |_, s| s.saw(SEEN_ARBITER_QUORUM),
+    ),
+    (
+        SEEN_REDIRECTED,
+        "reaches a request answered MOVED",
+        |_, s| s.saw(SEEN_REDIRECTED),
     ),
 ];
 
@@ -2232,6 +2279,9 @@ impl Model for Protocol {
                     actions.push(Action::Process(c8, n8));
                     if may_lose {
                         actions.push(Action::Lose(c8, n8));
+                        if cfg.redirects {
+                            actions.push(Action::Redirect(c8, n8));
+                        }
                     }
                 }
                 if let Slot::Replied(_) = cl.fan.slots[n] {
@@ -2383,6 +2433,7 @@ fn narrate(model: &Protocol, path: Path<State, Action>, holds: Option<Condition>
         let real_action = match action {
             Action::Process(c, n) => Action::Process(c, r(n)),
             Action::Lose(c, n) => Action::Lose(c, r(n)),
+            Action::Redirect(c, n) => Action::Redirect(c, r(n)),
             Action::Skip(c, n) => Action::Skip(c, r(n)),
             Action::Answer(c, n) => Action::Answer(c, r(n)),
             Action::Restart(n) => Action::Restart(r(n)),
@@ -2887,6 +2938,42 @@ fn negative_a_fallback_rollback_that_skips_the_arbiter() {
         cfg,
         "full rollback",
     );
+}
+
+/// Cluster nodes (`src/node/cluster.rs`): any request may be answered `MOVED` (one per run),
+/// which the library counts as the node's failure for the call and never re-sends.
+#[test]
+fn two_clients_majority_of_3_cluster_redirects() {
+    let mut cfg = Config::new(3, 2, &[acquirer(1, 2), acquirer(1, 2)], 0)
+        .losses(Some(1))
+        .cover(SEEN_REDIRECTED | SEEN_ROLLBACK);
+    cfg.redirects = true;
+    assert_safe("two clients, Majority of 3, cluster redirects", cfg);
+}
+
+/// The same with a second attempt queued behind the first one's rollback (`--ignored`).
+#[test]
+#[ignore = "large: run with --release --ignored"]
+fn large_two_clients_majority_of_3_cluster_redirects_retry() {
+    let mut cfg = Config::new(3, 2, &[acquirer(1, 2), acquirer(2, 2)], 0)
+        .losses(Some(1))
+        .cover(SEEN_REDIRECTED | SEEN_ROLLBACK);
+    cfg.redirects = true;
+    assert_safe(
+        "two clients, Majority of 3, cluster redirects, a retry",
+        cfg,
+    );
+}
+
+/// Following a `MOVED` as a cluster client does: the acquire, sent again to the new primary,
+/// runs there after the rollback the client sent meanwhile, and its entry stays.
+#[test]
+fn negative_following_a_redirect_lets_an_acquire_overtake_its_rollback() {
+    let mut cfg = Config::new(3, 2, &[acquirer(1, 2)], 0)
+        .losses(Some(1))
+        .bug(Bug::FollowRedirect);
+    cfg.redirects = true;
+    assert_finds("following a MOVED", cfg, "full rollback");
 }
 
 /// A rollback sent only to the nodes that said yes misses the late ones.
