@@ -1738,3 +1738,44 @@ fn run_keeps_the_settings_from_the_command_and_writes_its_metrics_file() {
         "{text}"
     );
 }
+
+/// Cluster nodes from the command line: `run` locks, `status` reads each cluster's entry from
+/// the primary serving the key (following its `MOVED`), `check` says each node is a cluster,
+/// and two members of one cluster are a configuration error.
+#[test]
+fn run_status_and_check_on_cluster_nodes() {
+    use quorum_lock::testkit::ClusterFleet;
+    let fleet = ClusterFleet::start(2).expect("clusters");
+    let nodes = fleet.urls();
+    let dir = tempdir();
+    let marker = dir.path().join("ran");
+    let (code, _, err) = run(cli_with(&nodes).args([
+        "run",
+        "cli-cluster:job",
+        "--",
+        "touch",
+        marker.to_str().unwrap(),
+    ]));
+    assert_eq!(code, 0, "{err}");
+    assert!(marker.exists(), "the command ran");
+    // Keys on every shard: `status` finds each entry wherever its slot is served.
+    for i in 0..6 {
+        let key = format!("cli-cluster:held:{i}");
+        let (code, _, err) = run(cli_with(&nodes).args(["acquire", &key, "--ttl", "30s"]));
+        assert_eq!(code, 0, "{err}");
+        let (code, out, err) = run(cli_with(&nodes).args(["status", &key]));
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(out.contains("held by a quorum"), "{key}: {out}{err}");
+    }
+    // (Its exit code says "configuration": the test kit's members have no AOF.)
+    let (_, out, err) = run(cli_with(&nodes).args(["check"]));
+    assert!(
+        out.contains("role cluster (3 primaries, 0 replicas"),
+        "{out}{err}"
+    );
+    assert!(!out.contains("one cluster is one node"), "{out}{err}");
+    let twice = [fleet.member_url(0, 0), fleet.member_url(0, 1)];
+    let (code, out, err) = run(cli_with(&twice).args(["check"]));
+    assert_eq!(code, 78, "{out}{err}");
+    assert!(out.contains("one cluster is one node"), "{out}{err}");
+}

@@ -40,6 +40,16 @@ impl NodeClient {
         }
     }
 
+    /// Another member of the cluster this node is a member of, at `host` and `port` (as a
+    /// `MOVED` answer names it), with this node's credentials and TLS settings.
+    ///
+    /// # Errors
+    /// [`Error::InvalidNodeUrl`](crate::Error::InvalidNodeUrl) when `host` is not a host name
+    /// or address.
+    pub fn at(&self, host: &str, port: u16) -> crate::Result<NodeClient> {
+        Ok(NodeClient::new(self.addr.at(host, port)?))
+    }
+
     /// The address with its password replaced by `***`: the only form to show.
     pub fn name(&self) -> &str {
         &self.addr.display

@@ -139,9 +139,14 @@ async fn read(
         let mut nodes = redis::cmd("CLUSTER");
         nodes.arg("NODES");
         let nodes = direct::query(node, &mut conn, &nodes, limit).await?;
-        read.cluster = Some(ClusterInfo::from_replies(&slots, &nodes));
+        let shape = ClusterInfo::from_replies(&slots, &nodes);
+        read.role = Some(format!(
+            "cluster ({} primaries, {} replicas; persistence of the member given)",
+            shape.primaries.len(),
+            shape.replicas
+        ));
+        read.cluster = Some(shape);
         read.run_id = None;
-        read.role = Some("master".into());
     }
     report.run_id = read.run_id.clone();
     report.version = read.version.clone();

@@ -230,6 +230,10 @@ fn kind<'a>(answers: impl Iterator<Item = &'a Raw> + Clone) -> &'static str {
 async fn read_node(settings: &Settings, node: &NodeClient, key: &str) -> Result<Raw, NodeError> {
     let limit = settings.connect_timeout;
     let conn = direct::connect(node, limit, limit).await?;
+    // A cluster node: read from the member serving the key's slot (every name of the lock is
+    // in that slot).
+    let (node, conn) = serving(node, conn, key, limit).await?;
+    let node = &node;
     let ask = |cmd: redis::Cmd| {
         let node = node.clone();
         let mut conn = conn.clone();
@@ -273,6 +277,39 @@ async fn read_node(settings: &Settings, node: &NodeClient, key: &str) -> Result<
     let fence = text_name(quorum_lock::names::fencing_counter(key.as_bytes()));
     raw.fence = int(&ask(cmd("GET", &[&fence])).await?);
     Ok(raw)
+}
+
+/// The member that serves `key`: `node` itself, or, when it answers `MOVED` (a cluster
+/// member that does not serve the key's slot), the member it names.
+async fn serving(
+    node: &NodeClient,
+    mut conn: redis::aio::MultiplexedConnection,
+    key: &str,
+    limit: std::time::Duration,
+) -> Result<(NodeClient, redis::aio::MultiplexedConnection), NodeError> {
+    let mut probe = redis::cmd("TYPE");
+    probe.arg(key);
+    let moved = match tokio::time::timeout(limit, conn.send_packed_command(&probe)).await {
+        Ok(Ok(redis::Value::ServerError(e))) => redis::RedisError::from(e)
+            .redirect_node()
+            .and_then(|(to, _)| to.rsplit_once(':'))
+            .and_then(|(host, port)| Some((host.to_string(), port.parse::<u16>().ok()?))),
+        _ => None,
+    };
+    let Some((host, port)) = moved else {
+        return Ok((node.clone(), conn));
+    };
+    let member = node
+        .at(host.trim_start_matches('[').trim_end_matches(']'), port)
+        .map_err(|e| {
+            NodeError::Failed(node.failure(&redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "MOVED to an address that is not one",
+                e.to_string(),
+            ))))
+        })?;
+    let conn = direct::connect(&member, limit, limit).await?;
+    Ok((member, conn))
 }
 
 /// A key name as text (the CLI's keys are text, and so are the names made from them).
