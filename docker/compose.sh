@@ -4,6 +4,9 @@
 # when the Redis image is missing:
 #
 #   docker/compose.sh up            # up -d, then waits until every node is healthy
+#   docker/compose.sh clusters      # the five nodes as five Redis Clusters (profile
+#                                   # `clusters`, host network, Linux), formed and ok,
+#                                   # and the demo's stock database
 #   docker/compose.sh down          # stop, and forget the data (down -v)
 #   docker/compose.sh ps | logs ... # anything else goes to Compose as it is
 #
@@ -63,9 +66,37 @@ case "${1:-}" in
     done
     echo "export QUORUM_LOCK_NODES=$nodes"
     ;;
+  clusters)
+    shift
+    if ! docker image inspect "$image" >/dev/null 2>&1 && ! docker pull -q "$image" >/dev/null 2>&1; then
+      echo "compose.sh: the image '$image' is not on this machine and cannot be pulled (no registry reachable?)." >&2
+      echo "  Build one from this machine's redis-server first:  docker/build-image.sh" >&2
+      exit 1
+    fi
+    # With the demo's stock database (not a lock node), as `up` starts it.
+    "${compose[@]}" --profile clusters up -d "$@" stock $("${compose[@]}" config --services | grep '^cluster')
+    WAIT_FOR=clusters COMPOSE="${compose[*]}" docker/wait-healthy.sh "${QUORUM_LOCK_HEALTHY_TIMEOUT:-120}"
+    # Each cluster is ok once its `create` job ran (or found it formed before).
+    nodes=""
+    for c in 1 2 3 4 5; do
+      port=$((7100 + 10 * c + 1))
+      for _ in $(seq 1 120); do
+        state=$("${compose[@]}" exec -T "cluster$c-1" redis-cli -p "$port" cluster info 2>/dev/null | tr -d '\r' | sed -n 's/^cluster_state://p')
+        [ "$state" = "ok" ] && break
+        sleep 1
+      done
+      if [ "$state" != "ok" ]; then
+        echo "compose.sh: cluster $c is not ok (cluster_state: ${state:-no answer}); its create job says:" >&2
+        "${compose[@]}" logs --no-color --tail 20 "cluster$c-create" >&2 || true
+        exit 1
+      fi
+      nodes="$nodes${nodes:+,}redis://127.0.0.1:$port"
+    done
+    echo "export QUORUM_LOCK_NODES=$nodes"
+    ;;
   down)
     shift
-    exec "${compose[@]}" down -v "$@"
+    exec "${compose[@]}" --profile clusters down -v "$@"
     ;;
   *)
     exec "${compose[@]}" "$@"

@@ -31,7 +31,13 @@ else
   exit 2
 fi
 
-mapfile -t services < <("${compose[@]}" config --services)
+# The nodes of the standalone fleet by default; with WAIT_FOR=clusters, the members of the
+# `clusters` profile's five clusters (not their one-shot `-create` jobs) and the stock
+# database.
+case "${WAIT_FOR:-standalone}" in
+  clusters) mapfile -t services < <("${compose[@]}" config --services | grep -E '^(cluster[0-9]+-[0-9]+|stock)$') ;;
+  *) mapfile -t services < <("${compose[@]}" config --services | grep -v '^cluster') ;;
+esac
 if [ "${#services[@]}" -eq 0 ]; then
   echo "wait-healthy: the compose file defines no services" >&2
   exit 2
