@@ -54,9 +54,10 @@
 //! - `startup`: `build()`'s probes of the nodes, returning at a quorum; the late ones checked
 //!   in the background.
 //! - `telemetry`: metrics through the `metrics` facade (empty without the feature).
-//! - `node/`: one master: its connection and reconnect (`connection.rs`), one request
-//!   (`send.rs`), its circuit breaker and the bound on what a silent node is sent
-//!   (`backlog.rs`), [`NodeClient`].
+//! - `node/`: one node, a master or a whole cluster: a server's connection and reconnect
+//!   (`shard.rs`, `connection.rs`), a cluster's slot map and its primaries (`cluster.rs`),
+//!   one request (`send.rs`), the circuit breaker and the bound on what a silent server is
+//!   sent (`backlog.rs`), [`NodeClient`].
 //! - `ordering`: the rules that keep a lease's later call behind its earlier ones.
 //! - `fanout`: one call to every node, decided at quorum (RedLock steps 2 and 4).
 //!

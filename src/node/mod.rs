@@ -1,6 +1,8 @@
-//! One Redis master: one multiplexed connection with its background reconnect, the per-node
-//! timeout, script calls with NOSCRIPT fallback, and error classification.
+//! One node: a Redis master, or a whole cluster; the per-node timeout, script calls with
+//! NOSCRIPT fallback, and error classification.
 //!
+//! - `shard`: one server's multiplexed connection with its background reconnect.
+//! - `cluster`: a node that is a cluster: the slot map, a shard per primary, `MOVED`.
 //! - `connection`: making a connection (bounded by the connect timeout) and reading errors.
 //! - `send`: one command on the connection, holding its place in the queue.
 //! - `backlog`: what a node that stopped answering may still be sent.
