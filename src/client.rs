@@ -153,9 +153,9 @@ impl QuorumLock {
     /// downgrade: release the write lock, then take a read lock; another writer may come in
     /// between.
     ///
-    /// On each node the readers are a sorted set at `quorum-lock:readers:K` (members the
+    /// On each node the readers are a sorted set at `quorum-lock:readers:{<h>}:K` (members the
     /// holder values, scores their expiry on the node's clock), the writer is the holder
-    /// value at `K` itself and the pending mark is at `quorum-lock:writer-waiting:K`: use a
+    /// value at `K` itself and the pending mark is at `quorum-lock:writer-waiting:{<h>}:K`: use a
     /// key that no mutex, multi-key lock or semaphore uses. Readers and writers share the
     /// key's fencing counter ([`fencing`](LockRequest::fencing)): a writer's token exceeds
     /// every earlier holder's, reader or writer. Works under any quorum: any read quorum and
@@ -184,9 +184,9 @@ impl QuorumLock {
     /// given to waiting requests in the order they started to wait, across every client.
     ///
     /// A request first tries once as the mutex does, and succeeds when the key is free and
-    /// nobody waits. Refused, it draws a ticket (an `INCR` of `quorum-lock:ticket:K` on every
+    /// nobody waits. Refused, it draws a ticket (an `INCR` of `quorum-lock:ticket:{<h>}:K` on every
     /// node, the largest answer of a quorum) and joins the line at its ticket on every node
-    /// (`quorum-lock:queue:K` and two companion keys). A node gives the key only to its first
+    /// (`quorum-lock:queue:{<h>}:K` and two companion keys). A node gives the key only to its first
     /// live waiter; every node orders its line by the same tickets, so the first waiter of
     /// one is the first of all, and no two waiters split the nodes between them (there is no
     /// deadlock between any number of waiters). A ticket drawn after another request joined

@@ -58,7 +58,14 @@ impl ClusterInfo {
                 if let (Some(Value::Int(start)), Some(Value::Int(end))) =
                     (parts.first(), parts.get(1))
                 {
-                    covered += usize::try_from(end - start + 1).unwrap_or(0);
+                    // Odd answers (out of range, reversed) count for nothing.
+                    let span = (*end)
+                        .min(i64::from(crate::key::SLOTS - 1))
+                        .checked_sub((*start).max(0))
+                        .and_then(|d| d.checked_add(1))
+                        .and_then(|n| usize::try_from(n).ok())
+                        .unwrap_or(0);
+                    covered = covered.saturating_add(span);
                 }
                 if let Some(Value::Array(primary)) = parts.get(2) {
                     if let (Some(host), Some(Value::Int(port))) =

@@ -136,6 +136,10 @@ async fn separate_clients_on_cluster_nodes_never_overlap() {
     assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two holders at once");
     let acquired: u64 = clients.iter().map(|c| c.stats().acquired).sum();
     assert_eq!(acquired, (CLIENTS * TASKS * ROUNDS) as u64);
+    // Release notices reach waiters through every cluster (PUBLISH from the release script
+    // is delivered to the subscribers of every member).
+    let woken: u64 = clients.iter().map(|c| c.stats().woken).sum();
+    assert!(woken > 0, "no wait ended by a release notice");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -527,4 +531,49 @@ async fn torture_over_clusters_with_primaries_killed_and_paused() {
         "no hold while a primary was down or paused"
     );
     assert!(pauses > 0 && kills > 0);
+}
+
+/// A node given by a host name the cluster does not announce (`localhost` for a member that
+/// calls itself 127.0.0.1) keeps one connection to that member: the map names the member by
+/// its id, and the requests of its slots go on the connection the node already has (two
+/// connections to one server could run a rollback before the acquire it undoes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seed_named_otherwise_than_the_cluster_names_it_keeps_one_connection() {
+    let fleet = ClusterFleet::start(1).expect("a cluster");
+    let seed = format!("redis://localhost:{}", fleet.member(0, 0).port());
+    let locks = QuorumLock::builder()
+        .nodes([seed])
+        .build()
+        .await
+        .expect("one cluster by a host name");
+    let mut served = 0;
+    for i in 0..30 {
+        let key = unique_key(&format!("seed-{i}"));
+        if fleet.primary_of(0, key.as_bytes()).unwrap() == 0 {
+            served += 1;
+        }
+        let g = locks
+            .lock(&key)
+            .ttl(Duration::from_secs(5))
+            .acquire()
+            .await
+            .expect("lock");
+        g.release().await.unwrap();
+    }
+    assert!(served > 0, "no key on the seed's slots");
+    let mut conn = fleet
+        .client(0, 0)
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg("TYPE")
+        .arg("normal")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // This inspection's connection, and the lock client's one.
+    assert_eq!(list.lines().count(), 2, "{list}");
+    assert_eq!(locks.stats().redirects, 0);
 }

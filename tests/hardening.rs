@@ -995,9 +995,10 @@ async fn a_password_protected_fleet_never_shows_a_password() {
 // ---------------------------------------------------------------------------------------------
 
 /// The library keeps its own keys under `quorum-lock:` (fencing counters
-/// `quorum-lock:fence:{<key>}:<key>`, release channels `quorum-lock:released:{<key>}:<key>`). A user key in
+/// `quorum-lock:fence:{<h>}:<key>`, release channels `quorum-lock:released:{<h>}:<key>`, `<h>`
+/// the part of the key a cluster hashes). A user key in
 /// that namespace collides with them: after a fenced lock on X, X's counter (no TTL) blocks a
-/// lock on "quorum-lock:fence:X" forever; a user lock on "quorum-lock:fence:Y" breaks fenced
+/// lock on the name of X's counter forever; a user lock on the name of Y's counter breaks fenced
 /// locks on Y (INCR on a holder value). Such keys must be rejected as `InvalidKey`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_in_the_librarys_reserved_namespace_are_rejected() {
@@ -1011,7 +1012,7 @@ async fn keys_in_the_librarys_reserved_namespace_are_rejected() {
         .unwrap();
     let mut wrong = Vec::new();
 
-    // A fenced lock on X creates X's counter, a key named "quorum-lock:fence:X".
+    // A fenced lock on X creates X's counter (`names::fencing_counter`).
     let x = unique_key("fenced");
     locks
         .lock(&x)
@@ -1037,7 +1038,7 @@ async fn keys_in_the_librarys_reserved_namespace_are_rejected() {
         )),
     }
 
-    // A user lock on "quorum-lock:fence:Y" first, then a fenced lock on Y.
+    // A user lock on the name of Y's counter first, then a fenced lock on Y.
     let y = unique_key("fenced-later");
     let y_counter = String::from_utf8(quorum_lock::names::fencing_counter(y.as_bytes())).unwrap();
     let user = locks.try_acquire(&y_counter, TTL).await;

@@ -397,7 +397,7 @@ struct Entry {
     expiry: u8,
 }
 
-/// A waiting writer's pending mark (`quorum-lock:writer-waiting:K`): the request's id, which
+/// A waiting writer's pending mark (`quorum-lock:writer-waiting:{<h>}:K`): the request's id, which
 /// the model names by its client (one waiting request per client).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Mark {
@@ -409,11 +409,11 @@ struct Mark {
 struct NodeState {
     /// The key `K`: the mutex's entry, or a read-write lock's writer.
     entry: Option<Entry>,
-    /// The readers' sorted set (`quorum-lock:readers:K`): member the holder value, score its
+    /// The readers' sorted set (`quorum-lock:readers:{<h>}:K`): member the holder value, score its
     /// expiry; here each holder's expiry, 0 for "not a member" (see [`slot`]).
     readers: [u8; MAX_C * MAX_ATTEMPTS],
     mark: Option<Mark>,
-    /// The fencing counter (`quorum-lock:fence:K`): no TTL, lost only on a restart.
+    /// The fencing counter (`quorum-lock:fence:{<h>}:K`): no TTL, lost only on a restart.
     counter: u8,
 }
 

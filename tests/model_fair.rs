@@ -479,16 +479,16 @@ struct Entry {
 struct NodeState {
     /// `K`.
     key: Option<Entry>,
-    /// The line (`quorum-lock:queue:K`): each waiter id's ticket (a slot per identity of each
+    /// The line (`quorum-lock:queue:{<h>}:K`): each waiter id's ticket (a slot per identity of each
     /// request, see `waiter`), 0 when not in line. A waiter in line also has its queue lease
     /// and its hash entry.
     line: [u8; SLOTS],
-    /// The queue leases (`quorum-lock:queue-expiry:K`): expiry, for the waiters in line.
+    /// The queue leases (`quorum-lock:queue-expiry:{<h>}:K`): expiry, for the waiters in line.
     lease: [u8; SLOTS],
     /// The attempt whose holder value the waiter's hash entry stores (only with
     /// `Bug::GrantSetsAttemptValue`; otherwise it stores the base, and this stays 0).
     entry: [u8; SLOTS],
-    /// The ticket counter (`quorum-lock:ticket:K`), with its expiry; 0 and 0 when absent.
+    /// The ticket counter (`quorum-lock:ticket:{<h>}:K`), with its expiry; 0 and 0 when absent.
     counter: u8,
     counter_exp: u8,
 }

@@ -1,7 +1,7 @@
 //! The read-write lock (docs/DESIGN.md, "Read-write lock"): the writer is the holder value at
 //! the key itself, as a mutex's entry; the readers are a sorted set of leases at
-//! `quorum-lock:readers:K`; a waiting writer's pending mark, which keeps new readers out, is
-//! `quorum-lock:writer-waiting:K`. Every script names the three keys in KEYS, in that order.
+//! `quorum-lock:readers:{<h>}:K`; a waiting writer's pending mark, which keeps new readers out, is
+//! `quorum-lock:writer-waiting:{<h>}:K`. Every script names the three keys in KEYS, in that order.
 
 use std::fmt;
 use std::sync::Arc;

@@ -41,6 +41,9 @@ pub(crate) struct Cluster {
     refreshed: Notify,
     /// `MOVED` and `ASK` answers seen (for the figures of the docs).
     redirects: AtomicU64,
+    /// The seed's node id (`CLUSTER MYID`): where the map names it, the seed's own shard
+    /// serves, whatever address the cluster announces for it (one connection per server).
+    seed_id: std::sync::OnceLock<String>,
 }
 
 #[derive(Default)]
@@ -71,6 +74,7 @@ impl Cluster {
             refreshing: AtomicBool::new(false),
             refreshed: Notify::new(),
             redirects: AtomicU64::new(0),
+            seed_id: std::sync::OnceLock::new(),
         }
     }
 
@@ -94,7 +98,7 @@ impl Cluster {
         {
             let state = self.state();
             if let Some(owners) = &state.owners {
-                if let Some(shard) = &owners[usize::from(slot)] {
+                if let Some(Some(shard)) = owners.get(usize::from(slot)) {
                     return Ok(shard.clone());
                 }
                 drop(state);
@@ -110,14 +114,28 @@ impl Cluster {
         waited.await;
         let state = self.state();
         match (&state.owners, &state.failure) {
-            (Some(owners), _) => owners[usize::from(slot)].clone().ok_or_else(|| {
-                NodeFailure::new(
-                    node,
-                    FailureKind::Server,
-                    format!("no primary of the cluster serves slot {slot} (cluster down?)"),
-                )
-            }),
-            (None, Some(failure)) => Err(failure.clone()),
+            (Some(owners), _) => {
+                owners
+                    .get(usize::from(slot))
+                    .cloned()
+                    .flatten()
+                    .ok_or_else(|| {
+                        NodeFailure::new(
+                            node,
+                            FailureKind::Server,
+                            format!("no primary of the cluster serves slot {slot} (cluster down?)"),
+                        )
+                    })
+            }
+            (None, Some(failure)) => Err(NodeFailure::new(
+                node,
+                failure.kind(),
+                format!(
+                    "the cluster's slot map could not be read: {} (member {})",
+                    failure.detail(),
+                    failure.node()
+                ),
+            )),
             (None, None) => Err(NodeFailure::new(
                 node,
                 FailureKind::Connection,
@@ -128,7 +146,11 @@ impl Cluster {
 
     /// The shard serving `slot` in the current map, if one was read.
     pub(super) fn serving(&self, slot: u16) -> Option<Arc<Shard>> {
-        self.state().owners.as_ref()?[usize::from(slot)].clone()
+        self.state()
+            .owners
+            .as_ref()?
+            .get(usize::from(slot))?
+            .clone()
     }
 
     /// The primaries of the map (after waiting for the first one, bounded by the caller).
@@ -187,8 +209,14 @@ impl Cluster {
         self.refresh();
     }
 
-    /// `slot` is served by `to` (`host:port`) now.
+    /// `slot` is served by `to` (`host:port`) now (applied once a map was read: before, the
+    /// map read by the refresh decides).
     fn moved(&self, slot: u16, to: &str) {
+        // A slot out of range, or no host (`MOVED n :port`, an unknown endpoint): the refresh
+        // this answer starts decides.
+        if slot >= SLOTS || to.starts_with(':') || self.state().owners.is_none() {
+            return;
+        }
         let Some(shard) = self.shard_at(to) else {
             return;
         };
@@ -220,6 +248,12 @@ impl Cluster {
         Some(shard)
     }
 
+    /// The seed's shard, known from now on also by the address the cluster announces for it.
+    fn seed_at(&self, at: &str) -> Arc<Shard> {
+        self.state().known.insert(at.to_string(), self.seed.clone());
+        self.seed.clone()
+    }
+
     /// Reads the map again in the background, unless a refresh is under way or one ended
     /// less than [`REFRESH_EVERY`] ago (the first map is always read).
     fn refresh(self: &Arc<Self>) {
@@ -236,33 +270,33 @@ impl Cluster {
         if self.refreshing.swap(true, Ordering::AcqRel) {
             return;
         }
-        let cluster = self.clone();
+        let mut refresh = RefreshInFlight {
+            cluster: self.clone(),
+            result: None,
+        };
         tokio::spawn(async move {
-            let result = cluster.read_map().await;
-            {
-                let mut state = cluster.state();
-                match result {
-                    Ok(owners) => {
-                        state.owners = Some(owners);
-                        state.failure = None;
-                    }
-                    Err(failure) => state.failure = Some(failure),
-                }
-                state.refreshed_at = Some(tokio::time::Instant::now());
-            }
-            cluster.refreshing.store(false, Ordering::Release);
-            cluster.refreshed.notify_waiters();
+            let result = refresh.cluster.read_map().await;
+            refresh.result = Some(result);
+            drop(refresh);
         });
     }
 
-    /// Asks every primary of the current map, and the seed, for `CLUSTER SLOTS` at once, and
-    /// takes the first full answer.
+    /// Asks the seed and every answering primary of the current map for `CLUSTER SLOTS` at
+    /// once, and takes the first answer that is a map. Until the seed's node id is known
+    /// (`CLUSTER MYID`, asked with its first map), only the seed is asked, and a map is taken
+    /// only with it: the seed's own slots must go on the seed's connection, the one a node
+    /// not yet known to be a cluster sent its requests on (two connections to one server
+    /// could run a rollback before the acquire it undoes).
     async fn read_map(self: &Arc<Self>) -> Result<Owners, NodeFailure> {
         let mut asked: Vec<Arc<Shard>> = vec![self.seed.clone()];
-        if let Some(owners) = &self.state().owners {
-            for s in owners.iter().flatten() {
-                if !asked.iter().any(|a| Arc::ptr_eq(a, s)) {
-                    asked.push(s.clone());
+        if self.seed_id.get().is_some() {
+            if let Some(owners) = &self.state().owners {
+                for s in owners.iter().flatten() {
+                    // Not a primary that stopped answering: its queue would only grow.
+                    let silent = s.is_connected() && s.answering(self.connect_timeout).is_none();
+                    if !silent && !asked.iter().any(|a| Arc::ptr_eq(a, s)) {
+                        asked.push(s.clone());
+                    }
                 }
             }
         }
@@ -270,17 +304,7 @@ impl Cluster {
         let mut answers: FuturesUnordered<_> = asked
             .into_iter()
             .map(|shard| async move {
-                let ask = async {
-                    let (_, mut link) = shard.connection(limit).await?;
-                    let mut slots = redis::cmd("CLUSTER");
-                    slots.arg("SLOTS");
-                    link.conn
-                        .send_packed_command(&slots)
-                        .await
-                        .and_then(super::send::top_level_error)
-                        .map_err(|e| super::connection::classify(&shard.addr, &e))
-                };
-                match tokio::time::timeout(limit, ask).await {
+                match tokio::time::timeout(limit, self.ask_map(&shard)).await {
                     Ok(answer) => answer.map(|v| (shard, v)),
                     Err(_) => Err(NodeFailure::new(
                         &shard.addr.display,
@@ -306,6 +330,43 @@ impl Cluster {
         }))
     }
 
+    /// `CLUSTER SLOTS` of one member (and, the first time, the seed's `CLUSTER MYID`); a
+    /// broken connection is dropped, to be made again by the next read.
+    async fn ask_map(&self, shard: &Arc<Shard>) -> Result<Value, NodeFailure> {
+        let (generation, mut link) = shard.connection(self.connect_timeout).await?;
+        let failed = |e: RedisError| {
+            if e.is_io_error() {
+                shard.forget(generation);
+            }
+            super::connection::classify(&shard.addr, &e)
+        };
+        if Arc::ptr_eq(shard, &self.seed) && self.seed_id.get().is_none() {
+            let mut myid = redis::cmd("CLUSTER");
+            myid.arg("MYID");
+            let id = link
+                .conn
+                .send_packed_command(&myid)
+                .await
+                .and_then(super::send::top_level_error)
+                .map_err(failed)?;
+            let Some(id) = text(&id) else {
+                return Err(NodeFailure::new(
+                    &shard.addr.display,
+                    FailureKind::Protocol,
+                    format!("CLUSTER MYID answered {id:?}"),
+                ));
+            };
+            let _ = self.seed_id.set(id);
+        }
+        let mut slots = redis::cmd("CLUSTER");
+        slots.arg("SLOTS");
+        link.conn
+            .send_packed_command(&slots)
+            .await
+            .and_then(super::send::top_level_error)
+            .map_err(failed)
+    }
+
     /// The owners of every slot from a `CLUSTER SLOTS` answer of `asked`.
     fn owners_from(&self, asked: &Shard, answer: &Value) -> Result<Owners, NodeFailure> {
         let bad = |what: &str| {
@@ -318,6 +379,10 @@ impl Cluster {
         let Value::Array(ranges) = answer else {
             return Err(bad("something other than a list"));
         };
+        if ranges.is_empty() {
+            // A member that lost its cluster configuration: not a map to route by.
+            return Err(bad("no slot at all"));
+        }
         let mut owners: Vec<Option<Arc<Shard>>> = vec![None; usize::from(SLOTS)];
         let asked_host = host_port(&asked.addr.endpoint)
             .rsplit_once(':')
@@ -346,9 +411,16 @@ impl Cluster {
                 true => format!("[{host}]:{port}"),
                 false => format!("{host}:{port}"),
             };
-            let shard = self
-                .shard_at(&at)
-                .ok_or_else(|| bad(&format!("a primary at {at} that is not an address")))?;
+            let seed = primary
+                .get(2)
+                .and_then(text)
+                .is_some_and(|id| self.seed_id.get() == Some(&id));
+            let shard = match seed {
+                true => self.seed_at(&at),
+                false => self
+                    .shard_at(&at)
+                    .ok_or_else(|| bad(&format!("a primary at {at} that is not an address")))?,
+            };
             let (Ok(start), Ok(end)) = (u16::try_from(*start), u16::try_from(*end)) else {
                 return Err(bad("a slot out of range"));
             };
@@ -373,6 +445,40 @@ impl Cluster {
             .find(|s| s.is_connected())
             .cloned()
             .unwrap_or_else(|| self.seed.clone())
+    }
+}
+
+/// Publishes a refresh's outcome when it ends, also when its task is dropped before finishing
+/// (its runtime shut down): the flag is never left set with nobody to clear it, and the
+/// callers waiting for the first map are woken.
+struct RefreshInFlight {
+    cluster: Arc<Cluster>,
+    result: Option<Result<Owners, NodeFailure>>,
+}
+
+impl Drop for RefreshInFlight {
+    fn drop(&mut self) {
+        let cluster = &self.cluster;
+        {
+            let mut state = cluster.state();
+            match self.result.take() {
+                Some(Ok(owners)) => {
+                    state.owners = Some(owners);
+                    state.failure = None;
+                }
+                Some(Err(failure)) => state.failure = Some(failure),
+                None => {
+                    state.failure = Some(NodeFailure::new(
+                        &cluster.seed.addr.display,
+                        FailureKind::Connection,
+                        "map read abandoned (runtime shut down)",
+                    ))
+                }
+            }
+            state.refreshed_at = Some(tokio::time::Instant::now());
+        }
+        cluster.refreshing.store(false, Ordering::Release);
+        cluster.refreshed.notify_waiters();
     }
 }
 

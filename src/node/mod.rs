@@ -475,11 +475,18 @@ impl Node {
         if info.cluster.is_none() {
             return Ok(info);
         }
-        // A cluster: its shape, and the weakest persistence of its primaries.
-        let cluster = self.become_cluster().clone();
-        let primaries = tokio::time::timeout(limit, cluster.primaries())
+        // A cluster: its shape, and the weakest persistence of its primaries, all within
+        // `limit`.
+        tokio::time::timeout(limit, self.probe_cluster(&mut info, limit))
             .await
             .map_err(|_| self.no_answer_within(limit))??;
+        Ok(info)
+    }
+
+    /// What the build-time check reads of a node found to be a cluster.
+    async fn probe_cluster(&self, info: &mut NodeInfo, limit: Duration) -> Result<(), NodeFailure> {
+        let cluster = self.become_cluster().clone();
+        let primaries = cluster.primaries().await?;
         let mut slots = redis::cmd("CLUSTER");
         slots.arg("SLOTS");
         let slots = self.query_within(&slots, limit).await?;
@@ -497,7 +504,7 @@ impl Node {
             info.weakest_with(&primary?);
         }
         info.cluster = Some(crate::safety::ClusterInfo::from_replies(&slots, &nodes));
-        Ok(info)
+        Ok(())
     }
 
     /// `INFO` and `CONFIG GET appendfsync` of one server, each bounded by `limit`.

@@ -82,7 +82,7 @@ impl Keys {
     }
 
     /// The pattern of every key of the run on the nodes: the locks, the sets' keys, the
-    /// writer's entry and the readers' sorted set (`quorum-lock:readers:K`), the pending
+    /// writer's entry and the readers' sorted set (`quorum-lock:readers:{<h>}:K`), the pending
     /// writer mark, the semaphores, the fair lock, its line and ticket counter, and the
     /// fencing counters (which have no TTL, so a clock jump leaves them be).
     pub fn pattern(&self) -> String {
