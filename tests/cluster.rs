@@ -63,6 +63,26 @@ async fn eventually_entry(fleet: &ClusterFleet, c: usize, key: &str, expected: O
     }
 }
 
+/// Locks `key` until cluster `c` holds it too (up to 100 tries, 50 ms apart): a primary back
+/// from a fault, or a new one, takes the key's slot again; panics saying `what` otherwise.
+async fn served_again(fleet: &ClusterFleet, locks: &QuorumLock, c: usize, key: &str, what: &str) {
+    for _ in 0..100 {
+        let g = locks
+            .lock(key)
+            .ttl(Duration::from_secs(10))
+            .acquire()
+            .await
+            .expect("lock");
+        let served = cluster_entry(fleet, c, key).await.as_deref() == Some(g.holder());
+        g.release().await.unwrap();
+        if served {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{what}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_on_cluster_nodes_land_on_the_primary_of_their_slot() {
     let fleet = shared_clusters();
@@ -326,17 +346,14 @@ async fn a_killed_primary_costs_its_node_the_keys_of_its_slots_only() {
     // The primary comes back empty and rejoins: its keys are served again.
     fleet.restart(0, dead).unwrap();
     fleet.wait_ok(0).unwrap();
-    let mut served = false;
-    for _ in 0..100 {
-        let g = locks.lock(&key).ttl(ttl).acquire().await.expect("lock");
-        served = cluster_entry(&fleet, 0, &key).await.as_deref() == Some(g.holder());
-        g.release().await.unwrap();
-        if served {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(served, "the restarted primary never took the key again");
+    served_again(
+        &fleet,
+        &locks,
+        0,
+        &key,
+        "the restarted primary never took the key again",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -358,17 +375,14 @@ async fn a_paused_primary_is_a_silent_node_for_its_keys() {
         g.release().await.unwrap();
     }
     fleet.resume(1, frozen).unwrap();
-    let mut served = false;
-    for _ in 0..100 {
-        let g = locks.lock(&key).ttl(ttl).acquire().await.expect("lock");
-        served = cluster_entry(&fleet, 1, &key).await.as_deref() == Some(g.holder());
-        g.release().await.unwrap();
-        if served {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(served, "the resumed primary never took the key again");
+    served_again(
+        &fleet,
+        &locks,
+        1,
+        &key,
+        "the resumed primary never took the key again",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -388,20 +402,14 @@ async fn after_a_failover_the_map_follows_the_moved_slots() {
     let replica = 3 + old;
     fleet.failover(0, replica, false).unwrap();
     fleet.wait_ok(0).unwrap();
-    let mut served = false;
-    for _ in 0..100 {
-        let g = locks.lock(&key).ttl(ttl).acquire().await.expect("lock");
-        served = cluster_entry(&fleet, 0, &key).await.as_deref() == Some(g.holder());
-        g.release().await.unwrap();
-        if served {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(
-        served,
-        "cluster 0 never served the key from its new primary"
-    );
+    served_again(
+        &fleet,
+        &locks,
+        0,
+        &key,
+        "cluster 0 never served the key from its new primary",
+    )
+    .await;
     assert_eq!(fleet.primary_of(0, key.as_bytes()).unwrap(), replica);
     assert!(
         locks.stats().redirects >= 1,
