@@ -419,7 +419,7 @@ async fn after_a_failover_the_map_follows_the_moved_slots() {
 
 /// The exclusion and fencing checks of the torture suite over cluster nodes while shard
 /// primaries are paused and killed: 4 separate clients x 3 tasks on 3 keys (mutex and fair
-/// lock, fenced) for 12 s over three clusters; one fault at a time, each on the primary that
+/// lock, fenced) for 8 s over three clusters; one fault at a time, each on the primary that
 /// serves one of the keys: a pause of 0.2-0.8 s, or a kill with a restart (empty) only after
 /// the longest TTL, as RedLock asks of a node without persistence. Every hold is recorded as
 /// an interval until its guard's deadline and checked by `testkit::history`.
@@ -429,7 +429,7 @@ async fn torture_over_clusters_with_primaries_killed_and_paused() {
     use std::sync::Mutex;
     const CLIENTS: usize = 4;
     const TASKS: usize = 3;
-    const RUN: Duration = Duration::from_secs(12);
+    const RUN: Duration = Duration::from_secs(8);
     const TTL: Duration = Duration::from_millis(400);
     let fleet = Arc::new(ClusterFleet::start(3).expect("clusters"));
     let keys: Vec<String> = (0..3)
