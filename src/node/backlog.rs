@@ -1,6 +1,6 @@
 //! What a node that stopped answering may still be sent (see [`Backlog`]).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// The requests written to one connection and not answered yet, as far as this client can
@@ -22,7 +22,10 @@ use std::time::Duration;
 /// own that no operation waits for (an operation carrying the probe would wait a node timeout
 /// for it, and the clients that act least often would carry most probes and always lose);
 /// its answer closes the breaker, as does any late answer to an earlier request (a node that
-/// was only slow for a moment is back at its next answer).
+/// was only slow for a moment is back at its next answer), whoever waits for it: a request
+/// whose caller went away before reading its answer (a timeout around the call, a decided
+/// fan-out, a stalled thread) is followed by a `PING` of the connection's own, at most one
+/// out at a time, whose answer counts it (`send::Unread`).
 ///
 /// Releases and rollbacks still go through an open breaker while fewer than
 /// [`MAX_SILENT_BACKLOG`] requests are unanswered: one must follow the acquire it undoes on a
@@ -43,6 +46,10 @@ pub(super) struct Backlog {
     /// The node's smoothed round trip in µs (0: none measured yet), for the choice of a key's
     /// arbiter (see `arbiter`).
     rtt_us: AtomicU64,
+    /// A follow-up `PING` is under way (see [`follow_up_wanted`](Self::follow_up_wanted)).
+    following: AtomicBool,
+    /// A request was left unread after the follow-up under way was written.
+    follow_again: AtomicBool,
     epoch: tokio::time::Instant,
 }
 
@@ -86,6 +93,8 @@ impl Backlog {
             quiet_since: AtomicU64::new(0),
             probed_at: AtomicU64::new(0),
             rtt_us: AtomicU64::new(0),
+            following: AtomicBool::new(false),
+            follow_again: AtomicBool::new(false),
             epoch: tokio::time::Instant::now(),
         }
     }
@@ -129,6 +138,40 @@ impl Backlog {
         self.quiet_since.store(self.now_ms(), Ordering::Release);
     }
 
+    /// A request was written and its caller went away before reading the answer: whether the
+    /// caller is to start a follow-up `PING` (none is under way; one under way is asked to
+    /// send another, behind this request, once it is answered). The connection reads every
+    /// answer, whoever waits for it; only a follow-up can count the unread ones (a node
+    /// answers in order). At most one follow-up per connection is out at a time.
+    pub(super) fn follow_up_wanted(&self) -> bool {
+        self.follow_again.store(true, Ordering::Release);
+        !self.following.swap(true, Ordering::AcqRel)
+    }
+
+    /// The follow-up `PING` is about to be written: its sequence number.
+    pub(super) fn follow_up_sent(&self) -> u64 {
+        self.follow_again.store(false, Ordering::Release);
+        self.written.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// The follow-up was answered: whether to send another (a request was left unread after
+    /// it was written). When not, the follow-up has ended.
+    pub(super) fn follow_up_again(&self) -> bool {
+        if self.follow_again.load(Ordering::Acquire) {
+            return true;
+        }
+        self.following.store(false, Ordering::Release);
+        // A request left unread between the load and the store found a follow-up under way:
+        // take it on, unless a new follow-up already did.
+        self.follow_again.load(Ordering::Acquire) && !self.following.swap(true, Ordering::AcqRel)
+    }
+
+    /// The follow-up ended without an answer (the node stayed silent past its wait, or the
+    /// connection failed): the breaker decides from here, as for any unanswered request.
+    pub(super) fn follow_up_ended(&self) {
+        self.following.store(false, Ordering::Release);
+    }
+
     /// Folds one request's round trip into the smoothed round trip (weight 1/8).
     pub(super) fn round_trip(&self, rtt: Duration) {
         let sample = u64::try_from(rtt.as_micros()).unwrap_or(u64::MAX).max(1);
@@ -163,6 +206,46 @@ impl Backlog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_follow_up_at_a_time_and_another_for_a_request_left_unread_behind_it() {
+        let backlog = Backlog::new();
+        let timeout = Duration::from_millis(100);
+        let a = backlog.admit(timeout, false).sent().unwrap();
+        assert!(
+            backlog.follow_up_wanted(),
+            "the first unread request starts one"
+        );
+        let ping = backlog.follow_up_sent();
+        assert!(ping > a);
+        let b = backlog.admit(timeout, false).sent().unwrap();
+        assert!(
+            !backlog.follow_up_wanted(),
+            "one is under way: it is asked for another"
+        );
+        backlog.answered(ping);
+        assert!(
+            backlog.follow_up_again(),
+            "b was left unread behind the first ping"
+        );
+        let ping2 = backlog.follow_up_sent();
+        assert!(ping2 > b);
+        backlog.answered(ping2);
+        assert!(
+            !backlog.follow_up_again(),
+            "nothing left unread: the follow-up ends"
+        );
+        assert_eq!(backlog.outstanding(), 0);
+        assert!(
+            backlog.follow_up_wanted(),
+            "the next unread request starts a new one"
+        );
+        backlog.follow_up_ended();
+        assert!(
+            backlog.follow_up_wanted(),
+            "an ended follow-up leaves room for the next"
+        );
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_node_silent_for_a_timeout_gets_one_probe_per_timeout_until_it_answers() {

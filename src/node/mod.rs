@@ -291,15 +291,15 @@ impl Node {
             "quorum_lock.operation" = call.name,
         );
         let result = self
-            .on_connection(Some(call), |mut conn, resent| async move {
+            .on_connection(Some(call), |conn, resent| async move {
                 let timeout = self.timeout;
                 let first = match (form, resent) {
-                    (_, true) => send(&mut conn, &call.resend(form), call, slot, timeout).await,
+                    (_, true) => send(&conn, &call.resend(form), call, slot, timeout).await,
                     (SendBy::Sha, false) => {
-                        send(&mut conn, call.command(), call, slot, timeout).await
+                        send(&conn, call.command(), call, slot, timeout).await
                     }
                     (SendBy::Eval, false) => {
-                        send(&mut conn, &call.eval(), call, slot, timeout).await
+                        send(&conn, &call.eval(), call, slot, timeout).await
                     }
                 };
                 match first.and_then(top_level_error) {
@@ -308,7 +308,7 @@ impl Node {
                             && e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
                     {
                         tracing::debug!(node = %self.name(), script = call.name, "NOSCRIPT, falling back to EVAL");
-                        send(&mut conn, &call.eval(), call, slot, timeout)
+                        send(&conn, &call.eval(), call, slot, timeout)
                             .await
                             .and_then(top_level_error)
                     }

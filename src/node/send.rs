@@ -4,6 +4,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use redis::aio::MultiplexedConnection;
 use redis::{Cmd, ErrorKind, RedisError, Value};
 
 use crate::scripts::Call;
@@ -22,7 +23,7 @@ pub(super) const NOT_SENT: &str = "not sent: the node has answered none of the";
 /// and refusing to start once the call was stopped (see
 /// [`Progress`](crate::scripts::Progress)) or while the node is silent with a full backlog.
 pub(super) async fn send(
-    link: &mut Connected,
+    link: &Connected,
     cmd: &Cmd,
     call: &Call,
     slot: usize,
@@ -53,16 +54,26 @@ pub(super) async fn send(
     };
     // Unconstrained: a task out of its scheduling budget would otherwise get its room in the
     // queue and yet return before writing the request.
+    // A handle of its own (a few reference counts), so that the request's borrow leaves
+    // `link` to the follow-up below.
+    let mut conn = link.conn.clone();
     let sent_at = tokio::time::Instant::now();
-    let mut request = std::pin::pin!(tokio::task::unconstrained(
-        link.conn.send_packed_command(cmd)
-    ));
+    let mut request = std::pin::pin!(tokio::task::unconstrained(conn.send_packed_command(cmd)));
     let first = std::future::poll_fn(|cx| std::task::Poll::Ready(request.as_mut().poll(cx))).await;
     progress.written(slot);
+    // The request is on the connection: if this future is dropped before its answer is read
+    // (a timeout around the call, a decided fan-out, a dropped future), the answer is still
+    // counted, by a `PING` behind it (see `Unread`).
+    let unread = Unread {
+        link,
+        timeout,
+        armed: true,
+    };
     let result = match first {
         std::task::Poll::Ready(result) => result,
         std::task::Poll::Pending => request.await,
     };
+    unread.disarm();
     if result.as_ref().is_ok() {
         link.backlog.answered(seq);
         link.backlog.round_trip(sent_at.elapsed());
@@ -70,17 +81,83 @@ pub(super) async fn send(
     result
 }
 
+/// A request written to the connection whose answer nobody has read yet. Dropped armed (its
+/// caller went away), it has the connection count that answer all the same: a `PING` follows
+/// it, and the `PING`'s answer says that every request written before it was answered
+/// ([`Backlog::follow_up`]). Otherwise a node that answers every request, only after their
+/// callers stopped waiting, would keep them "unanswered" for ever, and its breaker would open
+/// on a healthy node: the next call would fail at once.
+struct Unread<'a> {
+    link: &'a Connected,
+    timeout: Duration,
+    armed: bool,
+}
+
+impl Unread<'_> {
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Unread<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            follow_up(self.link, self.timeout);
+        }
+    }
+}
+
+/// Sends a `PING` behind the requests written so far, in the background, unless one is under
+/// way (which then sends another once it is answered); its answer counts every request before
+/// it as answered. Without a runtime (a future dropped after its runtime ended) nothing is
+/// sent: the connection goes with the runtime.
+fn follow_up(link: &Connected, timeout: Duration) {
+    if !link.backlog.follow_up_wanted() {
+        return;
+    }
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        link.backlog.follow_up_ended();
+        return;
+    };
+    let (mut conn, backlog) = (link.conn.clone(), link.backlog.clone());
+    runtime.spawn(async move {
+        loop {
+            let seq = backlog.follow_up_sent();
+            if !ping(&mut conn, ping_wait(timeout)).await {
+                backlog.follow_up_ended();
+                return;
+            }
+            backlog.answered(seq);
+            if !backlog.follow_up_again() {
+                return;
+            }
+        }
+    });
+}
+
+/// How long a probe or a follow-up waits for its `PING`'s answer: long enough for a node that
+/// resumes to answer its backlog first; bounded, so that a node frozen for minutes does not
+/// collect waiting tasks.
+fn ping_wait(timeout: Duration) -> Duration {
+    (timeout * 20).clamp(Duration::from_secs(1), Duration::from_secs(30))
+}
+
+/// Whether a `PING` on `conn` is answered within `wait`.
+async fn ping(conn: &mut MultiplexedConnection, wait: Duration) -> bool {
+    let ping = redis::cmd("PING");
+    matches!(
+        tokio::time::timeout(wait, conn.send_packed_command(&ping)).await,
+        Ok(Ok(_))
+    )
+}
+
 /// The circuit breaker's probe (see [`Backlog`](super::backlog::Backlog)): a `PING` on the
 /// connection that no operation waits for; its answer, if it comes within a while, closes the
 /// breaker (and says that every request written before it was answered).
 fn probe_in_background(link: &Connected, seq: u64, timeout: Duration) {
     let (mut conn, backlog) = (link.conn.clone(), link.backlog.clone());
-    // Long enough for a node that resumes to answer its backlog first; bounded, so that a node
-    // frozen for minutes does not collect waiting tasks.
-    let wait = (timeout * 20).clamp(Duration::from_secs(1), Duration::from_secs(30));
     tokio::spawn(async move {
-        let ping = redis::cmd("PING");
-        if let Ok(Ok(_)) = tokio::time::timeout(wait, conn.send_packed_command(&ping)).await {
+        if ping(&mut conn, ping_wait(timeout)).await {
             backlog.answered(seq);
         }
     });
