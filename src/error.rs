@@ -43,11 +43,41 @@ impl fmt::Display for FailureKind {
     }
 }
 
-/// One node's failure, naming the node by its redacted address (never its password).
+/// Why a request was never written to its node (see [`NodeFailure::unsent`]): nothing of it
+/// reached the node, so nothing there needs undoing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Unsent {
+    /// The node's circuit breaker is open: it has left requests unanswered for longer than
+    /// the node timeout, so the request counts as timed out without being written (a probe
+    /// of the breaker's own finds out when the node is back).
+    BreakerOpen,
+    /// The node's build-time check has not answered yet: it takes no lock calls until its
+    /// check passes.
+    Unchecked,
+    /// The call no longer needed this node's answer (a later call of the same lease stopped
+    /// it) before the request was written.
+    Stopped,
+}
+
+impl fmt::Display for Unsent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Unsent::BreakerOpen => "circuit breaker open",
+            Unsent::Unchecked => "build-time check pending",
+            Unsent::Stopped => "call stopped",
+        })
+    }
+}
+
+/// One node's failure, naming the node by its redacted address (never its password) and, once
+/// known, by its position in the client's node list.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeFailure {
     node: String,
+    index: Option<usize>,
     kind: FailureKind,
+    unsent: Option<Unsent>,
     detail: String,
 }
 
@@ -66,15 +96,72 @@ impl NodeFailure {
         };
         NodeFailure {
             node: node.into(),
+            index: None,
             kind,
+            unsent: None,
             detail,
         }
     }
 
-    /// The request was never written to the node (its circuit breaker was open, or its
-    /// build-time check had not answered).
+    /// A request that was never written to the node, and why (its kind follows from `why`).
+    pub(crate) fn not_sent(
+        node: impl Into<String>,
+        why: Unsent,
+        detail: impl Into<String>,
+    ) -> Self {
+        let kind = match why {
+            // As good as a timeout: an answer the node would not have given in time.
+            Unsent::BreakerOpen | Unsent::Unchecked => FailureKind::Timeout,
+            Unsent::Stopped => FailureKind::Connection,
+        };
+        NodeFailure {
+            unsent: Some(why),
+            ..NodeFailure::new(node, kind, detail)
+        }
+    }
+
+    /// The same failure, of the node at `index` in the client's node list.
+    pub(crate) fn at(mut self, index: usize) -> Self {
+        self.index = Some(index);
+        self
+    }
+
+    /// The same failure with `detail` in front of its own, and no longer counted as never
+    /// written (`unsent` cleared): for a re-send whose first send may have been written.
+    pub(crate) fn maybe_written(self, detail: &str) -> Self {
+        NodeFailure {
+            unsent: None,
+            detail: format!("{detail} {}", self.detail),
+            ..self
+        }
+    }
+
+    /// The same failure, named by `node`, with `after` behind its detail (a cluster's
+    /// primary's failure, named by its node).
+    pub(crate) fn renamed(self, node: &str, after: &str) -> Self {
+        NodeFailure {
+            node: node.into(),
+            detail: format!("{} {after}", self.detail),
+            ..self
+        }
+    }
+
+    /// The request was never written to the node (its circuit breaker was open, its
+    /// build-time check had not answered, or its call was stopped first).
     pub(crate) fn is_unsent(&self) -> bool {
-        self.detail.starts_with("not sent")
+        self.unsent.is_some()
+    }
+
+    /// Why the request was never written to the node, if it was not: then nothing of it
+    /// reached the node. `None` when it was, or may have been, written.
+    pub fn unsent(&self) -> Option<Unsent> {
+        self.unsent
+    }
+
+    /// The node's position in the list given to [`Builder::nodes`](crate::Builder::nodes)
+    /// (from 0), when the failure is of one of the client's nodes.
+    pub fn index(&self) -> Option<usize> {
+        self.index
     }
 
     /// The node's address with any password replaced by `***`.

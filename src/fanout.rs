@@ -363,15 +363,18 @@ where
                 Vote::Refused
             }
             Ok((None, v)) => {
-                out.failures.push(NodeFailure::new(
-                    node.name(),
-                    FailureKind::Protocol,
-                    format!("{} answered {v:?}", self.call.name),
-                ));
+                out.failures.push(
+                    NodeFailure::new(
+                        node.name(),
+                        FailureKind::Protocol,
+                        format!("{} answered {v:?}", self.call.name),
+                    )
+                    .at(i),
+                );
                 Vote::Failed
             }
             Err(f) => {
-                out.failures.push(f);
+                out.failures.push(f.at(i));
                 Vote::Failed
             }
         };
@@ -411,7 +414,10 @@ pub(crate) async fn broadcast(
     let call = Arc::new(call);
     futures::future::join_all(which.into_iter().map(|i| {
         let (nodes, call) = (nodes.clone(), call.clone());
-        async move { nodes[i].run_within_timeout(&call, form, i).await }
+        async move {
+            let answer = nodes[i].run_within_timeout(&call, form, i).await;
+            answer.map_err(|f| f.at(i))
+        }
     }))
     .await
 }

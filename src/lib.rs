@@ -215,7 +215,7 @@ pub mod docs {
 pub use builder::Builder;
 pub use client::QuorumLock;
 pub use config::{MAX_DURATION, MAX_TTL};
-pub use error::{Error, FailureKind, NodeFailure, Op, Result};
+pub use error::{Error, FailureKind, NodeFailure, Op, Result, Unsent};
 pub use family::MAX_SET_KEYS;
 pub use guard::LockGuard;
 pub use holder::MAX_HOLDER_LEN;

@@ -41,7 +41,7 @@ pub(crate) async fn probe_until_quorum(
         };
         let Some((i, probe)) = next else { break };
         ended[i] = true;
-        match probe {
+        match probe.map_err(|f| f.at(i)) {
             Ok(info) => infos.push(info),
             Err(f) if unfixable(&f) => return Err(Error::Node(f)),
             Err(f) => failures.push(f),

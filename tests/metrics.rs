@@ -599,7 +599,7 @@ async fn requests_to_a_silent_node_are_recorded_as_timed_out() {
     // acquire was never sent.
     let unsent = failures
         .iter()
-        .filter(|f| f.detail().starts_with("not sent"))
+        .filter(|f| f.unsent() == Some(quorum_lock::Unsent::BreakerOpen))
         .count();
     assert_eq!(
         after.counter_since(

@@ -279,6 +279,63 @@ async fn after_one_node_timeout_a_silent_node_is_not_waited_for() {
     );
 }
 
+/// A failure says in a typed value, not in its text, whether its request was ever written to
+/// the node and why not (a rollback skips only the nodes never written to), and names the node
+/// by its index as well as by its address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_the_breaker_kept_back_is_typed_and_names_its_node_by_index() {
+    let fleet = own_fleet(3);
+    let locks = client(&fleet, Quorum::All).await;
+    let warm = locks.try_acquire(unique_key("warm"), TTL).await.unwrap();
+    warm.expect("a free key").release().await.unwrap();
+    locks.finish_background().await;
+    fleet.pause(2).unwrap();
+    let failure_of = |e: quorum_lock::Error| {
+        let failures = e.node_failures().to_vec();
+        assert_eq!(failures.len(), 1, "only node 2 fails: {e}");
+        failures[0].clone()
+    };
+    // Written, and not answered within the node timeout.
+    let first = locks
+        .try_acquire(unique_key("typed"), TTL)
+        .await
+        .unwrap_err();
+    let first = failure_of(first);
+    assert_eq!(first.index(), Some(2), "{first}");
+    assert_eq!(
+        first.unsent(),
+        None,
+        "the first request was written: {first}"
+    );
+    assert!(first.is_timeout(), "{first}");
+    // Silent for longer than the node timeout: the breaker keeps the next request back.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let kept = locks
+        .try_acquire(unique_key("typed"), TTL)
+        .await
+        .unwrap_err();
+    let kept = failure_of(kept);
+    fleet.resume(2).unwrap();
+    assert_eq!(kept.index(), Some(2), "{kept}");
+    assert_eq!(
+        kept.unsent(),
+        Some(quorum_lock::Unsent::BreakerOpen),
+        "{kept}"
+    );
+    assert!(kept.is_timeout(), "{kept}");
+    assert!(
+        kept.detail().starts_with("not sent: the node has left ")
+            && kept
+                .detail()
+                .contains(" requests unanswered for longer than the node timeout (250ms)"),
+        "{kept}"
+    );
+    assert!(
+        !kept.detail().contains(" - "),
+        "a driver's error layout: {kept}"
+    );
+}
+
 /// `build()` with one node of five frozen returns once the others answered its checks (and a
 /// node timeout more), not after the whole connect timeout; the frozen node takes no lock calls
 /// until its check answers, and then does.

@@ -10,7 +10,7 @@ use crate::address::NodeAddr;
 use crate::error::{FailureKind, NodeFailure};
 
 use super::backlog::Backlog;
-use super::send::{top_level_error, NOT_SENT};
+use super::send::top_level_error;
 use super::shard::{Connected, Link};
 use super::QUEUE_CAPACITY;
 
@@ -114,8 +114,6 @@ pub(super) fn classify(addr: &NodeAddr, e: &RedisError) -> NodeFailure {
     }
     let msg = addr.scrub(&e.to_string());
     let kind = match e.kind() {
-        // A silent node with a full backlog (see `Backlog`): as good as a timeout.
-        ErrorKind::Client if msg.contains(NOT_SENT) => FailureKind::Timeout,
         ErrorKind::AuthenticationFailed => FailureKind::Auth,
         _ if matches!(e.code(), Some("WRONGPASS" | "NOAUTH")) => FailureKind::Auth,
         ErrorKind::Io if msg.contains("lookup address") => FailureKind::UnknownHost,

@@ -24,7 +24,7 @@ use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 use tracing::Instrument;
 
 use crate::address::NodeAddr;
-use crate::error::{FailureKind, NodeFailure};
+use crate::error::{FailureKind, NodeFailure, Unsent};
 use crate::safety::NodeInfo;
 use crate::scripts::{Call, SendBy};
 use crate::telemetry::{NodeRequest, NodeResult};
@@ -32,7 +32,7 @@ use crate::telemetry::{NodeRequest, NodeResult};
 pub use client::NodeClient;
 use cluster::Cluster;
 use connection::classify;
-use send::{send, top_level_error, InFlightRequest, Recorded, NOT_SENT, STOPPED};
+use send::{answered, send, InFlightRequest, Recorded, SendError};
 use shard::{Connected, Shard};
 
 /// One Redis master.
@@ -138,9 +138,9 @@ impl Node {
     fn not_admitted(&self) -> Option<NodeFailure> {
         match self.admission.state.load(Ordering::Acquire) {
             ADMITTED => None,
-            CHECKING => Some(NodeFailure::new(
+            CHECKING => Some(NodeFailure::not_sent(
                 self.name(),
-                FailureKind::Timeout,
+                Unsent::Unchecked,
                 "not sent: the node's build-time check has not answered yet",
             )),
             _ => Some(NodeFailure::new(
@@ -194,10 +194,7 @@ impl Node {
         limit: Duration,
     ) -> Result<Value, NodeFailure> {
         let sent = self.on_connection(None, |mut link, _resent| async move {
-            link.conn
-                .send_packed_command(cmd)
-                .await
-                .and_then(top_level_error)
+            answered(link.conn.send_packed_command(cmd).await?)
         });
         let unexpired = AtomicBool::new(false);
         let sent = futures::FutureExt::map(sent, |r| r.map_err(|(_, failure)| failure));
@@ -302,15 +299,15 @@ impl Node {
                         send(&conn, &call.eval(), call, slot, timeout).await
                     }
                 };
-                match first.and_then(top_level_error) {
-                    Err(e)
+                match first.and_then(answered) {
+                    Err(SendError::Redis(e))
                         if call.is_script()
                             && e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
                     {
                         tracing::debug!(node = %self.name(), script = call.name, "NOSCRIPT, falling back to EVAL");
                         send(&conn, &call.eval(), call, slot, timeout)
                             .await
-                            .and_then(top_level_error)
+                            .and_then(answered)
                     }
                     other => other,
                 }
@@ -320,9 +317,8 @@ impl Node {
             .map_err(|(_, failure)| failure);
         request.end(match &result {
             Ok(_) => NodeResult::Answered,
+            Err(f) if f.unsent() == Some(Unsent::Stopped) => NodeResult::Stopped,
             Err(f) if f.kind() == FailureKind::Timeout => NodeResult::Timeout,
-            Err(f) if f.detail().contains(NOT_SENT) => NodeResult::Timeout,
-            Err(f) if f.detail().contains(STOPPED) => NodeResult::Stopped,
             Err(_) => NodeResult::Error,
         });
         result
@@ -348,16 +344,18 @@ impl Node {
     ) -> Result<Value, (u64, NodeFailure)>
     where
         F: Fn(Connected, bool) -> Fut + 'a,
-        Fut: std::future::Future<Output = Result<Value, RedisError>> + 'a,
+        Fut: std::future::Future<Output = Result<Value, SendError>> + 'a,
     {
         let shard = self.shard(call).await.map_err(|f| (0, f))?;
         let (generation, conn) = self.connection(&shard).await.map_err(|f| (0, f))?;
         match op(conn, false).await {
             Err(e) if e.is_io_error() => {
                 shard.forget(generation);
-                tracing::debug!(node = %self.name(), error = %self.scrubbed(&e), "connection dropped; reconnecting once");
-                if let Some(cluster) = self.cluster.get() {
-                    cluster.observe(&e);
+                if let SendError::Redis(e) = &e {
+                    tracing::debug!(node = %self.name(), error = %self.scrubbed(e), "connection dropped; reconnecting once");
+                    if let Some(cluster) = self.cluster.get() {
+                        cluster.observe(e);
+                    }
                 }
                 let (generation, conn) = self.connection(&shard).await.map_err(|f| (0, f))?;
                 op(conn, true).await.map_err(|e| {
@@ -366,11 +364,7 @@ impl Node {
                     // refused by the breaker must not read as "never written" (a rollback
                     // would skip the node).
                     let failure = match failure.is_unsent() {
-                        true => NodeFailure::new(
-                            self.name(),
-                            failure.kind(),
-                            format!("re-send after a dropped connection {}", failure.detail()),
-                        ),
+                        true => failure.maybe_written("re-send after a dropped connection"),
                         false => failure,
                     };
                     (generation, failure)
@@ -397,7 +391,16 @@ impl Node {
     /// Classifies a call's error, dropping the connection when it is broken; a cluster reads
     /// what the answer says about its map (a `MOVED` from a node not known to be a cluster
     /// makes it one).
-    fn failure(&self, shard: &Arc<Shard>, generation: u64, e: &RedisError) -> NodeFailure {
+    fn failure(&self, shard: &Arc<Shard>, generation: u64, e: &SendError) -> NodeFailure {
+        let e = match e {
+            SendError::Unsent(why, detail) => {
+                return self.named(
+                    shard,
+                    NodeFailure::not_sent(self.name(), *why, detail.clone()),
+                )
+            }
+            SendError::Redis(e) => e,
+        };
         if e.is_io_error() {
             shard.forget(generation);
         }
@@ -419,11 +422,8 @@ impl Node {
         if Arc::ptr_eq(shard, &self.home) {
             return failure;
         }
-        NodeFailure::new(
-            self.name(),
-            failure.kind(),
-            format!("{} (primary {})", failure.detail(), shard.addr.display),
-        )
+        let primary = format!("(primary {})", shard.addr.display);
+        failure.renamed(self.name(), &primary)
     }
 
     fn scrubbed(&self, e: &RedisError) -> String {
@@ -555,7 +555,8 @@ impl Node {
             link.conn
                 .send_packed_command(cmd)
                 .await
-                .and_then(top_level_error)
+                .map_err(SendError::from)
+                .and_then(answered)
                 .map_err(|e| self.failure(shard, generation, &e))
         };
         tokio::time::timeout(limit, sent)

@@ -5,7 +5,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{Cmd, ErrorKind, RedisError, Value};
+use redis::{Cmd, RedisError, Value};
+
+use crate::error::Unsent;
 
 use crate::scripts::Call;
 use crate::telemetry::{NodeRequest, NodeResult};
@@ -13,11 +15,27 @@ use crate::telemetry::{NodeRequest, NodeResult};
 use super::backlog::Admit;
 use super::{Connected, MAX_IN_FLIGHT};
 
-/// Why a request was not sent: the call was stopped (the caller decided without it).
-pub(super) const STOPPED: &str = "call stopped by a later call of the same lease";
+/// A request's failure before the node's answer was classified: never written, and why, or the
+/// driver's error.
+pub(super) enum SendError {
+    /// Not written to the node.
+    Unsent(Unsent, String),
+    /// The driver's error (an I/O failure, a reply it could not read, an error reply).
+    Redis(RedisError),
+}
 
-/// Why a request was not sent: the node is silent with a full backlog (see [`Backlog`]).
-pub(super) const NOT_SENT: &str = "not sent: the node has answered none of the";
+impl From<RedisError> for SendError {
+    fn from(e: RedisError) -> SendError {
+        SendError::Redis(e)
+    }
+}
+
+impl SendError {
+    /// The connection failed: the request may or may not have been written.
+    pub(super) fn is_io_error(&self) -> bool {
+        matches!(self, SendError::Redis(e) if e.is_io_error())
+    }
+}
 
 /// Sends one command of `call`, recording when it holds its place in the connection's queue,
 /// and refusing to start once the call was stopped (see
@@ -28,10 +46,13 @@ pub(super) async fn send(
     call: &Call,
     slot: usize,
     timeout: Duration,
-) -> Result<Value, RedisError> {
+) -> Result<Value, SendError> {
     let progress = &call.progress;
     if !progress.may_send(slot) {
-        return Err(RedisError::from((ErrorKind::Client, STOPPED)));
+        return Err(SendError::Unsent(
+            Unsent::Stopped,
+            "call stopped by a later call of the same lease".into(),
+        ));
     }
     // Releases and rollbacks (scripts named so) must follow what they undo (see `Backlog`).
     let cleanup = matches!(call.name, "release" | "withdraw");
@@ -42,14 +63,14 @@ pub(super) async fn send(
                 probe_in_background(link, seq, timeout);
             }
             progress.written(slot);
-            return Err(RedisError::from((
-                ErrorKind::Client,
-                NOT_SENT,
+            return Err(SendError::Unsent(
+                Unsent::BreakerOpen,
                 format!(
-                    "{} requests written to it, for longer than the node timeout ({timeout:?})",
+                    "not sent: the node has left {} requests unanswered for longer than the node \
+                     timeout ({timeout:?}); its circuit breaker is open",
                     link.backlog.outstanding()
                 ),
-            )));
+            ));
         }
     };
     // Unconstrained: a task out of its scheduling budget would otherwise get its room in the
@@ -74,11 +95,11 @@ pub(super) async fn send(
         std::task::Poll::Pending => request.await,
     };
     unread.disarm();
-    if result.as_ref().is_ok() {
+    if result.is_ok() {
         link.backlog.answered(seq);
         link.backlog.round_trip(sent_at.elapsed());
     }
-    result
+    Ok(result?)
 }
 
 /// A request written to the connection whose answer nobody has read yet. Dropped armed (its
@@ -214,4 +235,9 @@ pub(super) fn top_level_error(v: Value) -> Result<Value, RedisError> {
         Value::ServerError(e) => Err(e.into()),
         v => Ok(v),
     }
+}
+
+/// [`top_level_error`] for a request's answer.
+pub(super) fn answered(v: Value) -> Result<Value, SendError> {
+    Ok(top_level_error(v)?)
 }
