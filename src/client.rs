@@ -280,6 +280,7 @@ impl QuorumLock {
     /// Made through the client whose live guard holds the lock with that holder value, it acts
     /// through the guard: the guard's deadline moves (a shorter `ttl` cuts it before anything
     /// is sent), as for [`LockGuard::extend`]. A guard in another process does not learn of it.
+    /// Any key of a multi-key guard names the whole acquisition: every key is extended.
     ///
     /// # Errors
     /// [`Error::InvalidKey`](crate::Error::InvalidKey),
@@ -316,7 +317,8 @@ impl QuorumLock {
     /// does. Made through the client whose live guard holds the lock with that holder value,
     /// it ends the guard first (its loss signals fire) and then releases; the guard's own
     /// release then reports [`Error::NotHeld`](crate::Error::NotHeld) without sending
-    /// anything. A guard in another process does not learn of it.
+    /// anything. A guard in another process does not learn of it. Through the guard's client,
+    /// any key of a multi-key guard names the whole acquisition: every key is released.
     ///
     /// # Errors
     /// [`Error::InvalidKey`](crate::Error::InvalidKey) and

@@ -119,10 +119,13 @@ impl Lease {
         }
     }
 
-    /// Registers the lease with its client (`state::HeldLeases`) until it ends.
+    /// Registers the lease with its client (`state::HeldLeases`) until it ends, under every key
+    /// it holds: a call by holder value on any key of a multi-key lock acts through the lease.
     pub(crate) fn register(self: &Arc<Self>) {
         let any: AnyLease = self.clone();
-        self.client.held.insert(self.key.bytes(), &any);
+        for key in self.shape.keys() {
+            self.client.held.insert(key.bytes(), &any);
+        }
     }
 
     /// The live lease of this client that holds `key` with `holder`, if any: a call by holder value
@@ -238,9 +241,11 @@ impl Lease {
         }
         self.signal.cancel();
         self.moved.notify_waiters();
-        self.client
-            .held
-            .remove(self.key.bytes(), std::ptr::from_ref(self).cast());
+        for key in self.shape.keys() {
+            self.client
+                .held
+                .remove(key.bytes(), std::ptr::from_ref(self).cast());
+        }
         was_lost
     }
 
@@ -432,9 +437,11 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        self.client
-            .held
-            .remove(self.key.bytes(), std::ptr::from_ref(self).cast());
+        for key in self.shape.keys() {
+            self.client
+                .held
+                .remove(key.bytes(), std::ptr::from_ref(self).cast());
+        }
     }
 }
 

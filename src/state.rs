@@ -37,7 +37,7 @@ pub(crate) struct ClientState {
 /// and weak, so that the registry never keeps a lease alive.
 pub(crate) type AnyLease = Arc<dyn Any + Send + Sync>;
 
-/// The live leases of a client, by their first key: a call by holder value on a lock this client
+/// The live leases of a client, by each key they hold: a call by holder value on a lock this client
 /// holds goes through its lease, so that the guard learns of it (docs/DESIGN.md, "By holder value"),
 /// and a task that holds a read lock of a key is told it cannot wait for the write lock.
 #[derive(Default)]
@@ -46,7 +46,7 @@ pub(crate) struct HeldLeases(Mutex<LeasesByKey>);
 /// A registered lease, weakly.
 type WeakLease = Weak<dyn Any + Send + Sync>;
 
-/// The leases of each first key.
+/// The leases of each key.
 type LeasesByKey = HashMap<Vec<u8>, Vec<WeakLease>>;
 
 impl HeldLeases {

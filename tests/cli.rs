@@ -1051,7 +1051,7 @@ fn check_reports_what_weakens_safety() {
 /// ACLs apply too); SUBSCRIBE, UNSUBSCRIBE (release notices); INFO and CONFIG GET (build-time
 /// checks). On Redis 7.2 and later also CLIENT SETINFO (the redis crate's handshake, which
 /// ignores a refusal), added by the test when the server knows it.
-const ACL_RULE: [&str; 31] = [
+const ACL_RULE: [&str; 32] = [
     "locker",
     "on",
     ">s3cret-pw",
@@ -1077,6 +1077,7 @@ const ACL_RULE: [&str; 31] = [
     "+script|load",
     "+subscribe",
     "+unsubscribe",
+    "+ping",
     "+info",
     "+config|get",
     "+time",

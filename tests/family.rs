@@ -825,7 +825,7 @@ async fn into_holder_gives_back_the_guard_of_a_set_or_a_permit() {
 /// read-write locks and fair locks: their commands (`ZADD`, `ZREM`, `ZSCORE`, `ZCARD`,
 /// `ZRANGE`, `ZRANGEBYSCORE`, `ZREMRANGEBYSCORE`, `PEXPIREAT`, `TIME`, `HSET`, `HGET`, `HDEL`)
 /// and key patterns.
-const FAMILY_ACL_RULE: [&str; 42] = [
+const FAMILY_ACL_RULE: [&str; 43] = [
     "locker",
     "on",
     ">s3cret-pw",
@@ -854,6 +854,7 @@ const FAMILY_ACL_RULE: [&str; 42] = [
     "+script|load",
     "+subscribe",
     "+unsubscribe",
+    "+ping",
     "+info",
     "+config|get",
     "+zadd",

@@ -393,3 +393,82 @@ async fn token_calls_from_the_guards_own_client_act_through_the_guard() {
     drop(kept);
     theirs.release().await.unwrap();
 }
+
+/// Each kind of lock, as a request for `keys` (the multi-key lock takes them all; the others
+/// the first).
+type KindRequest =
+    for<'a> fn(&'a quorum_lock::QuorumLock, &[String]) -> quorum_lock::LockRequest<'a>;
+
+fn kinds() -> Vec<(&'static str, usize, KindRequest)> {
+    vec![
+        ("mutex", 1, |l, k| l.lock(&k[0])),
+        ("multi-key", 3, |l, k| l.lock_all(k)),
+        ("semaphore", 1, |l, k| l.semaphore(&k[0], 1)),
+        ("read", 1, |l, k| l.read_lock(&k[0])),
+        ("write", 1, |l, k| l.write_lock(&k[0])),
+        ("fair", 1, |l, k| l.fair_lock(&k[0])),
+    ]
+}
+
+/// Holder-value calls from the guard's own client on every key of every kind act through the
+/// guard: an extend to a shorter TTL cuts the guard's deadline, a release ends the guard (its
+/// loss signal fires) before another client can take any of its keys. Before, only a guard's
+/// first key was known to its client, so a release by holder value of a multi-key guard's
+/// second key left the guard saying "held" while another client held that key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holder_calls_on_every_key_of_every_kind_act_through_the_guard() {
+    let fleet = shared_fleet();
+    let locks = client(fleet, Quorum::Majority).await;
+    let other = client(fleet, Quorum::Majority).await;
+    let ttl = Duration::from_secs(10);
+    let short = Duration::from_secs(1);
+    for (kind, n, request) in kinds() {
+        for at in 0..n {
+            let keys: Vec<String> = (0..n)
+                .map(|i| unique_key(&format!("holder-every-key-{kind}-{i}")))
+                .collect();
+            let what = format!("{kind}, key {at} of {n}");
+            let guard = request(&locks, &keys)
+                .ttl(ttl)
+                .try_acquire()
+                .await
+                .unwrap()
+                .unwrap_or_else(|| panic!("{what}: free keys"));
+            let lost = guard.lost_signal();
+            let holder = guard.holder().to_string();
+            let key = &keys[at];
+
+            let validity = locks.extend_by_holder(key, &holder, short).await.unwrap();
+            assert!(validity <= short, "{what}: extend answered {validity:?}");
+            assert!(
+                guard.validity() <= short,
+                "{what}: the guard counts on {:?} after its entries were cut to {short:?}",
+                guard.validity()
+            );
+            assert!(guard.is_held(), "{what}: the extend kept the lock");
+
+            locks.release_by_holder(key, &holder).await.unwrap();
+            assert!(
+                !guard.is_held(),
+                "{what}: the guard says held after its release"
+            );
+            assert!(lost.is_fired(), "{what}: its loss signal did not fire");
+            let theirs = request(&other, &keys)
+                .ttl(ttl)
+                .try_acquire()
+                .await
+                .unwrap()
+                .unwrap_or_else(|| panic!("{what}: another client takes the released lock"));
+            assert!(!guard.is_held(), "{what}: two holders");
+            assert!(
+                matches!(guard.release().await, Err(Error::NotHeld { .. })),
+                "{what}: released by holder value already"
+            );
+            assert!(
+                theirs.is_held(),
+                "{what}: the old guard's release touched theirs"
+            );
+            theirs.release().await.unwrap();
+        }
+    }
+}
