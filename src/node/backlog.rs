@@ -183,6 +183,17 @@ impl Backlog {
         self.rtt_us.store(new.max(1), Ordering::Relaxed);
     }
 
+    /// A request went unanswered for `waited`: its round trip is at least that. Folded in
+    /// (as [`round_trip`](Self::round_trip)) only when it is above the estimate, so that a
+    /// request abandoned early says nothing, and one abandoned after a node timeout raises
+    /// the estimate of a node that answers only after its callers gave up.
+    pub(super) fn at_least(&self, waited: Duration) {
+        let waited_us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
+        if waited_us > self.rtt_us.load(Ordering::Relaxed) {
+            self.round_trip(waited);
+        }
+    }
+
     /// The smoothed round trip in µs, unless the breaker is open or about to open (a request
     /// unanswered for longer than `timeout`); `Some(0)` before any answer.
     pub(super) fn answering(&self, timeout: Duration) -> Option<u64> {
@@ -245,6 +256,23 @@ mod tests {
             backlog.follow_up_wanted(),
             "an ended follow-up leaves room for the next"
         );
+    }
+
+    #[test]
+    fn requests_abandoned_after_a_node_timeout_raise_the_round_trip_of_a_slow_node() {
+        let backlog = Backlog::new();
+        let timeout = Duration::from_millis(250);
+        backlog.round_trip(Duration::from_micros(200));
+        // Abandoned early (a decided fan-out): says nothing about the node.
+        backlog.at_least(Duration::from_micros(50));
+        assert_eq!(backlog.answering(timeout), Some(200));
+        // Abandoned at the node timeout, three times: the estimate passes a quarter of the
+        // node timeout, the arbiter's floor (`arbiter`), so the node is no longer chosen.
+        for _ in 0..3 {
+            backlog.at_least(timeout);
+        }
+        let rtt = backlog.answering(timeout).unwrap();
+        assert!(rtt > 250_000 / 4, "{rtt} µs");
     }
 
     #[tokio::test(start_paused = true)]

@@ -88,6 +88,7 @@ pub(super) async fn send(
     let unread = Unread {
         link,
         timeout,
+        sent_at,
         armed: true,
     };
     let result = match first {
@@ -111,6 +112,7 @@ pub(super) async fn send(
 struct Unread<'a> {
     link: &'a Connected,
     timeout: Duration,
+    sent_at: tokio::time::Instant,
     armed: bool,
 }
 
@@ -123,6 +125,10 @@ impl Unread<'_> {
 impl Drop for Unread<'_> {
     fn drop(&mut self) {
         if self.armed {
+            // Its round trip is at least this long: a node slower than the node timeout
+            // must not keep the quick estimate of its last answer read in time (it would
+            // stay a key's arbiter, and every ordered attempt would wait a node timeout).
+            self.link.backlog.at_least(self.sent_at.elapsed());
             follow_up(self.link, self.timeout);
         }
     }
