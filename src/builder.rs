@@ -414,7 +414,8 @@ impl Builder {
     /// for the whole connect timeout. Its check goes on in the background, and lock calls
     /// count it as failed, sending it nothing, until the check passes; a check that fails
     /// then (the same server as another node, a replica) excludes the node for good and logs
-    /// an error.
+    /// an error. A node unreachable at build is held the same way, its check tried again
+    /// every second until it answers.
     ///
     /// Checks: the same server listed twice (same `run_id`) and replicas are rejected;
     /// evicting `maxmemory-policy` and missing persistence are logged as warnings (tracing);
@@ -454,7 +455,7 @@ impl Builder {
             });
         }
         for f in &failures {
-            tracing::warn!(node = f.node(), error = %f, "node unreachable at build; will retry on use");
+            tracing::warn!(node = f.node(), error = %f, "node unreachable at build; checked when it answers");
         }
         if nodes.len() == 1 {
             tracing::warn!("a single-node lock has no fault tolerance");

@@ -40,56 +40,111 @@ pub(crate) async fn probe_until_quorum(
             },
         };
         let Some((i, probe)) = next else { break };
-        ended[i] = true;
         match probe.map_err(|f| f.at(i)) {
-            Ok(info) => infos.push(info),
+            Ok(info) => {
+                ended[i] = true;
+                infos.push(info);
+            }
             Err(f) if unfixable(&f) => return Err(Error::Node(f)),
+            // Checked later, when it answers (below).
             Err(f) => failures.push(f),
         }
         if grace.is_none() && infos.len() >= config.required {
             grace = Some(tokio::time::Instant::now() + config.node_timeout);
         }
     }
-    if !probes.is_empty() {
-        for (i, node) in nodes.iter().enumerate() {
-            if !ended[i] {
-                tracing::warn!(
-                    node = node.name(),
-                    "node not checked yet at build; it takes no lock calls until its check passes"
-                );
-                node.hold_until_checked();
+    // Every node not checked at build (its check still running, or the node unreachable)
+    // takes no lock calls until a check of it passes: unchecked, it could be another node's
+    // server under a second name, and vote twice (a reader's or a permit's script answers yes
+    // to its own member again). Its check goes on, or is tried again, in the background.
+    let unchecked: Vec<usize> = (0..nodes.len()).filter(|&i| !ended[i]).collect();
+    if unchecked.is_empty() {
+        return Ok((infos, failures));
+    }
+    for &i in &unchecked {
+        tracing::warn!(
+            node = nodes[i].name(),
+            "node not checked yet at build; it takes no lock calls until its check passes"
+        );
+        nodes[i].hold_until_checked();
+    }
+    let unreachable: Vec<usize> = failures.iter().filter_map(NodeFailure::index).collect();
+    tokio::spawn(check_late(
+        Arc::downgrade(nodes),
+        probes,
+        unreachable,
+        infos.clone(),
+        limit,
+    ));
+    Ok((infos, failures))
+}
+
+/// How long a node that could not be checked waits before its check is tried again.
+const RECHECK_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The checks of the nodes not checked at build: those still running (`probes`), and those
+/// of the nodes that could not be reached (`unreachable`), tried again every
+/// [`RECHECK_AFTER`] until they answer. Each late node is checked against every node admitted
+/// before it, the late ones too (two addresses of one slow server are likely to be late
+/// together), and admitted or excluded for good. Ends with the client (its nodes are held
+/// weakly).
+async fn check_late<P>(
+    nodes: std::sync::Weak<[Node]>,
+    mut probes: FuturesUnordered<P>,
+    unreachable: Vec<usize>,
+    mut checked: Vec<NodeInfo>,
+    limit: std::time::Duration,
+) where
+    P: std::future::Future<Output = (usize, Result<NodeInfo, NodeFailure>)>,
+{
+    let mut retries: FuturesUnordered<_> = unreachable
+        .into_iter()
+        .map(|i| recheck(nodes.clone(), i, limit))
+        .collect();
+    loop {
+        let (i, probe) = tokio::select! {
+            Some(done) = probes.next() => done,
+            Some(done) = retries.next() => match done {
+                Some(done) => done,
+                None => return,
+            },
+            else => return,
+        };
+        let Some(all) = nodes.upgrade() else { return };
+        let node = &all[i];
+        match probe {
+            Ok(info) => match safety::refuse_or_warn_late(&checked, info.clone()) {
+                Ok(()) => {
+                    checked.push(info);
+                    node.admit();
+                }
+                Err(e) => {
+                    tracing::error!(node = node.name(), error = %e, "node excluded: it failed its check after build");
+                    node.exclude(e.to_string());
+                }
+            },
+            Err(f) if unfixable(&f) => {
+                tracing::error!(node = node.name(), error = %f, "node excluded: it failed its check after build");
+                node.exclude(f.to_string());
+            }
+            Err(f) => {
+                tracing::debug!(node = f.node(), error = %f, "node still unreachable; its check is tried again");
+                retries.push(recheck(nodes.clone(), i, limit));
             }
         }
-        // Each late node is checked against every node admitted before it, the late ones too
-        // (two addresses of one slow server are likely to be late together).
-        let (nodes, mut checked) = (nodes.clone(), infos.clone());
-        tokio::spawn(async move {
-            while let Some((i, probe)) = probes.next().await {
-                let node = &nodes[i];
-                match probe {
-                    Ok(info) => match safety::refuse_or_warn_late(&checked, info.clone()) {
-                        Ok(()) => {
-                            checked.push(info);
-                            node.admit();
-                        }
-                        Err(e) => {
-                            tracing::error!(node = node.name(), error = %e, "node excluded: it failed its check after build");
-                            node.exclude(e.to_string());
-                        }
-                    },
-                    Err(f) if unfixable(&f) => {
-                        tracing::error!(node = node.name(), error = %f, "node excluded: it failed its check after build");
-                        node.exclude(f.to_string());
-                    }
-                    Err(f) => {
-                        tracing::warn!(node = f.node(), error = %f, "node unreachable at build; will retry on use");
-                        node.admit();
-                    }
-                }
-            }
-        });
     }
-    Ok((infos, failures))
+}
+
+/// Node `i`'s check, after [`RECHECK_AFTER`]; `None` once the client is gone.
+async fn recheck(
+    nodes: std::sync::Weak<[Node]>,
+    i: usize,
+    limit: std::time::Duration,
+) -> Option<(usize, Result<NodeInfo, NodeFailure>)> {
+    tokio::time::sleep(RECHECK_AFTER).await;
+    let all = nodes.upgrade()?;
+    let probe = all[i].probe(limit).await;
+    Some((i, probe))
 }
 
 /// What waiting will not fix: a wrong address or credentials, a refused TLS handshake, or a

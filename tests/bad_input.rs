@@ -241,7 +241,8 @@ async fn all_nodes_down_is_an_error_unless_lazy() {
         }
         other => panic!("expected Unreachable, got {other}"),
     }
-    // Lazy: builds, fails per attempt, and works once the nodes are back.
+    // Lazy: builds, fails per attempt (each node unchecked: not sent), and works once the
+    // nodes are back and their checks, tried again every second, passed.
     let locks = QuorumLock::builder()
         .nodes(&urls)
         .lazy(true)
@@ -253,15 +254,31 @@ async fn all_nodes_down_is_an_error_unless_lazy() {
         .await
         .unwrap_err();
     assert!(matches!(err, Error::NoQuorum { confirmed: 0, .. }), "{err}");
+    assert!(
+        err.node_failures()
+            .iter()
+            .all(|f| f.unsent() == Some(quorum_lock::Unsent::Unchecked)),
+        "{err}"
+    );
     for i in 0..3 {
         fleet.restart(i).unwrap();
     }
-    let guard = locks
-        .try_acquire("k", Duration::from_secs(5))
-        .await
-        .unwrap()
-        .expect("nodes back");
-    guard.release().await.unwrap();
+    eventually(
+        &fleet,
+        Duration::from_secs(10),
+        "nodes back and checked",
+        || async {
+            match locks.try_acquire("k", Duration::from_secs(5)).await {
+                Ok(Some(guard)) => {
+                    guard.release().await.unwrap();
+                    true
+                }
+                Ok(None) => panic!("nobody else holds k"),
+                Err(_) => false,
+            }
+        },
+    )
+    .await;
 }
 
 #[tokio::test]

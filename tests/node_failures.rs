@@ -415,6 +415,44 @@ async fn a_node_checked_after_build_that_repeats_another_is_excluded() {
     .await;
 }
 
+/// A node whose check could not finish at build (unreachable, or silent past the connect
+/// timeout) is not used unchecked: it is checked when it answers. Admitted unchecked, an
+/// address that names another node's server again voted twice for a read lock or a permit
+/// (their scripts answer yes to their own member again), so one server made a quorum of two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_unreachable_at_build_that_repeats_another_never_votes_twice() {
+    let fleet = own_fleet(4);
+    let mut urls = fleet.urls();
+    // Node 0's server under a second name: one server, two votes, unless a check finds it.
+    urls.push(format!("redis://localhost:{}", fleet.node(0).port()));
+    // Both of its names unreachable at build: neither is checked there.
+    fleet.kill(0).unwrap();
+    let locks = QuorumLock::builder().nodes(urls).build().await.unwrap();
+    fleet.restart(0).unwrap();
+    // Nodes 2 and 3 down: a quorum of 3 of 5 could only come from node 0 counted twice.
+    fleet.kill(2).unwrap();
+    fleet.kill(3).unwrap();
+    let (read, permit) = (unique_key("unchecked-read"), unique_key("unchecked-permit"));
+    eventually(
+        &fleet,
+        Duration::from_secs(30),
+        "the second name's check ends in its exclusion",
+        || async {
+            if let Ok(Some(_)) = locks.semaphore(&permit, 1).ttl(TTL).try_acquire().await {
+                panic!("node 0 counted twice toward a permit's quorum");
+            }
+            match locks.read_lock(&read).ttl(TTL).try_acquire().await {
+                Err(Error::NoQuorum { failures, .. }) => failures
+                    .iter()
+                    .any(|f| f.to_string().contains("excluded") && f.to_string().contains("same")),
+                Ok(Some(_)) => panic!("node 0 counted twice toward a read lock's quorum"),
+                _ => false,
+            }
+        },
+    )
+    .await;
+}
+
 /// Every node connection has TCP keepalive on (the kernel's keepalive timer runs on it), so
 /// that a link whose packets are dropped is noticed within a bound (see `DEAD_LINK` in
 /// `src/address.rs`), not after Linux's default of hours.
