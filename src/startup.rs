@@ -21,10 +21,12 @@ pub(crate) async fn probe_until_quorum(
     config: &Config,
 ) -> Result<(Vec<NodeInfo>, Vec<NodeFailure>)> {
     let limit = config.connect_timeout;
+    // A cluster's other primaries: a node timeout, as a lock call would wait for them.
+    let node_timeout = config.node_timeout;
     let mut probes: FuturesUnordered<_> = (0..nodes.len())
         .map(|i| {
             let nodes = nodes.clone();
-            async move { (i, nodes[i].probe(limit).await) }
+            async move { (i, nodes[i].probe(limit, node_timeout).await) }
         })
         .collect();
     let mut infos = Vec::new();

@@ -56,6 +56,8 @@ struct Topology {
     /// Why the latest refresh found no map.
     failure: Option<NodeFailure>,
     refreshed_at: Option<tokio::time::Instant>,
+    /// The latest answer of a member said the cluster serves no slot (none assigned yet).
+    slotless: bool,
 }
 
 /// The primary serving each of the [`SLOTS`] slots.
@@ -153,26 +155,34 @@ impl Cluster {
             .clone()
     }
 
-    /// The primaries of the map (after waiting for the first one, bounded by the caller).
-    pub(super) async fn primaries(self: &Arc<Self>) -> Result<Vec<Arc<Shard>>, NodeFailure> {
+    /// Waits for the first map (bounded by the caller): `Ok` once one was read, or when the
+    /// cluster answered that it serves no slot yet (its node costs its vote until slots are
+    /// assigned; every use reads the map again).
+    pub(super) async fn first_map(self: &Arc<Self>) -> Result<(), NodeFailure> {
         let _ = self.shard(0, &self.seed.addr.display).await;
         let state = self.state();
-        let Some(owners) = &state.owners else {
-            return Err(state.failure.clone().unwrap_or_else(|| {
-                NodeFailure::new(
-                    &self.seed.addr.display,
-                    FailureKind::Connection,
-                    "the cluster's slot map could not be read",
-                )
-            }));
-        };
+        if state.owners.is_some() || state.slotless {
+            return Ok(());
+        }
+        Err(state.failure.clone().unwrap_or_else(|| {
+            NodeFailure::new(
+                &self.seed.addr.display,
+                FailureKind::Connection,
+                "the cluster's slot map could not be read",
+            )
+        }))
+    }
+
+    /// The primaries of the current map (none before one was read).
+    pub(super) fn known_primaries(&self) -> Vec<Arc<Shard>> {
+        let state = self.state();
         let mut primaries: Vec<Arc<Shard>> = Vec::new();
-        for s in owners.iter().flatten() {
+        for s in state.owners.iter().flat_map(|o| o.iter().flatten()) {
             if !primaries.iter().any(|p| Arc::ptr_eq(p, s)) {
                 primaries.push(s.clone());
             }
         }
-        Ok(primaries)
+        primaries
     }
 
     /// Reads an error answer: a `MOVED` corrects the map at once; a `MOVED`, `ASK` or an
@@ -380,8 +390,15 @@ impl Cluster {
             return Err(bad("something other than a list"));
         };
         if ranges.is_empty() {
-            // A member that lost its cluster configuration: not a map to route by.
-            return Err(bad("no slot at all"));
+            // A cluster whose slots are not assigned yet, or a member that lost its cluster
+            // configuration: not a map to route by, and not a server that is not Redis (its
+            // node costs its vote until a map is read; every use reads again).
+            self.state().slotless = true;
+            return Err(NodeFailure::new(
+                &asked.addr.display,
+                FailureKind::Server,
+                "CLUSTER SLOTS answered no slot at all (none assigned yet?)",
+            ));
         }
         let mut owners: Vec<Option<Arc<Shard>>> = vec![None; usize::from(SLOTS)];
         let asked_host = host_port(&asked.addr.endpoint)
@@ -465,6 +482,7 @@ impl Drop for RefreshInFlight {
                 Some(Ok(owners)) => {
                     state.owners = Some(owners);
                     state.failure = None;
+                    state.slotless = false;
                 }
                 Some(Err(failure)) => state.failure = Some(failure),
                 None => {
@@ -483,7 +501,7 @@ impl Drop for RefreshInFlight {
 }
 
 /// `host:port` of an endpoint (`host:port/db`).
-fn host_port(endpoint: &str) -> String {
+pub(super) fn host_port(endpoint: &str) -> String {
     endpoint
         .rsplit_once('/')
         .map_or(endpoint, |(hp, _)| hp)
