@@ -693,3 +693,76 @@ async fn a_cluster_with_no_slot_assigned_yet_costs_only_its_vote_until_it_has_sl
     )
     .await;
 }
+
+/// `CLUSTER <args>` on member `m` of cluster `c`.
+fn cluster_cmd(fleet: &ClusterFleet, c: usize, m: usize, args: &[&str]) -> redis::Value {
+    let mut conn = fleet.client(c, m).get_connection().unwrap();
+    let mut cmd = redis::cmd("CLUSTER");
+    for a in args {
+        cmd.arg(*a);
+    }
+    cmd.query(&mut conn).unwrap()
+}
+
+/// What member `m` of cluster `c` holds at `key`, asked with `ASKING` (also in a slot it
+/// is importing).
+fn held_at(fleet: &ClusterFleet, c: usize, m: usize, key: &str) -> Option<String> {
+    let mut conn = fleet.client(c, m).get_connection().unwrap();
+    let (_, value): ((), Option<String>) = redis::pipe()
+        .cmd("ASKING")
+        .cmd("GET")
+        .arg(key)
+        .query(&mut conn)
+        .unwrap();
+    value
+}
+
+/// A release answered `ASK` (its key already migrated, the slot still migrating) or `MOVED`
+/// (the slot migrated) follows the redirect once and deletes its entry on the primary that
+/// has it; before, the entry stayed there for its whole TTL and refused the key to others
+/// wherever another node was down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_follows_ask_and_moved_to_the_primary_its_key_migrated_to() {
+    let fleet = ClusterFleet::start(3).expect("clusters");
+    let locks = cluster_client(&fleet).await;
+    let ttl = Duration::from_secs(30);
+    let tag = unique_key("migrating");
+    let (k1, k2) = (format!("{{{tag}}}:1"), format!("{{{tag}}}:2"));
+    let g1 = locks.lock(&k1).ttl(ttl).acquire().await.expect("lock");
+    let g2 = locks.lock(&k2).ttl(ttl).acquire().await.expect("lock");
+    eventually_entry(&fleet, 0, &k1, Some(g1.holder())).await;
+    eventually_entry(&fleet, 0, &k2, Some(g2.holder())).await;
+    let from = fleet.primary_of(0, k1.as_bytes()).unwrap();
+    let to = (from + 1) % 3;
+    let id = |m: usize| match cluster_cmd(&fleet, 0, m, &["MYID"]) {
+        redis::Value::BulkString(b) => String::from_utf8(b).unwrap(),
+        other => panic!("MYID answered {other:?}"),
+    };
+    let (from_id, to_id) = (id(from), id(to));
+    let slot = quorum_lock::names::hash_slot(k1.as_bytes()).to_string();
+    cluster_cmd(&fleet, 0, to, &["SETSLOT", &slot, "IMPORTING", &from_id]);
+    cluster_cmd(&fleet, 0, from, &["SETSLOT", &slot, "MIGRATING", &to_id]);
+    let mut source = fleet.client(0, from).get_connection().unwrap();
+    redis::cmd("MIGRATE")
+        .arg("127.0.0.1")
+        .arg(fleet.member(0, to).port())
+        .arg("")
+        .arg(0)
+        .arg(5000)
+        .arg("KEYS")
+        .arg(&k1)
+        .arg(&k2)
+        .query::<()>(&mut source)
+        .unwrap();
+    assert_eq!(held_at(&fleet, 0, to, &k1).as_deref(), Some(g1.holder()));
+    // The slot is migrating: the source answers ASK.
+    g1.release().await.expect("release");
+    assert_eq!(held_at(&fleet, 0, to, &k1), None, "the ASK was followed");
+    // The slot migrated: the source answers MOVED.
+    for m in [to, from, 3 - from - to] {
+        cluster_cmd(&fleet, 0, m, &["SETSLOT", &slot, "NODE", &to_id]);
+    }
+    g2.release().await.expect("release");
+    assert_eq!(held_at(&fleet, 0, to, &k2), None, "the MOVED was followed");
+    assert!(locks.stats().redirects >= 2);
+}

@@ -2,7 +2,8 @@
 //! primary serves a key's hash slot, learned from `CLUSTER SLOTS` and from `MOVED` answers,
 //! and one [`Shard`] (connection) per primary.
 //!
-//! Unlike a cluster client, nothing here retries or follows a redirect: a request is sent once,
+//! Unlike a cluster client, nothing here retries, and only a compare-and-delete follows a
+//! redirect (once, `redirect`): a request is sent once,
 //! to the primary the map names, on that primary's one connection (ordering invariants 1 and
 //! 2 hold per shard, and every request about one key goes to one shard until the map
 //! changes). A `MOVED` answer means the command was not run: it is one "no" of this node,
@@ -222,12 +223,12 @@ impl Cluster {
     /// `slot` is served by `to` (`host:port`) now (applied once a map was read: before, the
     /// map read by the refresh decides).
     fn moved(&self, slot: u16, to: &str) {
-        // A slot out of range, or no host (`MOVED n :port`, an unknown endpoint): the refresh
-        // this answer starts decides.
-        if slot >= SLOTS || to.starts_with(':') || self.state().owners.is_none() {
+        // A slot out of range, or no usable address (`MOVED n :port`, `MOVED n ?:port`: an
+        // unknown endpoint): the refresh this answer starts decides.
+        if slot >= SLOTS || self.state().owners.is_none() {
             return;
         }
-        let Some(shard) = self.shard_at(to) else {
+        let Some(shard) = self.redirect_target(to) else {
             return;
         };
         let mut state = self.state();
@@ -241,6 +242,17 @@ impl Cluster {
         let mut updated = owners.to_vec();
         updated[usize::from(slot)] = Some(shard);
         state.owners = Some(updated.into());
+    }
+
+    /// The shard a redirect to `to` (`host:port`) names, unless it names no usable address:
+    /// no host, or `?` (an unknown endpoint, which a member sends when it does not know the
+    /// address it should announce).
+    pub(super) fn redirect_target(&self, to: &str) -> Option<Arc<Shard>> {
+        let (host, _) = to.rsplit_once(':')?;
+        if matches!(host, "" | "?") {
+            return None;
+        }
+        self.shard_at(to)
     }
 
     /// The shard at `host:port`, made on first use with the seed's credentials and TLS.
@@ -513,5 +525,33 @@ fn text(v: &Value) -> Option<String> {
         Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
         Value::SimpleString(s) => Some(s.clone()),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::address::NodeAddr;
+
+    fn cluster() -> Cluster {
+        let seed = NodeAddr::parse("redis://127.0.0.1:7000").expect("an address");
+        let cluster = Cluster::new(Arc::new(Shard::new(Arc::new(seed))), Duration::from_secs(1));
+        cluster.state().owners = Some(vec![None; usize::from(SLOTS)].into());
+        cluster
+    }
+
+    #[test]
+    fn a_redirect_to_an_unknown_endpoint_makes_no_shard_and_moves_no_slot() {
+        let cluster = cluster();
+        for to in ["?:7001", ":7001", "7001"] {
+            cluster.moved(12, to);
+            assert!(cluster.redirect_target(to).is_none(), "{to}");
+        }
+        assert_eq!(cluster.state().known.len(), 1, "the seed only");
+        assert!(cluster.serving(12).is_none());
+        cluster.moved(12, "127.0.0.1:7001");
+        assert!(cluster
+            .serving(12)
+            .is_some_and(|s| s.addr.display == "redis://127.0.0.1:7001"));
     }
 }

@@ -7,6 +7,7 @@
 //! - `send`: one command on the connection, holding its place in the queue.
 //! - `backlog`: what a node that stopped answering may still be sent.
 //! - `probe`: the check of a node, for `build()` and `quorum-lock check` alike.
+//! - `redirect`: a compare-and-delete follows a `MOVED` or `ASK` once.
 //! - `client`: [`NodeClient`], a configured node for connections of the application's own.
 
 mod backlog;
@@ -14,6 +15,7 @@ mod client;
 mod cluster;
 mod connection;
 mod probe;
+mod redirect;
 mod send;
 mod shard;
 
@@ -33,6 +35,7 @@ use crate::telemetry::{NodeRequest, NodeResult};
 pub use client::NodeClient;
 use cluster::Cluster;
 use connection::classify;
+use redirect::Redirect;
 use send::{send, top_level_error, InFlightRequest, Recorded, NOT_SENT, STOPPED};
 use shard::{Connected, Shard};
 
@@ -300,6 +303,8 @@ impl Node {
             "quorum_lock.node" = slot,
             "quorum_lock.operation" = call.name,
         );
+        let redirected = std::sync::Mutex::new(None);
+        let redirected = &redirected;
         let result = self
             .on_connection(Some(call), |mut conn, resent| async move {
                 let timeout = self.timeout;
@@ -312,7 +317,7 @@ impl Node {
                         send(&mut conn, &call.eval(), call, slot, timeout).await
                     }
                 };
-                match first.and_then(top_level_error) {
+                let answer = match first.and_then(top_level_error) {
                     Err(e)
                         if call.is_script()
                             && e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
@@ -323,11 +328,25 @@ impl Node {
                             .and_then(top_level_error)
                     }
                     other => other,
+                };
+                if let Err(e) = &answer {
+                    *redirected.lock().unwrap_or_else(|p| p.into_inner()) = Redirect::of(call, e);
                 }
+                answer
             })
             .instrument(span)
             .await
             .map_err(|(_, failure)| failure);
+        // A compare-and-delete follows a redirect once, within the same bound (`redirect`).
+        let redirect = redirected.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let result = match (result, redirect) {
+            (Err(failure), Some(redirect)) => {
+                self.follow(call, slot, redirect, failure)
+                    .instrument(tracing::trace_span!("redirect"))
+                    .await
+            }
+            (result, _) => result,
+        };
         request.end(match &result {
             Ok(_) => NodeResult::Answered,
             Err(f) if f.kind() == FailureKind::Timeout => NodeResult::Timeout,
