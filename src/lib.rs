@@ -182,6 +182,16 @@ pub mod names {
         derived(kept::TICKETS, key)
     }
 
+    /// Whether `key` can be locked on a client with a cluster node: the check every lock
+    /// call makes there before anything is sent (`quorum-lock status` makes it too). A key
+    /// whose hashed part holds a `}` is refused: its own names could not share its slot.
+    ///
+    /// # Errors
+    /// [`Error::InvalidKey`](crate::Error::InvalidKey), saying why and what to do.
+    pub fn check_cluster_key(key: &[u8]) -> crate::Result<()> {
+        crate::plan::one_slot_key(key)
+    }
+
     /// The Redis Cluster hash slot of `key` (`CLUSTER KEYSLOT`): on a cluster node, every
     /// name above for `key` is in this slot too.
     pub fn hash_slot(key: &[u8]) -> u16 {

@@ -176,6 +176,11 @@ pub(crate) fn plan<'a>(state: &ClientState, spec: Spec<'a>) -> Result<Plan<'a>> 
     })
 }
 
+/// [`one_slot`] for one key given as bytes (`names::check_cluster_key`).
+pub(crate) fn one_slot_key(key: &[u8]) -> Result<()> {
+    one_slot(&[Key::new(key)?])
+}
+
 /// On a cluster node every key one lock's scripts touch must be in one hash slot: a
 /// multi-key lock's keys share a hash tag, and a key's own names (fencing counter, line,
 /// readers, channel) carry its hashed part as theirs ([`key::taggable`]).

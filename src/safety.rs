@@ -17,8 +17,11 @@ pub struct NodeInfo {
     pub node: String,
     /// The server's run id (`INFO server`): two addresses of one server share it.
     pub run_id: Option<String>,
-    /// `redis_version` (Valkey reports its Redis-compatible version there too).
+    /// The server's version: `valkey_version` on Valkey (whose `redis_version` is the Redis
+    /// version it is compatible with), else `redis_version`.
     pub version: Option<String>,
+    /// The server: `valkey` or `redis` (`server_name`, which Redis does not have).
+    pub server: Option<String>,
     /// `master`, `slave` (`ROLE`, else `INFO replication`).
     pub role: Option<String>,
     /// Whether AOF persistence is on.
@@ -45,6 +48,12 @@ pub struct ClusterInfo {
     /// The ids of every member the member asked knows (`CLUSTER NODES`): two nodes sharing
     /// one are one cluster.
     pub members: Vec<String>,
+    /// `cluster_state` (`CLUSTER INFO`): `ok`, or `fail` when the cluster refuses keys.
+    pub state: Option<String>,
+    /// Members that do not answer, each with why: primaries that did not answer the check,
+    /// and members the cluster itself counts as failed (`CLUSTER NODES` flags `fail`,
+    /// `fail?`, `noaddr`). A silent primary costs the node the keys of its slots only.
+    pub not_answering: Vec<String>,
 }
 
 impl ClusterInfo {
@@ -81,13 +90,48 @@ impl ClusterInfo {
             }
         }
         info.uncovered_slots = usize::from(crate::key::SLOTS).saturating_sub(covered);
-        info.members = string(nodes)
-            .unwrap_or_default()
+        let listing = string(nodes).unwrap_or_default();
+        info.members = listing
             .lines()
             .filter_map(|l| l.split_whitespace().next())
             .map(str::to_string)
             .collect();
+        // `<id> <ip:port@cport[,hostname]> <flags> ...`: the members the cluster counts failed.
+        for line in listing.lines() {
+            let mut fields = line.split_whitespace().skip(1);
+            let (Some(at), Some(flags)) = (fields.next(), fields.next()) else {
+                continue;
+            };
+            let failed = flags
+                .split(',')
+                .find(|f| matches!(*f, "fail" | "fail?" | "noaddr"));
+            if let Some(flag) = failed {
+                let at = at.split(['@', ',']).next().unwrap_or(at);
+                info.not_answering
+                    .push(format!("{at} (the cluster flags it {flag})"));
+            }
+        }
         info
+    }
+
+    /// Reads a member's `CLUSTER INFO` answer (`cluster_state`).
+    pub fn read_state(&mut self, cluster_info: &Value) {
+        self.state = string(cluster_info).and_then(|text| {
+            text.lines()
+                .find_map(|l| l.trim().strip_prefix("cluster_state:"))
+                .map(str::to_string)
+        });
+    }
+
+    /// Adds the members that did not answer a check (`host:port (why)`), each once: one the
+    /// cluster flags failed is named with this check's reason instead.
+    pub fn add_not_answering(&mut self, silent: Vec<String>) {
+        for member in silent {
+            let at = member.split(' ').next().unwrap_or_default().to_string();
+            self.not_answering
+                .retain(|m| m.split(' ').next() != Some(at.as_str()));
+            self.not_answering.push(member);
+        }
     }
 }
 
@@ -161,7 +205,11 @@ impl NodeInfo {
         NodeInfo {
             node: node.to_string(),
             run_id: field("run_id"),
-            version: field("redis_version"),
+            version: field("valkey_version").or_else(|| field("redis_version")),
+            server: Some(match field("valkey_version") {
+                Some(_) => field("server_name").unwrap_or_else(|| "valkey".into()),
+                None => field("server_name").unwrap_or_else(|| "redis".into()),
+            }),
             role,
             aof: fields.get("aof_enabled").map(|v| *v == "1"),
             appendfsync,
@@ -188,6 +236,9 @@ pub enum Severity {
     Refused,
     /// It weakens the lock's safety under some faults: `build()` logs a warning.
     Warning,
+    /// A part of the node does not answer now (a cluster member, a cluster in state `fail`):
+    /// availability, not configuration; `build()` logs a warning.
+    Unavailable,
 }
 
 /// What was found wrong with one node.
@@ -252,6 +303,24 @@ pub fn findings(nodes: &[NodeInfo]) -> Vec<Finding> {
                     format!(
                         "a cluster with {} replicas: replication is asynchronous, so a failover inside it may lose the locks of its last moments; it counts against the quorum's tolerance like a restart without persistence",
                         cluster.replicas
+                    ),
+                    None,
+                );
+            }
+            if let Some(state) = cluster.state.as_deref().filter(|s| *s != "ok") {
+                add(
+                    Severity::Unavailable,
+                    format!(
+                        "cluster_state {state}: the cluster refuses keys until it is ok again (a primary down without a replica to take over, or slots not assigned)"
+                    ),
+                    None,
+                );
+            }
+            for member in &cluster.not_answering {
+                add(
+                    Severity::Unavailable,
+                    format!(
+                        "member {member} does not answer: the keys of its slots fail on this node until it does"
                     ),
                     None,
                 );
@@ -409,5 +478,45 @@ mod tests {
             [Severity::Refused, Severity::Warning, Severity::Warning],
             "{found:?}"
         );
+    }
+
+    #[test]
+    fn valkey_is_named_with_its_own_version_not_the_redis_one_it_is_compatible_with() {
+        let valkey = info(
+            "v",
+            "redis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.1.8\r\n",
+        );
+        assert_eq!(valkey.version.as_deref(), Some("8.1.8"));
+        assert_eq!(valkey.server.as_deref(), Some("valkey"));
+        let redis = info("r", "redis_version:7.0.15\r\n");
+        assert_eq!(redis.version.as_deref(), Some("7.0.15"));
+        assert_eq!(redis.server.as_deref(), Some("redis"));
+    }
+
+    #[test]
+    fn a_cluster_in_state_fail_and_its_failed_members_are_findings_of_availability() {
+        let nodes = Value::BulkString(
+            b"a 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-8191\n\
+              b 127.0.0.1:7001@17001 master,fail - 0 0 2 connected 8192-16383\n"
+                .to_vec(),
+        );
+        let mut shape = ClusterInfo::from_replies(&Value::Array(Vec::new()), &nodes);
+        shape.read_state(&Value::BulkString(b"cluster_state:fail\r\n".to_vec()));
+        shape.add_not_answering(vec!["127.0.0.1:7001 (connection failed: refused)".into()]);
+        assert_eq!(shape.state.as_deref(), Some("fail"));
+        assert_eq!(
+            shape.not_answering,
+            ["127.0.0.1:7001 (connection failed: refused)"]
+        );
+        let mut node = info("c", "role:master\r\ncluster_enabled:1\r\n");
+        node.cluster = Some(shape);
+        let found = findings(&[node.clone(), info("d", "role:master\r\n")]);
+        let unavailable: Vec<&str> = found
+            .iter()
+            .filter(|f| f.severity == Severity::Unavailable)
+            .map(|f| f.message.as_str())
+            .collect();
+        assert_eq!(unavailable.len(), 2, "{found:?}");
+        assert!(unavailable[1].contains("127.0.0.1:7001"), "{found:?}");
     }
 }

@@ -201,6 +201,14 @@ impl Call {
         &self.command
     }
 
+    /// Whether the call is a compare-and-delete (a release, a rollback, which sends the
+    /// release, or a withdrawal), which may follow a cluster's `MOVED` or `ASK` once: every
+    /// effect it has is conditioned on this holder's own entry (docs/DESIGN.md, "Cluster
+    /// nodes"). An acquire or an extend never follows one.
+    pub(crate) fn follows_redirect(&self) -> bool {
+        self.script.is_some() && matches!(self.name, "release" | "withdraw")
+    }
+
     /// Whether a NOSCRIPT answer can be retried as EVAL.
     pub(crate) fn is_script(&self) -> bool {
         self.script.is_some()

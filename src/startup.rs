@@ -21,10 +21,12 @@ pub(crate) async fn probe_until_quorum(
     config: &Config,
 ) -> Result<(Vec<NodeInfo>, Vec<NodeFailure>)> {
     let limit = config.connect_timeout;
+    // A cluster's other primaries: a node timeout, as a lock call would wait for them.
+    let node_timeout = config.node_timeout;
     let mut probes: FuturesUnordered<_> = (0..nodes.len())
         .map(|i| {
             let nodes = nodes.clone();
-            async move { (i, nodes[i].probe(limit).await) }
+            async move { (i, nodes[i].probe(limit, node_timeout).await) }
         })
         .collect();
     let mut infos = Vec::new();
@@ -74,7 +76,7 @@ pub(crate) async fn probe_until_quorum(
         probes,
         unreachable,
         infos.clone(),
-        limit,
+        (limit, node_timeout),
     ));
     Ok((infos, failures))
 }
@@ -93,7 +95,7 @@ async fn check_late<P>(
     mut probes: FuturesUnordered<P>,
     unreachable: Vec<usize>,
     mut checked: Vec<NodeInfo>,
-    limit: std::time::Duration,
+    limit: (std::time::Duration, std::time::Duration),
 ) where
     P: std::future::Future<Output = (usize, Result<NodeInfo, NodeFailure>)>,
 {
@@ -135,15 +137,17 @@ async fn check_late<P>(
     }
 }
 
-/// Node `i`'s check, after [`RECHECK_AFTER`]; `None` once the client is gone.
+/// Node `i`'s check, after [`RECHECK_AFTER`], bounded as at build (`limit`: the connect
+/// timeout, and the node timeout for a cluster's other primaries); `None` once the client is
+/// gone.
 async fn recheck(
     nodes: std::sync::Weak<[Node]>,
     i: usize,
-    limit: std::time::Duration,
+    limit: (std::time::Duration, std::time::Duration),
 ) -> Option<(usize, Result<NodeInfo, NodeFailure>)> {
     tokio::time::sleep(RECHECK_AFTER).await;
     let all = nodes.upgrade()?;
-    let probe = all[i].probe(limit).await;
+    let probe = all[i].probe(limit.0, limit.1).await;
     Some((i, probe))
 }
 

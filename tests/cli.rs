@@ -1780,3 +1780,96 @@ fn run_status_and_check_on_cluster_nodes() {
     assert_eq!(code, 78, "{out}{err}");
     assert!(out.contains("one cluster is one node"), "{out}{err}");
 }
+
+/// `check` sees a cluster's members: with a primary of one cluster killed, it reports that
+/// cluster's state (`fail`, once the others noticed) and names the killed member, which the
+/// library's own node check (the one `build()` runs, now also `check`'s) found silent; before,
+/// it asked the member given only and said "no configuration problems found".
+#[test]
+fn check_names_a_killed_cluster_member_and_the_clusters_state() {
+    use quorum_lock::testkit::ClusterFleet;
+    let fleet = ClusterFleet::start(3).expect("clusters");
+    let nodes = fleet.urls();
+    let port = fleet.member(0, 2).port();
+    // (The test kit's clusters serve what they can; this one refuses every key when a slot
+    // is not served, as a default deployment does.)
+    for m in 0..2 {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("cluster-require-full-coverage")
+            .arg("yes")
+            .query::<()>(&mut fleet.client(0, m).get_connection().unwrap())
+            .unwrap();
+    }
+    fleet.kill(0, 2).unwrap();
+    let mut seed = fleet.client(0, 0).get_connection().unwrap();
+    let mut last = String::new();
+    let failed = (0..1000).any(|_| {
+        last = format!(
+            "{:?}",
+            redis::cmd("CLUSTER").arg("INFO").query::<String>(&mut seed)
+        );
+        let failed = last.contains("cluster_state:fail");
+        if !failed {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        failed
+    });
+    assert!(failed, "cluster 0 never in state fail: {last}");
+    let (_, out, err) = run(cli_with(&nodes).args(["check"]));
+    assert!(out.contains("state fail"), "{out}{err}");
+    assert!(
+        out.contains(&format!("member 127.0.0.1:{port} (connection failed")),
+        "{out}{err}"
+    );
+    assert!(out.contains("cluster_state fail"), "{out}{err}");
+    assert!(out.contains("1 cluster member not answering"), "{out}{err}");
+    let (_, out, err) = run(cli_with(&nodes).args(["check", "--json"]));
+    let report = json(&out);
+    let silent = report["nodes"][0]["not_answering"].to_string();
+    assert!(silent.contains(&port.to_string()), "{out}{err}");
+}
+
+/// `status` of a key whose slot a frozen member serves names that member, not the healthy
+/// member the node was given by.
+#[test]
+fn status_names_the_frozen_member_that_serves_the_key() {
+    use quorum_lock::testkit::ClusterFleet;
+    let fleet = ClusterFleet::start(3).expect("clusters");
+    let nodes = fleet.urls();
+    let key = (0..)
+        .map(|i| format!("cli-frozen:{i}"))
+        .find(|k| fleet.primary_of(0, k.as_bytes()).unwrap() != 0)
+        .unwrap();
+    let m = fleet.primary_of(0, key.as_bytes()).unwrap();
+    fleet.pause(0, m).unwrap();
+    let (code, out, err) = run(cli_with(&nodes)
+        .args(["--connect-timeout", "300ms"])
+        .args(["status", &key]));
+    fleet.resume(0, m).unwrap();
+    assert_eq!(code, 0, "two of three answer: {out}{err}");
+    let row = out
+        .lines()
+        .find(|l| l.contains(&fleet.urls()[0]))
+        .unwrap_or_default()
+        .to_string();
+    let member = format!("member {}", fleet.member_url(0, m));
+    assert!(row.contains(&member), "{row}\n{out}{err}");
+}
+
+/// `status` of a key cluster nodes refuse (a `}` outside a hash tag) is the usage error `run`
+/// gives (64, the same message), not "unreachable" (69) on a healthy fleet.
+#[test]
+fn status_of_a_key_cluster_nodes_refuse_is_a_usage_error_as_for_run() {
+    use quorum_lock::testkit::ClusterFleet;
+    let fleet = ClusterFleet::start(1).expect("a cluster");
+    let nodes = fleet.urls();
+    let (code, _, run_err) = run(cli_with(&nodes).args(["run", "a}b", "--", "true"]));
+    assert_eq!(code, 64, "{run_err}");
+    let (code, out, err) = run(cli_with(&nodes).args(["status", "a}b"]));
+    assert_eq!(code, 64, "{out}{err}");
+    assert_eq!(err, run_err, "the same message as run");
+    // A key with a hash tag is fine.
+    let (code, out, err) = run(cli_with(&nodes).args(["status", "{a}b"]));
+    assert_eq!(code, 0, "{out}{err}");
+}

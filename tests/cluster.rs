@@ -585,3 +585,184 @@ async fn a_seed_named_otherwise_than_the_cluster_names_it_keeps_one_connection()
     assert_eq!(list.lines().count(), 2, "{list}");
     assert_eq!(locks.stats().redirects, 0);
 }
+
+/// One frozen primary that serves none of the key's slots, in two of three clusters: a client
+/// built after the freeze reads each cluster's map from the member given, counts the frozen
+/// primary silent after a node timeout (naming it), and locks the key at once on all three
+/// nodes; before, the check of every primary failed the two nodes ("only 1 of 3 nodes
+/// reachable") or held their calls for the connect timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_primary_outside_the_keys_slot_costs_a_new_client_nothing() {
+    let fleet = ClusterFleet::start(3).expect("clusters");
+    let key = unique_key("frozen-elsewhere");
+    let mut frozen = Vec::new();
+    for c in 0..2 {
+        let serving = fleet.primary_of(c, key.as_bytes()).unwrap();
+        // Not the member given (0): the node's own server answers.
+        let m = (1..3).find(|&m| m != serving).unwrap();
+        fleet.pause(c, m).unwrap();
+        frozen.push(fleet.member(c, m).port());
+    }
+    let started = std::time::Instant::now();
+    let locks = QuorumLock::builder()
+        .nodes(fleet.urls())
+        .node_timeout(Duration::from_millis(200))
+        .connect_timeout(Duration::from_secs(5))
+        .build()
+        .await
+        .expect("a silent primary costs its own slots only");
+    let built_in = started.elapsed();
+    assert!(built_in < Duration::from_secs(2), "built in {built_in:?}");
+    // At once, on every cluster: no node's calls wait for the frozen primary's check.
+    let g = locks
+        .lock(&key)
+        .ttl(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("lock");
+    for c in 0..3 {
+        eventually_entry(&fleet, c, &key, Some(g.holder())).await;
+    }
+    g.release().await.unwrap();
+    // The check names the silent member.
+    let clients = QuorumLock::builder()
+        .nodes(fleet.urls())
+        .node_clients()
+        .unwrap();
+    let info = clients[0]
+        .probe(Duration::from_millis(500))
+        .await
+        .expect("the member given answers");
+    let silent = &info.cluster.expect("a cluster").not_answering;
+    assert!(
+        silent.len() == 1 && silent[0].contains(&frozen[0].to_string()),
+        "{silent:?}"
+    );
+    for c in 0..2 {
+        let m = (0..3)
+            .find(|&m| frozen.contains(&fleet.member(c, m).port()))
+            .unwrap();
+        fleet.resume(c, m).unwrap();
+    }
+}
+
+/// A cluster whose slots are not assigned yet (a one-member cluster after `CLUSTER RESET
+/// HARD`) costs its vote only: `build()` succeeds with the other two nodes, and once the slots
+/// are assigned the node takes keys again (its map is read again on use).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_with_no_slot_assigned_yet_costs_only_its_vote_until_it_has_slots() {
+    let fleet = ClusterFleet::builder()
+        .clusters(3)
+        .primaries(1)
+        .start()
+        .expect("clusters");
+    let mut conn = fleet
+        .client(2, 0)
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    redis::cmd("CLUSTER")
+        .arg("RESET")
+        .arg("HARD")
+        .query_async::<()>(&mut conn)
+        .await
+        .unwrap();
+    let locks = cluster_client(&fleet).await;
+    let key = unique_key("slotless");
+    let g = locks
+        .lock(&key)
+        .ttl(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("two of three");
+    g.release().await.unwrap();
+    redis::cmd("CLUSTER")
+        .arg("ADDSLOTSRANGE")
+        .arg(0)
+        .arg(16383)
+        .query_async::<()>(&mut conn)
+        .await
+        .unwrap();
+    fleet.wait_ok(2).unwrap();
+    served_again(
+        &fleet,
+        &locks,
+        2,
+        &key,
+        "the cluster never took keys once it had slots",
+    )
+    .await;
+}
+
+/// `CLUSTER <args>` on member `m` of cluster `c`.
+fn cluster_cmd(fleet: &ClusterFleet, c: usize, m: usize, args: &[&str]) -> redis::Value {
+    let mut conn = fleet.client(c, m).get_connection().unwrap();
+    let mut cmd = redis::cmd("CLUSTER");
+    for a in args {
+        cmd.arg(*a);
+    }
+    cmd.query(&mut conn).unwrap()
+}
+
+/// What member `m` of cluster `c` holds at `key`, asked with `ASKING` (also in a slot it
+/// is importing).
+fn held_at(fleet: &ClusterFleet, c: usize, m: usize, key: &str) -> Option<String> {
+    let mut conn = fleet.client(c, m).get_connection().unwrap();
+    let (_, value): ((), Option<String>) = redis::pipe()
+        .cmd("ASKING")
+        .cmd("GET")
+        .arg(key)
+        .query(&mut conn)
+        .unwrap();
+    value
+}
+
+/// A release answered `ASK` (its key already migrated, the slot still migrating) or `MOVED`
+/// (the slot migrated) follows the redirect once and deletes its entry on the primary that
+/// has it; before, the entry stayed there for its whole TTL and refused the key to others
+/// wherever another node was down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_follows_ask_and_moved_to_the_primary_its_key_migrated_to() {
+    let fleet = ClusterFleet::start(3).expect("clusters");
+    let locks = cluster_client(&fleet).await;
+    let ttl = Duration::from_secs(30);
+    let tag = unique_key("migrating");
+    let (k1, k2) = (format!("{{{tag}}}:1"), format!("{{{tag}}}:2"));
+    let g1 = locks.lock(&k1).ttl(ttl).acquire().await.expect("lock");
+    let g2 = locks.lock(&k2).ttl(ttl).acquire().await.expect("lock");
+    eventually_entry(&fleet, 0, &k1, Some(g1.holder())).await;
+    eventually_entry(&fleet, 0, &k2, Some(g2.holder())).await;
+    let from = fleet.primary_of(0, k1.as_bytes()).unwrap();
+    let to = (from + 1) % 3;
+    let id = |m: usize| match cluster_cmd(&fleet, 0, m, &["MYID"]) {
+        redis::Value::BulkString(b) => String::from_utf8(b).unwrap(),
+        other => panic!("MYID answered {other:?}"),
+    };
+    let (from_id, to_id) = (id(from), id(to));
+    let slot = quorum_lock::names::hash_slot(k1.as_bytes()).to_string();
+    cluster_cmd(&fleet, 0, to, &["SETSLOT", &slot, "IMPORTING", &from_id]);
+    cluster_cmd(&fleet, 0, from, &["SETSLOT", &slot, "MIGRATING", &to_id]);
+    let mut source = fleet.client(0, from).get_connection().unwrap();
+    redis::cmd("MIGRATE")
+        .arg("127.0.0.1")
+        .arg(fleet.member(0, to).port())
+        .arg("")
+        .arg(0)
+        .arg(5000)
+        .arg("KEYS")
+        .arg(&k1)
+        .arg(&k2)
+        .query::<()>(&mut source)
+        .unwrap();
+    assert_eq!(held_at(&fleet, 0, to, &k1).as_deref(), Some(g1.holder()));
+    // The slot is migrating: the source answers ASK.
+    g1.release().await.expect("release");
+    assert_eq!(held_at(&fleet, 0, to, &k1), None, "the ASK was followed");
+    // The slot migrated: the source answers MOVED.
+    for m in [to, from, 3 - from - to] {
+        cluster_cmd(&fleet, 0, m, &["SETSLOT", &slot, "NODE", &to_id]);
+    }
+    g2.release().await.expect("release");
+    assert_eq!(held_at(&fleet, 0, to, &k2), None, "the MOVED was followed");
+    assert!(locks.stats().redirects >= 2);
+}

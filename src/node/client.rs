@@ -1,6 +1,7 @@
 //! A configured node, for connections of the application's own.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use redis::RedisError;
 
@@ -60,6 +61,26 @@ impl NodeClient {
     /// them, and they are not the lock client's.
     pub fn client(&self) -> &redis::Client {
         &self.addr.client
+    }
+
+    /// The check [`build`](crate::Builder::build) runs on the node, as `quorum-lock check`
+    /// reports it: `INFO` and `CONFIG GET appendfsync`; for a cluster, its shape and state
+    /// (`CLUSTER SLOTS`, `CLUSTER NODES`, `CLUSTER INFO`), the weakest persistence of its
+    /// primaries, and every member that does not answer (named in
+    /// [`ClusterInfo::not_answering`](crate::safety::ClusterInfo::not_answering)). Each
+    /// server is given `limit`, connecting included. Hand the answers of every node to
+    /// [`safety::findings`](crate::safety::findings).
+    ///
+    /// # Errors
+    /// The node (for a cluster, the member given) did not answer within `limit`, or answered
+    /// wrongly: classified and redacted as [`failure`](Self::failure).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the connections it made are dropped with the future.
+    pub async fn probe(&self, limit: Duration) -> Result<crate::safety::NodeInfo, NodeFailure> {
+        super::Node::shared(self.addr.clone(), limit, limit)
+            .probe(limit, limit)
+            .await
     }
 
     /// An error of a connection to this node, as the lock client reads its own: classified

@@ -2,7 +2,8 @@
 //! primary serves a key's hash slot, learned from `CLUSTER SLOTS` and from `MOVED` answers,
 //! and one [`Shard`] (connection) per primary.
 //!
-//! Unlike a cluster client, nothing here retries or follows a redirect: a request is sent once,
+//! Unlike a cluster client, nothing here retries, and only a compare-and-delete follows a
+//! redirect (once, `redirect`): a request is sent once,
 //! to the primary the map names, on that primary's one connection (ordering invariants 1 and
 //! 2 hold per shard, and every request about one key goes to one shard until the map
 //! changes). A `MOVED` answer means the command was not run: it is one "no" of this node,
@@ -56,6 +57,8 @@ struct Topology {
     /// Why the latest refresh found no map.
     failure: Option<NodeFailure>,
     refreshed_at: Option<tokio::time::Instant>,
+    /// The latest answer of a member said the cluster serves no slot (none assigned yet).
+    slotless: bool,
 }
 
 /// The primary serving each of the [`SLOTS`] slots.
@@ -153,26 +156,34 @@ impl Cluster {
             .clone()
     }
 
-    /// The primaries of the map (after waiting for the first one, bounded by the caller).
-    pub(super) async fn primaries(self: &Arc<Self>) -> Result<Vec<Arc<Shard>>, NodeFailure> {
+    /// Waits for the first map (bounded by the caller): `Ok` once one was read, or when the
+    /// cluster answered that it serves no slot yet (its node costs its vote until slots are
+    /// assigned; every use reads the map again).
+    pub(super) async fn first_map(self: &Arc<Self>) -> Result<(), NodeFailure> {
         let _ = self.shard(0, &self.seed.addr.display).await;
         let state = self.state();
-        let Some(owners) = &state.owners else {
-            return Err(state.failure.clone().unwrap_or_else(|| {
-                NodeFailure::new(
-                    &self.seed.addr.display,
-                    FailureKind::Connection,
-                    "the cluster's slot map could not be read",
-                )
-            }));
-        };
+        if state.owners.is_some() || state.slotless {
+            return Ok(());
+        }
+        Err(state.failure.clone().unwrap_or_else(|| {
+            NodeFailure::new(
+                &self.seed.addr.display,
+                FailureKind::Connection,
+                "the cluster's slot map could not be read",
+            )
+        }))
+    }
+
+    /// The primaries of the current map (none before one was read).
+    pub(super) fn known_primaries(&self) -> Vec<Arc<Shard>> {
+        let state = self.state();
         let mut primaries: Vec<Arc<Shard>> = Vec::new();
-        for s in owners.iter().flatten() {
+        for s in state.owners.iter().flat_map(|o| o.iter().flatten()) {
             if !primaries.iter().any(|p| Arc::ptr_eq(p, s)) {
                 primaries.push(s.clone());
             }
         }
-        Ok(primaries)
+        primaries
     }
 
     /// Reads an error answer: a `MOVED` corrects the map at once; a `MOVED`, `ASK` or an
@@ -212,12 +223,12 @@ impl Cluster {
     /// `slot` is served by `to` (`host:port`) now (applied once a map was read: before, the
     /// map read by the refresh decides).
     fn moved(&self, slot: u16, to: &str) {
-        // A slot out of range, or no host (`MOVED n :port`, an unknown endpoint): the refresh
-        // this answer starts decides.
-        if slot >= SLOTS || to.starts_with(':') || self.state().owners.is_none() {
+        // A slot out of range, or no usable address (`MOVED n :port`, `MOVED n ?:port`: an
+        // unknown endpoint): the refresh this answer starts decides.
+        if slot >= SLOTS || self.state().owners.is_none() {
             return;
         }
-        let Some(shard) = self.shard_at(to) else {
+        let Some(shard) = self.redirect_target(to) else {
             return;
         };
         let mut state = self.state();
@@ -231,6 +242,17 @@ impl Cluster {
         let mut updated = owners.to_vec();
         updated[usize::from(slot)] = Some(shard);
         state.owners = Some(updated.into());
+    }
+
+    /// The shard a redirect to `to` (`host:port`) names, unless it names no usable address:
+    /// no host, or `?` (an unknown endpoint, which a member sends when it does not know the
+    /// address it should announce).
+    pub(super) fn redirect_target(&self, to: &str) -> Option<Arc<Shard>> {
+        let (host, _) = to.rsplit_once(':')?;
+        if matches!(host, "" | "?") {
+            return None;
+        }
+        self.shard_at(to)
     }
 
     /// The shard at `host:port`, made on first use with the seed's credentials and TLS.
@@ -380,8 +402,15 @@ impl Cluster {
             return Err(bad("something other than a list"));
         };
         if ranges.is_empty() {
-            // A member that lost its cluster configuration: not a map to route by.
-            return Err(bad("no slot at all"));
+            // A cluster whose slots are not assigned yet, or a member that lost its cluster
+            // configuration: not a map to route by, and not a server that is not Redis (its
+            // node costs its vote until a map is read; every use reads again).
+            self.state().slotless = true;
+            return Err(NodeFailure::new(
+                &asked.addr.display,
+                FailureKind::Server,
+                "CLUSTER SLOTS answered no slot at all (none assigned yet?)",
+            ));
         }
         let mut owners: Vec<Option<Arc<Shard>>> = vec![None; usize::from(SLOTS)];
         let asked_host = host_port(&asked.addr.endpoint)
@@ -465,6 +494,7 @@ impl Drop for RefreshInFlight {
                 Some(Ok(owners)) => {
                     state.owners = Some(owners);
                     state.failure = None;
+                    state.slotless = false;
                 }
                 Some(Err(failure)) => state.failure = Some(failure),
                 None => {
@@ -483,7 +513,7 @@ impl Drop for RefreshInFlight {
 }
 
 /// `host:port` of an endpoint (`host:port/db`).
-fn host_port(endpoint: &str) -> String {
+pub(super) fn host_port(endpoint: &str) -> String {
     endpoint
         .rsplit_once('/')
         .map_or(endpoint, |(hp, _)| hp)
@@ -495,5 +525,33 @@ fn text(v: &Value) -> Option<String> {
         Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
         Value::SimpleString(s) => Some(s.clone()),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::address::NodeAddr;
+
+    fn cluster() -> Cluster {
+        let seed = NodeAddr::parse("redis://127.0.0.1:7000").expect("an address");
+        let cluster = Cluster::new(Arc::new(Shard::new(Arc::new(seed))), Duration::from_secs(1));
+        cluster.state().owners = Some(vec![None; usize::from(SLOTS)].into());
+        cluster
+    }
+
+    #[test]
+    fn a_redirect_to_an_unknown_endpoint_makes_no_shard_and_moves_no_slot() {
+        let cluster = cluster();
+        for to in ["?:7001", ":7001", "7001"] {
+            cluster.moved(12, to);
+            assert!(cluster.redirect_target(to).is_none(), "{to}");
+        }
+        assert_eq!(cluster.state().known.len(), 1, "the seed only");
+        assert!(cluster.serving(12).is_none());
+        cluster.moved(12, "127.0.0.1:7001");
+        assert!(cluster
+            .serving(12)
+            .is_some_and(|s| s.addr.display == "redis://127.0.0.1:7001"));
     }
 }

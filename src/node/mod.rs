@@ -6,12 +6,16 @@
 //! - `connection`: making a connection (bounded by the connect timeout) and reading errors.
 //! - `send`: one command on the connection, holding its place in the queue.
 //! - `backlog`: what a node that stopped answering may still be sent.
+//! - `probe`: the check of a node, for `build()` and `quorum-lock check` alike.
+//! - `redirect`: a compare-and-delete follows a `MOVED` or `ASK` once.
 //! - `client`: [`NodeClient`], a configured node for connections of the application's own.
 
 mod backlog;
 mod client;
 mod cluster;
 mod connection;
+mod probe;
+mod redirect;
 mod send;
 mod shard;
 
@@ -25,13 +29,13 @@ use tracing::Instrument;
 
 use crate::address::NodeAddr;
 use crate::error::{FailureKind, NodeFailure, Unsent};
-use crate::safety::NodeInfo;
 use crate::scripts::{Call, SendBy};
 use crate::telemetry::{NodeRequest, NodeResult};
 
 pub use client::NodeClient;
 use cluster::Cluster;
 use connection::classify;
+use redirect::Redirect;
 use send::{answered, send, InFlightRequest, Recorded, SendError};
 use shard::{Connected, Shard};
 
@@ -102,8 +106,17 @@ impl std::fmt::Debug for Node {
 
 impl Node {
     pub(crate) fn new(addr: NodeAddr, timeout: Duration, connect_timeout: Duration) -> Node {
+        Node::shared(Arc::new(addr), timeout, connect_timeout)
+    }
+
+    /// A node at an address shared with others (a [`NodeClient`]'s).
+    pub(crate) fn shared(
+        addr: Arc<NodeAddr>,
+        timeout: Duration,
+        connect_timeout: Duration,
+    ) -> Node {
         Node {
-            home: Arc::new(Shard::new(Arc::new(addr))),
+            home: Arc::new(Shard::new(addr)),
             cluster: OnceLock::new(),
             timeout,
             connect_timeout,
@@ -287,6 +300,8 @@ impl Node {
             "quorum_lock.node" = slot,
             "quorum_lock.operation" = call.name,
         );
+        let redirected = std::sync::Mutex::new(None);
+        let redirected = &redirected;
         let result = self
             .on_connection(Some(call), |conn, resent| async move {
                 let timeout = self.timeout;
@@ -299,7 +314,7 @@ impl Node {
                         send(&conn, &call.eval(), call, slot, timeout).await
                     }
                 };
-                match first.and_then(answered) {
+                let answer = match first.and_then(answered) {
                     Err(SendError::Redis(e))
                         if call.is_script()
                             && e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
@@ -310,11 +325,25 @@ impl Node {
                             .and_then(answered)
                     }
                     other => other,
+                };
+                if let Err(e) = &answer {
+                    *redirected.lock().unwrap_or_else(|p| p.into_inner()) = Redirect::of(call, e);
                 }
+                answer
             })
             .instrument(span)
             .await
             .map_err(|(_, failure)| failure);
+        // A compare-and-delete follows a redirect once, within the same bound (`redirect`).
+        let redirect = redirected.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let result = match (result, redirect) {
+            (Err(failure), Some(redirect)) => {
+                self.follow(call, slot, redirect, failure)
+                    .instrument(tracing::trace_span!("redirect"))
+                    .await
+            }
+            (result, _) => result,
+        };
         request.end(match &result {
             Ok(_) => NodeResult::Answered,
             Err(f) if f.unsent() == Some(Unsent::Stopped) => NodeResult::Stopped,
@@ -465,103 +494,6 @@ impl Node {
             limit,
             expired,
         }
-    }
-
-    /// Connects to one node and reads what the safety rules need: `INFO` and `CONFIG GET
-    /// appendfsync` (`ROLE` is not asked: `INFO` has the role, and an ACL may deny `ROLE`).
-    pub(crate) async fn probe(&self, limit: Duration) -> Result<NodeInfo, NodeFailure> {
-        let home = self.home.clone();
-        let mut info = self.probe_one(&home, limit).await?;
-        if info.cluster.is_none() {
-            return Ok(info);
-        }
-        // A cluster: its shape, and the weakest persistence of its primaries, all within
-        // `limit`.
-        tokio::time::timeout(limit, self.probe_cluster(&mut info, limit))
-            .await
-            .map_err(|_| self.no_answer_within(limit))??;
-        Ok(info)
-    }
-
-    /// What the build-time check reads of a node found to be a cluster.
-    async fn probe_cluster(&self, info: &mut NodeInfo, limit: Duration) -> Result<(), NodeFailure> {
-        let cluster = self.become_cluster().clone();
-        let primaries = cluster.primaries().await?;
-        let mut slots = redis::cmd("CLUSTER");
-        slots.arg("SLOTS");
-        let slots = self.query_within(&slots, limit).await?;
-        let mut nodes = redis::cmd("CLUSTER");
-        nodes.arg("NODES");
-        let nodes = self.query_within(&nodes, limit).await?;
-        let asked =
-            futures::future::join_all(primaries.iter().map(|p| self.probe_one(p, limit))).await;
-        // Not one server's: two nodes of one cluster are found by their members.
-        info.run_id = None;
-        info.aof = None;
-        info.appendfsync = Some("always".into());
-        info.maxmemory_policy = None;
-        for primary in asked {
-            info.weakest_with(&primary?);
-        }
-        info.cluster = Some(crate::safety::ClusterInfo::from_replies(&slots, &nodes));
-        Ok(())
-    }
-
-    /// `INFO` and `CONFIG GET appendfsync` of one server, each bounded by `limit`.
-    async fn probe_one(
-        &self,
-        shard: &Arc<Shard>,
-        limit: Duration,
-    ) -> Result<NodeInfo, NodeFailure> {
-        let info = self.query_on(shard, &redis::cmd("INFO"), limit).await?;
-        if !matches!(
-            info,
-            redis::Value::BulkString(_)
-                | redis::Value::VerbatimString { .. }
-                | redis::Value::SimpleString(_)
-        ) {
-            return Err(NodeFailure::new(
-                self.name(),
-                FailureKind::Protocol,
-                format!("INFO answered {info:?}"),
-            ));
-        }
-        // INFO does not show appendfsync; CONFIG GET may be renamed away or denied by an ACL, in
-        // which case the setting stays unknown (and the warning says so).
-        let mut get = redis::cmd("CONFIG");
-        get.arg("GET").arg("appendfsync");
-        let appendfsync = self.query_on(shard, &get, limit).await.ok();
-        Ok(NodeInfo::from_replies(
-            self.name(),
-            &info,
-            None,
-            appendfsync.as_ref(),
-        ))
-    }
-
-    /// Sends one command to one server of the node, bounded by `limit`: the node's own server
-    /// as [`query_within`](Self::query_within) does, another primary of a cluster directly.
-    async fn query_on(
-        &self,
-        shard: &Arc<Shard>,
-        cmd: &Cmd,
-        limit: Duration,
-    ) -> Result<Value, NodeFailure> {
-        if Arc::ptr_eq(shard, &self.home) {
-            return self.query_within(cmd, limit).await;
-        }
-        let sent = async {
-            let (generation, mut link) = self.connection(shard).await?;
-            link.conn
-                .send_packed_command(cmd)
-                .await
-                .map_err(SendError::from)
-                .and_then(answered)
-                .map_err(|e| self.failure(shard, generation, &e))
-        };
-        tokio::time::timeout(limit, sent)
-            .await
-            .map_err(|_| self.no_answer_within(limit))?
     }
 }
 

@@ -1,5 +1,6 @@
-//! `check`: connects to every node and reports what weakens the lock's safety: the same
-//! server listed twice (INFO run_id), replicas (ROLE), no AOF or `appendfsync` other than
+//! `check`: runs the library's node check (`NodeClient::probe`, the one `build()` runs) on
+//! every node and reports what weakens the lock's safety: the same server listed twice (INFO
+//! run_id), replicas (INFO role), a cluster's state and its members that do not answer, no AOF or `appendfsync` other than
 //! `always` (a restarted node forgets its locks), an evicting `maxmemory-policy` (locks have a
 //! TTL, so even `volatile-*` may evict them), and a clock far from the others' (TIME against
 //! the local clock, corrected by half the round trip).
@@ -11,7 +12,7 @@ use futures::future::join_all;
 use serde::Serialize;
 
 use crate::args::CheckArgs;
-use quorum_lock::safety::{self, ClusterInfo, NodeInfo, Severity};
+use quorum_lock::safety::{self, NodeInfo, Severity};
 use quorum_lock::NodeClient;
 
 use crate::direct::{self, int, NodeError};
@@ -33,7 +34,12 @@ struct NodeReport {
     error: Option<String>,
     run_id: Option<String>,
     version: Option<String>,
+    /// `redis` or `valkey`.
+    server: Option<String>,
     role: Option<String>,
+    /// Members of a cluster node that do not answer (each with why).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    not_answering: Vec<String>,
     aof: Option<bool>,
     /// `None` when CONFIG GET was refused (renamed away, or denied by an ACL).
     appendfsync: Option<String>,
@@ -118,43 +124,33 @@ async fn read(
     report: &mut NodeReport,
 ) -> Result<(), NodeError> {
     let limit = settings.connect_timeout;
-    let mut conn = direct::connect(node, limit, limit).await?;
-    let info = direct::query(node, &mut conn, &redis::cmd("INFO"), limit).await?;
+    // The library's own check, the one `build()` runs: for a cluster, its shape and state,
+    // the weakest persistence of its primaries and every member that does not answer.
+    let read = node.probe(limit).await.map_err(NodeError::Failed)?;
     report.reachable = true;
-    // ROLE is the authoritative answer; INFO's replication section is the fallback when an
-    // ACL denies ROLE (or CONFIG GET, which leaves appendfsync unknown).
-    let role = direct::query(node, &mut conn, &redis::cmd("ROLE"), limit)
-        .await
-        .ok();
-    let mut get = redis::cmd("CONFIG");
-    get.arg("GET").arg("appendfsync");
-    let appendfsync = direct::query(node, &mut conn, &get, limit).await.ok();
-    let mut read = NodeInfo::from_replies(node.name(), &info, role.as_ref(), appendfsync.as_ref());
-    if read.cluster.is_some() {
-        // A cluster is one node: its shape (primaries, replicas, members) instead of one
-        // server's identity; its persistence is the member's asked.
-        let mut slots = redis::cmd("CLUSTER");
-        slots.arg("SLOTS");
-        let slots = direct::query(node, &mut conn, &slots, limit).await?;
-        let mut nodes = redis::cmd("CLUSTER");
-        nodes.arg("NODES");
-        let nodes = direct::query(node, &mut conn, &nodes, limit).await?;
-        let shape = ClusterInfo::from_replies(&slots, &nodes);
-        read.role = Some(format!(
-            "cluster ({} primaries, {} replicas; persistence of the member given)",
-            shape.primaries.len(),
-            shape.replicas
-        ));
-        read.cluster = Some(shape);
-        read.run_id = None;
-    }
     report.run_id = read.run_id.clone();
     report.version = read.version.clone();
-    report.role = read.role.clone();
+    report.server = read.server.clone();
+    report.role = match &read.cluster {
+        Some(shape) => Some(format!(
+            "cluster ({} primaries, {} replicas, state {}; persistence of the weakest primary)",
+            shape.primaries.len(),
+            shape.replicas,
+            shape.state.as_deref().unwrap_or("unknown"),
+        )),
+        None => read.role.clone(),
+    };
+    report.not_answering = read
+        .cluster
+        .as_ref()
+        .map(|c| c.not_answering.clone())
+        .unwrap_or_default();
     report.aof = read.aof;
     report.appendfsync = read.appendfsync.clone();
     report.maxmemory_policy = read.maxmemory_policy.clone();
     report.info = Some(read);
+    // The clock, on a connection of its own.
+    let mut conn = direct::connect(node, limit, limit).await?;
     let mut best: Option<(f64, f64)> = None;
     for _ in 0..TIME_SAMPLES {
         let sent = SystemTime::now();
@@ -208,6 +204,7 @@ fn findings(reports: &[NodeReport], tolerance: Duration) -> Vec<Finding> {
     for finding in safety::findings(&infos) {
         let severity = match finding.severity {
             Severity::Refused => "error",
+            Severity::Unavailable => UNAVAILABLE_FINDING,
             _ => "warning",
         };
         add(severity, &finding.node, finding.message);
@@ -259,10 +256,11 @@ fn plain(r: &Report) -> String {
             }
             _ => "?".to_string(),
         };
-        let _ =
-            writeln!(out,
-            "{}: redis {}, role {}, aof {aof}, appendfsync {}, maxmemory-policy {}, clock {clock}",
+        let _ = writeln!(
+            out,
+            "{}: {} {}, role {}, aof {aof}, appendfsync {}, maxmemory-policy {}, clock {clock}",
             n.node,
+            n.server.as_deref().unwrap_or("redis"),
             or(&n.version),
             or(&n.role),
             n.appendfsync.as_deref().unwrap_or("unknown"),
@@ -289,15 +287,20 @@ fn plain(r: &Report) -> String {
         .iter()
         .filter(|f| f.severity != UNAVAILABLE_FINDING)
         .count();
-    let down = r.findings.len() - problems;
+    let down = r.nodes.iter().filter(|n| !n.reachable).count();
+    let members: usize = r.nodes.iter().map(|n| n.not_answering.len()).sum();
     let _ = match problems {
         0 => write!(out, "no configuration problems found"),
         1 => write!(out, "1 configuration problem found"),
         n => write!(out, "{n} configuration problems found"),
     };
-    let _ = match down {
+    if down > 0 {
+        let _ = write!(out, "; {down} of {} nodes unreachable", r.nodes.len());
+    }
+    let _ = match members {
         0 => writeln!(out),
-        n => writeln!(out, "; {n} of {} nodes unreachable", r.nodes.len()),
+        1 => writeln!(out, "; 1 cluster member not answering"),
+        n => writeln!(out, "; {n} cluster members not answering"),
     };
     out
 }

@@ -20,6 +20,11 @@ pub enum NodeError {
     Failed(NodeFailure),
     /// No connection, or no answer, within the limit.
     TimedOut(String),
+    /// A member of a cluster node other than the one given (named `host:port`) failed.
+    Member(String, Box<NodeError>),
+    /// The node is a cluster, which cannot keep the key's names in its slot: a usage error,
+    /// as it is for the lock calls.
+    Refused(quorum_lock::Error),
 }
 
 impl NodeError {
@@ -29,6 +34,17 @@ impl NodeError {
             NodeError::Failed(f) if f.detail().is_empty() => f.kind().to_string(),
             NodeError::Failed(f) => format!("{}: {}", f.kind(), f.detail()),
             NodeError::TimedOut(reason) => reason.clone(),
+            NodeError::Member(member, e) => format!("member {member}: {}", e.reason()),
+            NodeError::Refused(e) => e.to_string(),
+        }
+    }
+
+    /// The failure itself, for a member's too.
+    fn failed(&self) -> Option<&NodeFailure> {
+        match self {
+            NodeError::Failed(f) => Some(f),
+            NodeError::Member(_, e) => e.failed(),
+            _ => None,
         }
     }
 }
@@ -41,10 +57,11 @@ impl NodeError {
 /// # Errors
 /// Exit 78 when a node is misconfigured.
 pub fn misconfigured<'a>(errors: impl IntoIterator<Item = &'a NodeError>) -> Result<(), Failure> {
-    match errors.into_iter().find_map(|e| match e {
-        NodeError::Failed(f) if crate::exit::misconfigured(f.kind()) => Some(f),
-        _ => None,
-    }) {
+    match errors
+        .into_iter()
+        .filter_map(NodeError::failed)
+        .find(|f| crate::exit::misconfigured(f.kind()))
+    {
         Some(failure) if failure.kind() == FailureKind::Tls => Err(tls_refused(failure)),
         Some(failure) => Err(Failure::config(format!("configuration: node {failure}"))),
         None => Ok(()),

@@ -87,6 +87,13 @@ pub async fn status(settings: &Settings, args: &StatusArgs) -> Result<u8, Failur
     )
     .await;
     direct::misconfigured(answers.iter().filter_map(|a| a.as_ref().err()))?;
+    // A key cluster nodes refuse: the answer `run` gives (64), not "unreachable".
+    if let Some(NodeError::Refused(e)) = answers.iter().find_map(|a| match a {
+        Err(e @ NodeError::Refused(_)) => Some(e),
+        _ => None,
+    }) {
+        return Err(Failure::from_lock(e, &exit::Context::NONE));
+    }
 
     let kind = kind(answers.iter().filter_map(|a| a.as_ref().ok()));
     // Holder values become numbers here and are dropped: nothing below can print them.
@@ -229,15 +236,33 @@ fn kind<'a>(answers: impl Iterator<Item = &'a Raw> + Clone) -> &'static str {
 /// counted: they are compared with the node's own clock.
 async fn read_node(settings: &Settings, node: &NodeClient, key: &str) -> Result<Raw, NodeError> {
     let limit = settings.connect_timeout;
-    let conn = direct::connect(node, limit, limit).await?;
+    let mut conn = direct::connect(node, limit, limit).await?;
+    if let Err(refused) = quorum_lock::names::check_cluster_key(key.as_bytes()) {
+        let mut info = redis::cmd("INFO");
+        info.arg("cluster");
+        let info = direct::query(node, &mut conn, &info, limit).await?;
+        if text(&info).is_some_and(|t| t.contains("cluster_enabled:1")) {
+            return Err(NodeError::Refused(refused));
+        }
+    }
     // A cluster node: read from the member serving the key's slot (every name of the lock is
     // in that slot).
+    let given = node.name().to_string();
     let (node, conn) = serving(node, conn, key, limit).await?;
     let node = &node;
     let ask = |cmd: redis::Cmd| {
         let node = node.clone();
         let mut conn = conn.clone();
-        async move { direct::query(&node, &mut conn, &cmd, limit).await }
+        let given = given.clone();
+        async move {
+            // A member's failure is the member's, named so.
+            direct::query(&node, &mut conn, &cmd, limit)
+                .await
+                .map_err(|e| match node.name() == given {
+                    true => e,
+                    false => NodeError::Member(node.name().to_string(), Box::new(e)),
+                })
+        }
     };
     let cmd = |name: &str, args: &[&str]| {
         let mut c = redis::cmd(name);
@@ -308,7 +333,11 @@ async fn serving(
                 e.to_string(),
             ))))
         })?;
-    let conn = direct::connect(&member, limit, limit).await?;
+    // Its failures are the member's, named so: not the member given, which answered.
+    let named = |e: NodeError| NodeError::Member(member.name().to_string(), Box::new(e));
+    let conn = direct::connect(&member, limit, limit)
+        .await
+        .map_err(named)?;
     Ok((member, conn))
 }
 

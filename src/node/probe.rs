@@ -1,0 +1,174 @@
+//! The check of one node, the one both [`build`](crate::Builder::build) and `quorum-lock
+//! check` run (docs/DESIGN.md, "Build-time checks" and "Cluster nodes"): `INFO` and `CONFIG
+//! GET appendfsync` of the server; for a cluster, its map, its state, the persistence of
+//! every primary that answers, and every member that does not.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{Cmd, Value};
+
+use crate::error::{FailureKind, NodeFailure};
+use crate::safety::{ClusterInfo, NodeInfo};
+
+use super::send::{answered, SendError};
+use super::shard::Shard;
+use super::Node;
+
+impl Node {
+    /// Connects to one node and reads what the safety rules need: `INFO` and `CONFIG GET
+    /// appendfsync` (`ROLE` is not asked: `INFO` has the role, and an ACL may deny `ROLE`).
+    ///
+    /// A cluster node answers when the member it was given by answers (its `INFO`, `CLUSTER
+    /// SLOTS`, `CLUSTER NODES`, `CLUSTER INFO`, each within `limit`); its other primaries
+    /// are asked at once, and one that has not answered within `members_within` is listed in
+    /// [`ClusterInfo::not_answering`], by name, with its persistence unknown: a silent
+    /// primary costs the node the keys of its own slots only, never the whole node. A
+    /// cluster that serves no slot yet answers too (every slot uncovered): it costs its vote
+    /// until slots are assigned, and its map is read again on use.
+    pub(crate) async fn probe(
+        &self,
+        limit: Duration,
+        members_within: Duration,
+    ) -> Result<NodeInfo, NodeFailure> {
+        let home = self.home.clone();
+        let mut info = self.probe_one(&home, limit).await?;
+        if info.cluster.is_none() {
+            return Ok(info);
+        }
+        tokio::time::timeout(limit, self.probe_seed(&mut info, limit))
+            .await
+            .map_err(|_| self.no_answer_within(limit))??;
+        self.probe_primaries(&mut info, members_within).await;
+        Ok(info)
+    }
+
+    /// What the member a cluster node was given by says of its cluster: the map (the first,
+    /// read here), `CLUSTER SLOTS`, `CLUSTER NODES` and `CLUSTER INFO`.
+    async fn probe_seed(&self, info: &mut NodeInfo, limit: Duration) -> Result<(), NodeFailure> {
+        let cluster = self.become_cluster().clone();
+        // A cluster with no slot yet has no map: not a failure of the check (see `probe`).
+        cluster.first_map().await?;
+        let cluster_cmd = |what: &str| {
+            let mut cmd = redis::cmd("CLUSTER");
+            cmd.arg(what);
+            cmd
+        };
+        let slots = self.query_within(&cluster_cmd("SLOTS"), limit).await?;
+        let nodes = self.query_within(&cluster_cmd("NODES"), limit).await?;
+        let state = self.query_within(&cluster_cmd("INFO"), limit).await?;
+        // Not one server's: two nodes of one cluster are found by their members.
+        info.run_id = None;
+        let mut shape = ClusterInfo::from_replies(&slots, &nodes);
+        shape.read_state(&state);
+        info.cluster = Some(shape);
+        Ok(())
+    }
+
+    /// The weakest persistence of the primaries of the map, each asked within `within`; the
+    /// silent ones are named in the node's [`ClusterInfo::not_answering`].
+    async fn probe_primaries(&self, info: &mut NodeInfo, within: Duration) {
+        let primaries = match self.cluster.get() {
+            Some(cluster) => cluster.known_primaries(),
+            None => Vec::new(),
+        };
+        let asked = futures::future::join_all(
+            primaries
+                .iter()
+                .map(|p| async move { (p, self.probe_one(p, within).await) }),
+        )
+        .await;
+        let seed = info.clone();
+        info.aof = None;
+        info.appendfsync = Some("always".into());
+        info.maxmemory_policy = None;
+        let mut answered = false;
+        let mut silent = Vec::new();
+        for (primary, answer) in asked {
+            match answer {
+                Ok(read) => {
+                    answered = true;
+                    info.weakest_with(&read);
+                }
+                Err(failure) => silent.push(format!(
+                    "{} ({}: {})",
+                    super::cluster::host_port(&primary.addr.endpoint),
+                    failure.kind(),
+                    // Named once, in front.
+                    failure
+                        .detail()
+                        .split(" (primary ")
+                        .next()
+                        .unwrap_or_default()
+                )),
+            }
+        }
+        if !answered {
+            // No primary known, or none answered: the member given is what was read.
+            info.aof = seed.aof;
+            info.appendfsync = seed.appendfsync;
+            info.maxmemory_policy = seed.maxmemory_policy;
+        }
+        if let Some(shape) = info.cluster.as_mut() {
+            shape.add_not_answering(silent);
+        }
+    }
+
+    /// `INFO` and `CONFIG GET appendfsync` of one server, each bounded by `limit`.
+    async fn probe_one(
+        &self,
+        shard: &Arc<Shard>,
+        limit: Duration,
+    ) -> Result<NodeInfo, NodeFailure> {
+        let info = self.query_on(shard, &redis::cmd("INFO"), limit).await?;
+        if !matches!(
+            info,
+            redis::Value::BulkString(_)
+                | redis::Value::VerbatimString { .. }
+                | redis::Value::SimpleString(_)
+        ) {
+            return Err(NodeFailure::new(
+                self.name(),
+                FailureKind::Protocol,
+                format!("INFO answered {info:?}"),
+            ));
+        }
+        // INFO does not show appendfsync; CONFIG GET may be renamed away or denied by an ACL, in
+        // which case the setting stays unknown (and the warning says so).
+        let mut get = redis::cmd("CONFIG");
+        get.arg("GET").arg("appendfsync");
+        let appendfsync = self.query_on(shard, &get, limit).await.ok();
+        Ok(NodeInfo::from_replies(
+            self.name(),
+            &info,
+            None,
+            appendfsync.as_ref(),
+        ))
+    }
+
+    /// Sends one command to one server of the node, bounded by `limit` (connecting
+    /// included): the node's own server as [`query_within`](Self::query_within) does, another
+    /// primary of a cluster directly.
+    async fn query_on(
+        &self,
+        shard: &Arc<Shard>,
+        cmd: &Cmd,
+        limit: Duration,
+    ) -> Result<Value, NodeFailure> {
+        if Arc::ptr_eq(shard, &self.home) {
+            return self.query_within(cmd, limit).await;
+        }
+        let sent = async {
+            let (generation, mut link) = self.connection(shard).await?;
+            link.conn
+                .send_packed_command(cmd)
+                .await
+                .map_err(SendError::from)
+                .and_then(answered)
+                .map_err(|e| self.failure(shard, generation, &e))
+        };
+        tokio::time::timeout(limit, sent)
+            .await
+            .map_err(|_| self.no_answer_within(limit))?
+    }
+}
