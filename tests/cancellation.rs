@@ -408,3 +408,36 @@ async fn every_call_of_every_kind_cancelled_at_random_leaves_the_next_call_worki
         assert!(left.is_empty(), "node {i}: keys left behind: {left:?}");
     }
 }
+
+/// Known defect (issue 30, found by the black-box review, not fixed yet): a stall of a
+/// current-thread runtime while a call has requests in flight, followed at once (no yield) by
+/// the next call, opens every node's breaker on a healthy fleet: the answers came during the
+/// stall, but nobody has read them yet (the stalled call itself then succeeds), and the
+/// breaker cannot tell the client's own silence from the node's. A wait of one scheduler
+/// round before the next call (a `yield_now`) avoids it.
+#[test]
+#[ignore = "known defect: the breaker takes a client's own stall for the nodes' silence"]
+fn the_next_call_right_after_a_stall_with_a_call_in_flight_succeeds() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let fleet = Fleet::start(5).expect("starting a fleet");
+    runtime.block_on(async {
+        let key = common::unique_key("stall-in-flight");
+        let locks = connected(&fleet, Duration::from_millis(250), &key).await;
+        let in_flight = locks.clone();
+        let stalled = tokio::spawn(async move {
+            let key = common::unique_key("stall-in-flight-call");
+            in_flight.try_acquire(&key, TTL).await.map(|g| g.is_some())
+        });
+        tokio::task::yield_now().await;
+        std::thread::sleep(Duration::from_millis(700));
+        let next = common::unique_key("stall-in-flight-next");
+        next_call_takes_the_key(&locks, &next, "right after a stall").await;
+        assert!(
+            matches!(stalled.await, Ok(Ok(true))),
+            "the stalled call itself"
+        );
+    });
+}
