@@ -10,15 +10,12 @@
 //! of this holder's own entry). Nothing of the same lease follows it: a release is a lease's
 //! last call; a rollback's attempt is over, and a retry has a holder value of its own.
 
-use std::future::Future;
-
 use redis::{ErrorKind, ServerErrorKind, Value};
 
-use crate::error::{NodeFailure, Unsent};
+use crate::error::NodeFailure;
 use crate::scripts::Call;
 
-use super::backlog::Admit;
-use super::send::{answered, send, SendError};
+use super::send::{answered, send, write, Packed, SendError};
 use super::shard::Connected;
 use super::Node;
 
@@ -84,48 +81,11 @@ impl Node {
 
     /// `ASKING` and the call's EVAL as one write (a pipeline): nothing else this client sends
     /// on the connection can come between them and run with the `ASKING` flag (an acquire
-    /// let into an importing slot could take a key the source still holds). Counted by the
-    /// connection's backlog as [`send`] counts a request.
+    /// let into an importing slot could take a key the source still holds). Written and
+    /// counted as any request ([`write`]).
     async fn asking(&self, conn: &Connected, call: &Call, slot: usize) -> Result<Value, SendError> {
-        if !call.progress.may_send(slot) {
-            return Err(SendError::Unsent(
-                Unsent::Stopped,
-                "call stopped by a later call of the same lease".into(),
-            ));
-        }
-        let seq = match conn.backlog.admit(self.timeout, true) {
-            Admit::Send(seq) => seq,
-            Admit::Refused { .. } => {
-                call.progress.written(slot);
-                return Err(SendError::Unsent(
-                    Unsent::BreakerOpen,
-                    format!(
-                        "not sent: the node has left {} requests unanswered for longer than the \
-                         node timeout ({:?}); its circuit breaker is open",
-                        conn.backlog.outstanding(),
-                        self.timeout
-                    ),
-                ));
-            }
-        };
-        let mut link = conn.conn.clone();
         let mut pipe = redis::pipe();
         pipe.cmd("ASKING").add_command(call.eval());
-        let sent_at = tokio::time::Instant::now();
-        let mut request = std::pin::pin!(tokio::task::unconstrained(
-            link.send_packed_commands(&pipe, 1, 1)
-        ));
-        let first =
-            std::future::poll_fn(|cx| std::task::Poll::Ready(request.as_mut().poll(cx))).await;
-        call.progress.written(slot);
-        let answers = match first {
-            std::task::Poll::Ready(answers) => answers,
-            std::task::Poll::Pending => request.await,
-        }?;
-        conn.backlog.answered(seq);
-        conn.backlog.round_trip(sent_at.elapsed());
-        answers.into_iter().next().ok_or_else(|| {
-            SendError::Redis((ErrorKind::Client, "ASKING: no answer to the command").into())
-        })
+        write(conn, Packed::Asking(&pipe), call, slot, self.timeout).await
     }
 }

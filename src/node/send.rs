@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{Cmd, RedisError, Value};
+use redis::{Cmd, ErrorKind, RedisError, Value};
 
 use crate::error::Unsent;
 
@@ -37,12 +37,31 @@ impl SendError {
     }
 }
 
-/// Sends one command of `call`, recording when it holds its place in the connection's queue,
-/// and refusing to start once the call was stopped (see
-/// [`Progress`](crate::scripts::Progress)) or while the node is silent with a full backlog.
+/// What one request writes: a command, or `ASKING` and a command as one write (a redirect's
+/// `ASK`, see `redirect`), answered by the command's answer.
+#[derive(Clone, Copy)]
+pub(super) enum Packed<'a> {
+    One(&'a Cmd),
+    Asking(&'a redis::Pipeline),
+}
+
+/// Sends one command of `call` (see [`write`]).
 pub(super) async fn send(
     link: &Connected,
     cmd: &Cmd,
+    call: &Call,
+    slot: usize,
+    timeout: Duration,
+) -> Result<Value, SendError> {
+    write(link, Packed::One(cmd), call, slot, timeout).await
+}
+
+/// Writes one request of `call`, recording when it holds its place in the connection's queue,
+/// and refusing to start once the call was stopped (see
+/// [`Progress`](crate::scripts::Progress)) or while the node is silent with a full backlog.
+pub(super) async fn write(
+    link: &Connected,
+    packed: Packed<'_>,
     call: &Call,
     slot: usize,
     timeout: Duration,
@@ -73,13 +92,22 @@ pub(super) async fn send(
             ));
         }
     };
-    // Unconstrained: a task out of its scheduling budget would otherwise get its room in the
-    // queue and yet return before writing the request.
     // A handle of its own (a few reference counts), so that the request's borrow leaves
     // `link` to the follow-up below.
     let mut conn = link.conn.clone();
     let sent_at = tokio::time::Instant::now();
-    let mut request = std::pin::pin!(tokio::task::unconstrained(conn.send_packed_command(cmd)));
+    // Unconstrained: a task out of its scheduling budget would otherwise get its room in the
+    // queue and yet return before writing the request.
+    let mut request = std::pin::pin!(tokio::task::unconstrained(async {
+        match packed {
+            Packed::One(cmd) => conn.send_packed_command(cmd).await,
+            Packed::Asking(pipe) => conn
+                .send_packed_commands(pipe, 1, 1)
+                .await?
+                .pop()
+                .ok_or_else(|| (ErrorKind::Client, "ASKING: no answer to the command").into()),
+        }
+    }));
     let first = std::future::poll_fn(|cx| std::task::Poll::Ready(request.as_mut().poll(cx))).await;
     progress.written(slot);
     // The request is on the connection: if this future is dropped before its answer is read
@@ -106,7 +134,7 @@ pub(super) async fn send(
 /// A request written to the connection whose answer nobody has read yet. Dropped armed (its
 /// caller went away), it has the connection count that answer all the same: a `PING` follows
 /// it, and the `PING`'s answer says that every request written before it was answered
-/// ([`Backlog::follow_up`]). Otherwise a node that answers every request, only after their
+/// ([`follow_up`]). Otherwise a node that answers every request, only after their
 /// callers stopped waiting, would keep them "unanswered" for ever, and its breaker would open
 /// on a healthy node: the next call would fail at once.
 struct Unread<'a> {
