@@ -31,7 +31,7 @@ pub(crate) async fn probe_until_quorum(
         .collect();
     let mut infos = Vec::new();
     let mut failures = Vec::new();
-    let mut ended = vec![false; nodes.len()];
+    let mut passed = vec![false; nodes.len()];
     let mut grace: Option<tokio::time::Instant> = None;
     loop {
         let next = match grace {
@@ -44,7 +44,7 @@ pub(crate) async fn probe_until_quorum(
         let Some((i, probe)) = next else { break };
         match probe.map_err(|f| f.at(i)) {
             Ok(info) => {
-                ended[i] = true;
+                passed[i] = true;
                 infos.push(info);
             }
             Err(f) if unfixable(&f) => return Err(Error::Node(f)),
@@ -59,18 +59,21 @@ pub(crate) async fn probe_until_quorum(
     // takes no lock calls until a check of it passes: unchecked, it could be another node's
     // server under a second name, and vote twice (a reader's or a permit's script answers yes
     // to its own member again). Its check goes on, or is tried again, in the background.
-    let unchecked: Vec<usize> = (0..nodes.len()).filter(|&i| !ended[i]).collect();
+    let unchecked: Vec<usize> = (0..nodes.len()).filter(|&i| !passed[i]).collect();
     if unchecked.is_empty() {
         return Ok((infos, failures));
     }
+    let unreachable: Vec<usize> = failures.iter().filter_map(NodeFailure::index).collect();
     for &i in &unchecked {
-        tracing::warn!(
-            node = nodes[i].name(),
-            "node not checked yet at build; it takes no lock calls until its check passes"
-        );
+        // An unreachable node is logged with its failure by `build`.
+        if !unreachable.contains(&i) {
+            tracing::warn!(
+                node = nodes[i].name(),
+                "node not checked yet at build; it takes no lock calls until its check passes"
+            );
+        }
         nodes[i].hold_until_checked();
     }
-    let unreachable: Vec<usize> = failures.iter().filter_map(NodeFailure::index).collect();
     tokio::spawn(check_late(
         Arc::downgrade(nodes),
         probes,
