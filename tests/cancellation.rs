@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::builder;
+use common::{builder, kinds, KindRequest};
 use quorum_lock::testkit::Fleet;
 use quorum_lock::{Quorum, QuorumLock};
 
@@ -97,15 +97,20 @@ async fn answers_that_came_after_the_node_timeout_close_the_breaker_before_the_n
     next_call_takes_the_key(&locks, &other, "after answers later than the node timeout").await;
 }
 
-#[test]
-fn a_stall_of_the_clients_thread_does_not_fail_the_next_call() {
-    // One thread: a stall of it stops the connections' readers as well as the callers, so
-    // that the callers' deadlines can pass before the answers that came meanwhile are read.
+/// A runtime of one thread, and a fleet of five nodes.
+fn one_thread_and_a_fleet() -> (tokio::runtime::Runtime, Fleet) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let fleet = Fleet::start(5).expect("starting a fleet");
+    (runtime, Fleet::start(5).expect("starting a fleet"))
+}
+
+#[test]
+fn a_stall_of_the_clients_thread_does_not_fail_the_next_call() {
+    // One thread: a stall of it stops the connections' readers as well as the callers, so
+    // that the callers' deadlines can pass before the answers that came meanwhile are read.
+    let (runtime, fleet) = one_thread_and_a_fleet();
     runtime.block_on(async {
         let key = common::unique_key("stalled-thread");
         let locks = connected(&fleet, Duration::from_millis(250), &key).await;
@@ -139,17 +144,8 @@ fn a_stall_of_the_clients_thread_does_not_fail_the_next_call() {
 /// The sweep's TTL: short, so that what cancelled acquires leave expires soon.
 const SWEEP_TTL: Duration = Duration::from_secs(3);
 
-/// Each kind of lock as a request for `keys` (the multi-key lock takes them all).
-type KindRequest = for<'a> fn(&'a QuorumLock, &[String]) -> quorum_lock::LockRequest<'a>;
-
-const KINDS: [(&str, usize, KindRequest); 6] = [
-    ("mutex", 1, |l, k| l.lock(&k[0])),
-    ("multi-key", 2, |l, k| l.lock_all(k)),
-    ("semaphore", 1, |l, k| l.semaphore(&k[0], 1)),
-    ("read", 1, |l, k| l.read_lock(&k[0])),
-    ("write", 1, |l, k| l.write_lock(&k[0])),
-    ("fair", 1, |l, k| l.fair_lock(&k[0])),
-];
+/// The mutex's request.
+const MUTEX: KindRequest = |l, k| l.lock(&k[0]);
 
 /// The public calls the sweep cancels.
 #[derive(Debug, Clone, Copy)]
@@ -222,7 +218,7 @@ async fn assert_no_second_holder(
         for key in keys {
             let one = std::slice::from_ref(key);
             Box::pin(assert_no_second_holder(
-                other, "mutex", KINDS[0].2, one, guard, what,
+                other, "mutex", MUTEX, one, guard, what,
             ))
             .await;
         }
@@ -280,7 +276,7 @@ async fn every_call_of_every_kind_cancelled_at_random_leaves_the_next_call_worki
         if frozen {
             fleet.pause(4).unwrap();
         }
-        for (kind_name, n, kind) in KINDS {
+        for (kind_name, n, kind) in kinds(2) {
             for call in CALLS {
                 let keys: Vec<String> = (0..n)
                     .map(|i| common::unique_key(&format!("sweep-{kind_name}-{i}")))
@@ -418,11 +414,7 @@ async fn every_call_of_every_kind_cancelled_at_random_leaves_the_next_call_worki
 #[test]
 #[ignore = "known defect: the breaker takes a client's own stall for the nodes' silence"]
 fn the_next_call_right_after_a_stall_with_a_call_in_flight_succeeds() {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let fleet = Fleet::start(5).expect("starting a fleet");
+    let (runtime, fleet) = one_thread_and_a_fleet();
     runtime.block_on(async {
         let key = common::unique_key("stall-in-flight");
         let locks = connected(&fleet, Duration::from_millis(250), &key).await;

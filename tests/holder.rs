@@ -394,22 +394,6 @@ async fn token_calls_from_the_guards_own_client_act_through_the_guard() {
     theirs.release().await.unwrap();
 }
 
-/// Each kind of lock, as a request for `keys` (the multi-key lock takes them all; the others
-/// the first).
-type KindRequest =
-    for<'a> fn(&'a quorum_lock::QuorumLock, &[String]) -> quorum_lock::LockRequest<'a>;
-
-fn kinds() -> Vec<(&'static str, usize, KindRequest)> {
-    vec![
-        ("mutex", 1, |l, k| l.lock(&k[0])),
-        ("multi-key", 3, |l, k| l.lock_all(k)),
-        ("semaphore", 1, |l, k| l.semaphore(&k[0], 1)),
-        ("read", 1, |l, k| l.read_lock(&k[0])),
-        ("write", 1, |l, k| l.write_lock(&k[0])),
-        ("fair", 1, |l, k| l.fair_lock(&k[0])),
-    ]
-}
-
 /// Holder-value calls from the guard's own client on every key of every kind act through the
 /// guard: an extend to a shorter TTL cuts the guard's deadline, a release ends the guard (its
 /// loss signal fires) before another client can take any of its keys. Before, only a guard's
@@ -422,7 +406,7 @@ async fn holder_calls_on_every_key_of_every_kind_act_through_the_guard() {
     let other = client(fleet, Quorum::Majority).await;
     let ttl = Duration::from_secs(10);
     let short = Duration::from_secs(1);
-    for (kind, n, request) in kinds() {
+    for (kind, n, request) in kinds(3) {
         for at in 0..n {
             let keys: Vec<String> = (0..n)
                 .map(|i| unique_key(&format!("holder-every-key-{kind}-{i}")))

@@ -334,3 +334,20 @@ pub async fn lock_commands_run(fleet: &Fleet, i: usize) -> u64 {
         })
         .sum()
 }
+
+/// Each kind of lock, as a request for `keys` (the multi-key lock takes them all; the others
+/// the first).
+pub type KindRequest = for<'a> fn(&'a QuorumLock, &[String]) -> quorum_lock::LockRequest<'a>;
+
+/// Every kind of lock: its name, how many keys it takes (`multi` for the multi-key lock), and
+/// its request. The semaphore has one permit, so that it excludes as the mutex does.
+pub fn kinds(multi: usize) -> [(&'static str, usize, KindRequest); 6] {
+    [
+        ("mutex", 1, |l, k| l.lock(&k[0])),
+        ("multi-key", multi, |l, k| l.lock_all(k)),
+        ("semaphore", 1, |l, k| l.semaphore(&k[0], 1)),
+        ("read", 1, |l, k| l.read_lock(&k[0])),
+        ("write", 1, |l, k| l.write_lock(&k[0])),
+        ("fair", 1, |l, k| l.fair_lock(&k[0])),
+    ]
+}
