@@ -769,3 +769,134 @@ async fn a_release_follows_ask_and_moved_to_the_primary_its_key_migrated_to() {
     assert_eq!(held_at(&fleet, 0, to, &k2), None, "the MOVED was followed");
     assert!(locks.stats().redirects >= 2);
 }
+
+/// The member of cluster `c` where a client has subscribed to `channel` (`PUBSUB NUMSUB`
+/// counts a member's own subscribers); a member that does not answer within 200 ms is
+/// skipped.
+fn subscribed_at(fleet: &ClusterFleet, c: usize, channel: &[u8]) -> Option<usize> {
+    let limit = Duration::from_millis(200);
+    (0..fleet.members()).find(|&m| {
+        let Ok(mut conn) = fleet.client(c, m).get_connection_with_timeout(limit) else {
+            return false;
+        };
+        let _ = conn.set_read_timeout(Some(limit));
+        let counts: redis::RedisResult<(Vec<u8>, u64)> = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(channel)
+            .query(&mut conn);
+        matches!(counts, Ok((_, n)) if n > 0)
+    })
+}
+
+#[derive(Clone, Copy, Debug)]
+enum SubscriberFault {
+    Kill,
+    Pause,
+}
+
+/// A waiter's release subscription on a cluster node lives at one member; when that member
+/// dies or freezes, the subscription moves to another live primary of the cluster, and the
+/// waiter hears the next release at once, not on its retry timer (30 s here). Before, the
+/// subscriber kept reconnecting to the dead member (its lock connection still counted as
+/// open) or stayed on the frozen one, and the waiter slept until its timer.
+async fn a_waiter_hears_releases_after_its_subscription_member(fault: SubscriberFault) {
+    let fleet = ClusterFleet::start(3).expect("clusters");
+    let holder = cluster_client(&fleet).await;
+    let waiter = QuorumLock::builder()
+        .nodes(fleet.urls())
+        .node_timeout(Duration::from_millis(200))
+        .retry_delay(Duration::from_secs(30))
+        .build()
+        .await
+        .expect("build over cluster nodes");
+    // A key none of whose primaries is the seed (member 0), where a client's subscriber is
+    // likely to be: the fault is then on the subscription only.
+    let key = (0..)
+        .map(|i| unique_key(&format!("subscriber-{i}")))
+        .find(|k| (0..3).all(|c| fleet.primary_of(c, k.as_bytes()).unwrap() != 0))
+        .unwrap();
+    let channel = quorum_lock::names::release_channel(key.as_bytes());
+    let ttl = Duration::from_secs(30);
+    let g = holder.lock(&key).ttl(ttl).acquire().await.expect("lock");
+    let waiting = tokio::spawn({
+        let key = key.clone();
+        async move {
+            let got = waiter
+                .lock(&key)
+                .ttl(ttl)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await;
+            (
+                tokio::time::Instant::now(),
+                got.map(|g| g.holder().to_owned()),
+            )
+        }
+    });
+    let mut faulted = Vec::new();
+    for c in 0..3 {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let at = loop {
+            if let Some(m) = subscribed_at(&fleet, c, &channel) {
+                break m;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no subscriber on cluster {c}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        if at != fleet.primary_of(c, key.as_bytes()).unwrap() {
+            faulted.push((c, at));
+        }
+    }
+    assert!(
+        faulted.len() >= 2,
+        "a quorum of subscriptions apart from the key's primaries"
+    );
+    for &(c, m) in &faulted {
+        match fault {
+            SubscriberFault::Kill => fleet.kill(c, m).unwrap(),
+            SubscriberFault::Pause => fleet.pause(c, m).unwrap(),
+        }
+    }
+    // The subscription moves to another member of each faulted cluster.
+    for &(c, m) in &faulted {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            match subscribed_at(&fleet, c, &channel) {
+                Some(at) if at != m => break,
+                _ => {}
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{fault:?}: the subscription on cluster {c} stayed at member {m}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let released = tokio::time::Instant::now();
+    g.release().await.expect("release");
+    let (at, got) = waiting.await.unwrap();
+    got.expect("the waiter takes the released key");
+    let heard = at - released;
+    assert!(
+        heard < Duration::from_secs(5),
+        "{fault:?}: the waiter took the key {heard:?} after its release (its retry delay is 30 s)"
+    );
+    if let SubscriberFault::Pause = fault {
+        for &(c, m) in &faulted {
+            fleet.resume(c, m).unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_hears_releases_after_its_subscription_member_is_killed() {
+    a_waiter_hears_releases_after_its_subscription_member(SubscriberFault::Kill).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_hears_releases_after_its_subscription_member_is_paused() {
+    a_waiter_hears_releases_after_its_subscription_member(SubscriberFault::Pause).await;
+}

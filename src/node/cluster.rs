@@ -463,17 +463,31 @@ impl Cluster {
         Ok(owners.into())
     }
 
-    /// A primary with an open connection, else the seed: where a pub/sub connection is made
-    /// (a cluster delivers `PUBLISH` to the subscribers of every member).
-    pub(super) fn live_shard(&self) -> Arc<Shard> {
+    /// Where a pub/sub connection is made (a cluster delivers `PUBLISH` to the subscribers of
+    /// every member): a primary that is not in `avoid` (members whose subscription dropped,
+    /// stayed silent or could not be made, the latest last), one with an open connection
+    /// first; when every primary is avoided, the one avoided longest ago; the seed without a
+    /// map. A member's open lock connection is not taken as proof that it answers: a killed
+    /// member's connection counts as open until a request fails on it.
+    pub(super) fn pubsub_shard(&self, avoid: &[String]) -> Arc<Shard> {
         let state = self.state();
-        state
-            .owners
+        let mut primaries: Vec<&Arc<Shard>> = Vec::new();
+        for shard in state.owners.iter().flat_map(|o| o.iter().flatten()) {
+            if !primaries.iter().any(|p| Arc::ptr_eq(p, shard)) {
+                primaries.push(shard);
+            }
+        }
+        let fresh = |s: &Arc<Shard>| !avoid.contains(&s.addr.display);
+        let chosen = primaries
             .iter()
-            .flat_map(|o| o.iter().flatten())
-            .find(|s| s.is_connected())
-            .cloned()
-            .unwrap_or_else(|| self.seed.clone())
+            .find(|s| fresh(s) && s.is_connected())
+            .or_else(|| primaries.iter().find(|s| fresh(s)))
+            .or_else(|| {
+                avoid
+                    .iter()
+                    .find_map(|a| primaries.iter().find(|s| &s.addr.display == a))
+            });
+        chosen.map_or_else(|| self.seed.clone(), |s| Arc::clone(s))
     }
 }
 

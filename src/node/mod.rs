@@ -459,20 +459,21 @@ impl Node {
         self.home.addr.scrub(&e.to_string())
     }
 
-    /// A dedicated pub/sub connection (release notices), not bounded here. On a cluster node,
-    /// to a primary with an open connection: a cluster delivers `PUBLISH` to the subscribers
-    /// of every member.
-    pub(crate) async fn pubsub(&self) -> Result<redis::aio::PubSub, NodeFailure> {
+    /// A dedicated pub/sub connection (release notices), not bounded here, and the member it
+    /// was made to (or tried). On a cluster node, to a primary not in `avoid` (see
+    /// [`Cluster::pubsub_shard`](cluster::Cluster::pubsub_shard)): a cluster delivers
+    /// `PUBLISH` to the subscribers of every member.
+    pub(crate) async fn pubsub(
+        &self,
+        avoid: &[String],
+    ) -> (String, Result<redis::aio::PubSub, NodeFailure>) {
         let shard = match self.cluster.get() {
-            Some(cluster) => cluster.live_shard(),
+            Some(cluster) => cluster.pubsub_shard(avoid),
             None => self.home.clone(),
         };
-        shard
-            .addr
-            .client
-            .get_async_pubsub()
-            .await
-            .map_err(|e| self.named(&shard, classify(&shard.addr, &e)))
+        let connected = shard.addr.client.get_async_pubsub().await;
+        let connected = connected.map_err(|e| self.named(&shard, classify(&shard.addr, &e)));
+        (shard.addr.display.clone(), connected)
     }
 
     /// Runs `request` within `limit`: the one bound of a node request that is not part of a
