@@ -405,14 +405,12 @@ async fn every_call_of_every_kind_cancelled_at_random_leaves_the_next_call_worki
     }
 }
 
-/// Known defect (issue 30, found by the black-box review, not fixed yet): a stall of a
-/// current-thread runtime while a call has requests in flight, followed at once (no yield) by
-/// the next call, opens every node's breaker on a healthy fleet: the answers came during the
-/// stall, but nobody has read them yet (the stalled call itself then succeeds), and the
-/// breaker cannot tell the client's own silence from the node's. A wait of one scheduler
-/// round before the next call (a `yield_now`) avoids it.
+/// A stall of a current-thread runtime while a call has requests in flight, followed at once
+/// (no yield) by the next call: the answers came during the stall, but nobody has read them
+/// yet. The breaker opened on every node here (wall time alone said "silent for longer than
+/// the node timeout"); it now opens only once a wait for an answer ran out, which no task
+/// could do during the stall (`Backlog::waited_out`).
 #[test]
-#[ignore = "known defect: the breaker takes a client's own stall for the nodes' silence"]
 fn the_next_call_right_after_a_stall_with_a_call_in_flight_succeeds() {
     let (runtime, fleet) = one_thread_and_a_fleet();
     runtime.block_on(async {

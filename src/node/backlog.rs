@@ -16,8 +16,10 @@ use std::time::Duration;
 /// entries, and keeps other clients out, until then.
 ///
 /// So this is also the node's circuit breaker: once the node has left a request unanswered
-/// for longer than the node timeout (it answered nothing since that request was written),
-/// requests fail at once without being written ("not sent", counted as a timeout: a "no" that
+/// for longer than the node timeout (it answered nothing since that request was written), and
+/// a wait for one of its answers ran out meanwhile (a caller's node timeout or fan-out
+/// deadline, or a follow-up's node timeout: see [`waited_out`](Self::waited_out)), requests
+/// fail at once without being written ("not sent", counted as a timeout: a "no" that
 /// costs nothing to wait for). One probe per node timeout goes out instead, a `PING` of its
 /// own that no operation waits for (an operation carrying the probe would wait a node timeout
 /// for it, and the clients that act least often would carry most probes and always lose);
@@ -50,6 +52,8 @@ pub(super) struct Backlog {
     following: AtomicBool,
     /// A request was left unread after the follow-up under way was written.
     follow_again: AtomicBool,
+    /// A wait for an answer ran out since the node last answered.
+    waited_out: AtomicBool,
     epoch: tokio::time::Instant,
 }
 
@@ -95,6 +99,7 @@ impl Backlog {
             rtt_us: AtomicU64::new(0),
             following: AtomicBool::new(false),
             follow_again: AtomicBool::new(false),
+            waited_out: AtomicBool::new(false),
             epoch: tokio::time::Instant::now(),
         }
     }
@@ -114,6 +119,7 @@ impl Backlog {
         if outstanding == 0 {
             self.quiet_since.store(now, Ordering::Release);
         } else if now.saturating_sub(self.quiet_since.load(Ordering::Acquire)) > timeout
+            && self.waited_out.load(Ordering::Acquire)
             && !(cleanup && outstanding < MAX_SILENT_BACKLOG)
         {
             let probed = self.probed_at.load(Ordering::Acquire);
@@ -136,6 +142,18 @@ impl Backlog {
     pub(super) fn answered(&self, seq: u64) {
         self.answered.fetch_max(seq, Ordering::AcqRel);
         self.quiet_since.store(self.now_ms(), Ordering::Release);
+        self.waited_out.store(false, Ordering::Release);
+    }
+
+    /// A wait for an answer ran out: a caller dropped its request when its node timeout or
+    /// deadline passed, or a follow-up `PING` went unanswered for a node timeout. The breaker
+    /// opens only once this happened since the node's last answer: wall time alone would
+    /// take the client's own stall (a thread blocked while the answers arrived, unread) for
+    /// the node's silence, and fail the next call on a healthy fleet. A caller that went away
+    /// early (a timeout around the call) says nothing here; its follow-up does, a node
+    /// timeout later.
+    pub(super) fn waited_out(&self) {
+        self.waited_out.store(true, Ordering::Release);
     }
 
     /// A request was written and its caller went away before reading the answer: whether the
@@ -302,7 +320,12 @@ mod tests {
         // The node stops answering: one request written, nothing answered for a timeout...
         let unanswered = backlog.admit(timeout, false).sent().unwrap();
         tokio::time::advance(timeout * 2).await;
-        // ...then nothing is sent, but one probe of the breaker's own per timeout.
+        assert!(
+            backlog.admit(timeout, false).sent().is_some(),
+            "no wait ran out yet: the client itself may have stalled"
+        );
+        backlog.waited_out();
+        // ...then, once its caller's wait ran out, nothing is sent, but one probe of the breaker's own per timeout.
         let probe = backlog.admit(timeout, false).probe().expect("the probe");
         for _ in 0..100 {
             assert_eq!(
@@ -322,8 +345,8 @@ mod tests {
         );
         assert_eq!(
             backlog.outstanding(),
-            3,
-            "the bound: one request and two probes"
+            4,
+            "the bound: two requests and two probes"
         );
         // A late answer to the first request: the node was only slow; it is back.
         backlog.answered(unanswered);
@@ -333,6 +356,7 @@ mod tests {
         );
         // It stops again, and comes back by answering a probe (so, everything before it).
         tokio::time::advance(timeout * 2).await;
+        backlog.waited_out();
         let probe3 = backlog.admit(timeout, false).probe().expect("a probe");
         assert_eq!(
             backlog.admit(timeout, false),
@@ -343,6 +367,33 @@ mod tests {
         assert!(
             backlog.admit(timeout, false).sent().is_some(),
             "flowing again"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_client_does_not_take_its_unread_answers_for_silence() {
+        let timeout = Duration::from_millis(100);
+        let backlog = Backlog::new();
+        let written = backlog.admit(timeout, false).sent().unwrap();
+        // The client's thread stalls for several timeouts with the request out: its answer
+        // came, unread, and no caller's timer could run.
+        tokio::time::advance(timeout * 7).await;
+        assert!(
+            backlog.admit(timeout, false).sent().is_some(),
+            "the next call is written"
+        );
+        // The answers are read: nothing was ever wrong.
+        backlog.answered(written + 1);
+        assert_eq!(backlog.outstanding(), 0);
+        // Had a caller's wait run out instead (a silent node), the breaker would be open.
+        let silent = backlog.admit(timeout, false).sent().unwrap();
+        tokio::time::advance(timeout * 2).await;
+        backlog.waited_out();
+        assert!(backlog.admit(timeout, false).probe().is_some());
+        backlog.answered(silent);
+        assert!(
+            backlog.admit(timeout, false).sent().is_some(),
+            "an answer clears it"
         );
     }
 }

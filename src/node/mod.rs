@@ -36,7 +36,7 @@ pub use client::NodeClient;
 use cluster::Cluster;
 use connection::classify;
 use redirect::Redirect;
-use send::{answered, send, InFlightRequest, Recorded, SendError};
+use send::{answered, send, Caller, InFlightRequest, Recorded, SendError};
 use shard::{Connected, Shard};
 
 /// One Redis master.
@@ -306,12 +306,12 @@ impl Node {
             .on_connection(Some(call), |conn, resent| async move {
                 let timeout = self.timeout;
                 let first = match (form, resent) {
-                    (_, true) => send(&conn, &call.resend(form), call, slot, timeout).await,
+                    (_, true) => send(&conn, &call.resend(form), call, Caller { slot, expired }, timeout).await,
                     (SendBy::Sha, false) => {
-                        send(&conn, call.command(), call, slot, timeout).await
+                        send(&conn, call.command(), call, Caller { slot, expired }, timeout).await
                     }
                     (SendBy::Eval, false) => {
-                        send(&conn, &call.eval(), call, slot, timeout).await
+                        send(&conn, &call.eval(), call, Caller { slot, expired }, timeout).await
                     }
                 };
                 let answer = match first.and_then(answered) {
@@ -320,7 +320,7 @@ impl Node {
                             && e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
                     {
                         tracing::debug!(node = %self.name(), script = call.name, "NOSCRIPT, falling back to EVAL");
-                        send(&conn, &call.eval(), call, slot, timeout)
+                        send(&conn, &call.eval(), call, Caller { slot, expired }, timeout)
                             .await
                             .and_then(answered)
                     }
@@ -338,7 +338,7 @@ impl Node {
         let redirect = redirected.lock().unwrap_or_else(|p| p.into_inner()).take();
         let result = match (result, redirect) {
             (Err(failure), Some(redirect)) => {
-                self.follow(call, slot, redirect, failure)
+                self.follow(call, Caller { slot, expired }, redirect, failure)
                     .instrument(tracing::trace_span!("redirect"))
                     .await
             }

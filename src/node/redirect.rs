@@ -15,7 +15,7 @@ use redis::{ErrorKind, ServerErrorKind, Value};
 use crate::error::NodeFailure;
 use crate::scripts::Call;
 
-use super::send::{answered, send, write, Packed, SendError};
+use super::send::{answered, send, write, Caller, Packed, SendError};
 use super::shard::Connected;
 use super::Node;
 
@@ -58,7 +58,7 @@ impl Node {
     pub(super) async fn follow(
         &self,
         call: &Call,
-        slot: usize,
+        caller: Caller<'_>,
         redirect: Redirect,
         failure: NodeFailure,
     ) -> Result<Value, NodeFailure> {
@@ -71,8 +71,8 @@ impl Node {
         let (generation, conn) = self.connection(&shard).await?;
         tracing::debug!(node = %self.name(), ask = redirect.ask, script = call.name, "following a redirect");
         let answer = match redirect.ask {
-            false => send(&conn, &call.eval(), call, slot, self.timeout).await,
-            true => self.asking(&conn, call, slot).await,
+            false => send(&conn, &call.eval(), call, caller, self.timeout).await,
+            true => self.asking(&conn, call, caller).await,
         };
         answer
             .and_then(answered)
@@ -83,9 +83,14 @@ impl Node {
     /// on the connection can come between them and run with the `ASKING` flag (an acquire
     /// let into an importing slot could take a key the source still holds). Written and
     /// counted as any request ([`write`]).
-    async fn asking(&self, conn: &Connected, call: &Call, slot: usize) -> Result<Value, SendError> {
+    async fn asking(
+        &self,
+        conn: &Connected,
+        call: &Call,
+        caller: Caller<'_>,
+    ) -> Result<Value, SendError> {
         let mut pipe = redis::pipe();
         pipe.cmd("ASKING").add_command(call.eval());
-        write(conn, Packed::Asking(&pipe), call, slot, self.timeout).await
+        write(conn, Packed::Asking(&pipe), call, caller, self.timeout).await
     }
 }

@@ -12,7 +12,7 @@ use crate::error::Unsent;
 use crate::scripts::Call;
 use crate::telemetry::{NodeRequest, NodeResult};
 
-use super::backlog::Admit;
+use super::backlog::{Admit, Backlog};
 use super::{Connected, MAX_IN_FLIGHT};
 
 /// A request's failure before the node's answer was classified: never written, and why, or the
@@ -45,15 +45,25 @@ pub(super) enum Packed<'a> {
     Asking(&'a redis::Pipeline),
 }
 
+/// Who waits for a request: the call's slot for its node, and the flag the caller sets
+/// before it drops the request because its time ran out (the node timeout or the fan-out's
+/// deadline), as opposed to a caller that went away early (a timeout around the call, a
+/// decided fan-out).
+#[derive(Clone, Copy)]
+pub(super) struct Caller<'a> {
+    pub(super) slot: usize,
+    pub(super) expired: &'a AtomicBool,
+}
+
 /// Sends one command of `call` (see [`write`]).
 pub(super) async fn send(
     link: &Connected,
     cmd: &Cmd,
     call: &Call,
-    slot: usize,
+    caller: Caller<'_>,
     timeout: Duration,
 ) -> Result<Value, SendError> {
-    write(link, Packed::One(cmd), call, slot, timeout).await
+    write(link, Packed::One(cmd), call, caller, timeout).await
 }
 
 /// Writes one request of `call`, recording when it holds its place in the connection's queue,
@@ -63,9 +73,10 @@ pub(super) async fn write(
     link: &Connected,
     packed: Packed<'_>,
     call: &Call,
-    slot: usize,
+    caller: Caller<'_>,
     timeout: Duration,
 ) -> Result<Value, SendError> {
+    let slot = caller.slot;
     let progress = &call.progress;
     if !progress.may_send(slot) {
         return Err(SendError::Unsent(
@@ -117,6 +128,7 @@ pub(super) async fn write(
         link,
         timeout,
         sent_at,
+        expired: caller.expired,
         armed: true,
     };
     let result = match first {
@@ -141,6 +153,8 @@ struct Unread<'a> {
     link: &'a Connected,
     timeout: Duration,
     sent_at: tokio::time::Instant,
+    /// Set by the caller when its time ran out (see [`Caller`]).
+    expired: &'a AtomicBool,
     armed: bool,
 }
 
@@ -157,6 +171,9 @@ impl Drop for Unread<'_> {
             // must not keep the quick estimate of its last answer read in time (it would
             // stay a key's arbiter, and every ordered attempt would wait a node timeout).
             self.link.backlog.at_least(self.sent_at.elapsed());
+            if self.expired.load(Ordering::Relaxed) {
+                self.link.backlog.waited_out();
+            }
             follow_up(self.link, self.timeout);
         }
     }
@@ -178,7 +195,7 @@ fn follow_up(link: &Connected, timeout: Duration) {
     runtime.spawn(async move {
         loop {
             let seq = backlog.follow_up_sent();
-            if !ping(&mut conn, ping_wait(timeout)).await {
+            if !follow_up_ping(&mut conn, timeout, &backlog).await {
                 backlog.follow_up_ended();
                 return;
             }
@@ -195,6 +212,28 @@ fn follow_up(link: &Connected, timeout: Duration) {
 /// collect waiting tasks.
 fn ping_wait(timeout: Duration) -> Duration {
     (timeout * 20).clamp(Duration::from_secs(1), Duration::from_secs(30))
+}
+
+/// Whether the follow-up's `PING` is answered within [`ping_wait`]; one not answered within
+/// the node timeout is a wait that ran out ([`Backlog::waited_out`](super::backlog::Backlog::waited_out)),
+/// as a caller's would be.
+async fn follow_up_ping(
+    conn: &mut MultiplexedConnection,
+    timeout: Duration,
+    backlog: &Backlog,
+) -> bool {
+    let ping = redis::cmd("PING");
+    let mut answer = std::pin::pin!(tokio::time::timeout(
+        ping_wait(timeout),
+        conn.send_packed_command(&ping)
+    ));
+    match tokio::time::timeout(timeout, answer.as_mut()).await {
+        Ok(answer) => matches!(answer, Ok(Ok(_))),
+        Err(_) => {
+            backlog.waited_out();
+            matches!(answer.await, Ok(Ok(_)))
+        }
+    }
 }
 
 /// Whether a `PING` on `conn` is answered within `wait`.
