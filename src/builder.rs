@@ -122,7 +122,7 @@ impl Builder {
     }
 
     /// How long one node may take to answer one call (including a reconnect) before it counts
-    /// as failed. Must be well below the TTL. Defaults to 50 ms.
+    /// as failed. At least 1 ms, and well below the TTL. Defaults to 50 ms.
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.node_timeout = timeout;
         self
@@ -315,11 +315,20 @@ impl Builder {
         ] {
             check_duration(field, value)?;
         }
-        if self.node_timeout.is_zero() {
-            return invalid("node_timeout", "must be positive".into());
-        }
-        if self.connect_timeout.is_zero() {
-            return invalid("connect_timeout", "must be positive".into());
+        // Timeouts are kept in whole milliseconds (the breaker's clock), and no node answers
+        // across a network in less: below one, every node would count as failed.
+        for (field, value) in [
+            ("node_timeout", self.node_timeout),
+            ("connect_timeout", self.connect_timeout),
+        ] {
+            if value < Duration::from_millis(1) {
+                return invalid(
+                    field,
+                    format!(
+                        "{value:?}: must be at least 1ms (a node answers in a network round trip)"
+                    ),
+                );
+            }
         }
         let queue_lease = self
             .queue_lease
@@ -496,6 +505,22 @@ mod tests {
             field(five().node_timeout(Duration::ZERO).validate()),
             "node_timeout"
         );
+        assert_eq!(
+            field(five().node_timeout(Duration::from_nanos(1)).validate()),
+            "node_timeout"
+        );
+        assert_eq!(
+            field(
+                five()
+                    .connect_timeout(Duration::from_micros(999))
+                    .validate()
+            ),
+            "connect_timeout"
+        );
+        assert!(five()
+            .node_timeout(Duration::from_millis(1))
+            .validate()
+            .is_ok());
         assert_eq!(
             field(five().drift_factor(f64::NAN).validate()),
             "drift_factor"

@@ -322,7 +322,7 @@ where
             return None;
         }
         self.timed_out &= !(1 << i);
-        Some((i, Err(self.nodes[i].timed_out())))
+        Some((i, Err(self.nodes[i].timed_out(&self.call))))
     }
 
     /// The deadline passed: drops the requests still running (the call marked expired

@@ -361,7 +361,11 @@ async fn a_paused_primary_is_a_silent_node_for_its_keys() {
     let fleet = ClusterFleet::start(3).expect("clusters");
     let locks = cluster_client(&fleet).await;
     let ttl = Duration::from_secs(10);
-    let key = unique_key("paused");
+    // A key not served by cluster 1's seed (so that its frozen primary is another member).
+    let key = (0..)
+        .map(|i| unique_key(&format!("paused-first-{i}")))
+        .find(|k| fleet.primary_of(1, k.as_bytes()).unwrap() != 0)
+        .unwrap();
     let frozen = fleet.primary_of(1, key.as_bytes()).unwrap();
     fleet.pause(1, frozen).unwrap();
     for _ in 0..3 {
@@ -374,6 +378,32 @@ async fn a_paused_primary_is_a_silent_node_for_its_keys() {
         eventually_entry(&fleet, 0, &key, Some(g.holder())).await;
         g.release().await.unwrap();
     }
+    // With the key's primary frozen in two of the three clusters, the attempt fails, and the
+    // timeouts name the frozen primaries, not only their nodes' seeds.
+    let other = (0..)
+        .map(|i| unique_key(&format!("paused-{i}")))
+        .find(|k| {
+            fleet.primary_of(1, k.as_bytes()).unwrap() == frozen
+                && fleet.primary_of(2, k.as_bytes()).unwrap() != 0
+        })
+        .unwrap();
+    let frozen2 = fleet.primary_of(2, other.as_bytes()).unwrap();
+    fleet.pause(2, frozen2).unwrap();
+    let err = locks
+        .try_acquire(&other, ttl)
+        .await
+        .expect_err("one of three");
+    let failures = err.node_failures();
+    for (c, m) in [(1, frozen), (2, frozen2)] {
+        let primary = format!("(primary redis://127.0.0.1:{})", fleet.member(c, m).port());
+        assert!(
+            failures
+                .iter()
+                .any(|f| f.is_timeout() && f.to_string().contains(&primary)),
+            "cluster {c}: no timeout names {primary}: {err}"
+        );
+    }
+    fleet.resume(2, frozen2).unwrap();
     fleet.resume(1, frozen).unwrap();
     served_again(
         &fleet,

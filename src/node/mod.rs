@@ -211,7 +211,7 @@ impl Node {
         });
         let unexpired = AtomicBool::new(false);
         let sent = futures::FutureExt::map(sent, |r| r.map_err(|(_, failure)| failure));
-        self.bounded(limit, sent, &unexpired).await
+        self.bounded(limit, sent, &unexpired, None).await
     }
 
     /// Runs a lock call, bounded by the per-node timeout: for calls that wait for every
@@ -227,13 +227,28 @@ impl Node {
         // end otherwise), declared first so that it outlives the request, and set before the
         // request is dropped.
         let expired = AtomicBool::new(false);
-        self.bounded(self.timeout, self.run(call, form, slot, &expired), &expired)
+        let request = self.run(call, form, slot, &expired);
+        self.bounded(self.timeout, request, &expired, Some(call))
             .await
     }
 
-    /// The failure of a request that got no answer within the node timeout.
-    pub(crate) fn timed_out(&self) -> NodeFailure {
-        self.no_answer_within(self.timeout)
+    /// The failure of a request of `call` that got no answer within the node timeout: on a
+    /// cluster node, naming the primary the request went to when it is not the member the
+    /// node was given by.
+    pub(crate) fn timed_out(&self, call: &Call) -> NodeFailure {
+        self.no_answer_to(self.timeout, Some(call))
+    }
+
+    fn no_answer_to(&self, limit: Duration, call: Option<&Call>) -> NodeFailure {
+        let failure = self.no_answer_within(limit);
+        let serving = match (self.cluster.get(), call.and_then(Call::route)) {
+            (Some(cluster), Some(key)) => cluster.serving(crate::key::slot(key)),
+            _ => None,
+        };
+        match serving {
+            Some(shard) => self.named(&shard, failure),
+            None => failure,
+        }
     }
 
     fn no_answer_within(&self, limit: Duration) -> NodeFailure {
@@ -485,6 +500,7 @@ impl Node {
         limit: Duration,
         request: F,
         expired: &'a AtomicBool,
+        call: Option<&'a Call>,
     ) -> Bounded<'a, F>
     where
         F: Future<Output = Result<Value, NodeFailure>>,
@@ -494,6 +510,7 @@ impl Node {
             node: self,
             limit,
             expired,
+            call,
         }
     }
 }
@@ -512,6 +529,8 @@ pin_project_lite::pin_project! {
         node: &'a Node,
         limit: Duration,
         expired: &'a AtomicBool,
+        // The call the request is of, to name a cluster's primary in a timeout.
+        call: Option<&'a Call>,
     }
 }
 
@@ -527,7 +546,7 @@ impl<F: Future<Output = Result<Value, NodeFailure>>> Future for Bounded<'_, F> {
             Ok(answer) => std::task::Poll::Ready(answer),
             Err(_) => {
                 this.expired.store(true, Ordering::Relaxed);
-                std::task::Poll::Ready(Err(this.node.no_answer_within(*this.limit)))
+                std::task::Poll::Ready(Err(this.node.no_answer_to(*this.limit, *this.call)))
             }
         }
     }
