@@ -132,6 +132,13 @@ impl LockGuard {
     /// an expired entry, so an expired lock stays lost. Nested guards of a reentrant owner
     /// share one lease: extending one extends all.
     ///
+    /// On a guard kept by the watchdog (taken without a TTL), each renewal sets the lease to
+    /// the watchdog lease again, from its own start: an `extend` lasts until the next renewal
+    /// (at most a third of the watchdog lease away), whether it was shorter or longer. For a
+    /// longer lease use [`Builder::watchdog_lease`](crate::Builder::watchdog_lease); to set
+    /// the TTL by hand, take the lock with one. [`extend_by_holder`](crate::QuorumLock::extend_by_holder)
+    /// acts through the guard's lease and is undone by its renewals the same way.
+    ///
     /// # Errors
     /// [`Error::LockLost`] (and the guard is lost from then on) when the validity ran out or
     /// too many nodes no longer hold the lock; [`Error::NoQuorum`] when nodes failed to answer
