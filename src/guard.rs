@@ -85,9 +85,11 @@ impl LockGuard {
     }
 
     /// The instant until which the lock may be trusted: the start of the latest acquire,
-    /// extend or renewal, plus its TTL, minus the drift allowance.
+    /// extend or renewal, plus its TTL, minus the drift allowance; once the lock was lost or
+    /// let go (released, also by holder value through this client, or handed off), the
+    /// moment that happened, if earlier.
     pub fn deadline(&self) -> Instant {
-        self.lease.deadline()
+        self.lease.trusted_until()
     }
 
     /// The time the lock may still be trusted (it shrinks, and grows again on renewal); zero

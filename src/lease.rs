@@ -83,6 +83,8 @@ struct State {
     /// The lease ended (release or drop) within its deadline, not lost: the lock was held to
     /// the end, whatever the release's answers.
     held_to_the_end: bool,
+    /// When the lease was lost or ended, if it was: nobody may trust it past that.
+    ended_at: Option<Instant>,
 }
 
 impl Lease {
@@ -106,6 +108,7 @@ impl Lease {
                 lost: false,
                 ended: false,
                 held_to_the_end: false,
+                ended_at: None,
             }),
             signal: CancellationToken::new(),
             moved: Notify::new(),
@@ -192,6 +195,14 @@ impl Lease {
         self.state().deadline
     }
 
+    /// The deadline, cut to the moment the lease was lost or ended if that came first: what
+    /// a guard reports (it must never say the lock may be trusted after it was lost or let
+    /// go).
+    pub(crate) fn trusted_until(&self) -> Instant {
+        let s = self.state();
+        s.ended_at.map_or(s.deadline, |at| at.min(s.deadline))
+    }
+
     /// Moves the deadline and wakes the loss signals' timers.
     fn set_deadline(&self, update: impl FnOnce(&mut State)) {
         update(&mut self.state());
@@ -214,6 +225,7 @@ impl Lease {
             let mut s = self.state();
             let first = !s.lost && !s.ended;
             s.lost = true;
+            s.ended_at.get_or_insert_with(Instant::now);
             first
         };
         if first {
@@ -234,6 +246,7 @@ impl Lease {
                 s.held_to_the_end = Instant::now() < s.deadline;
             }
             s.ended = true;
+            s.ended_at.get_or_insert_with(Instant::now);
             (s.lost, first)
         };
         if first {

@@ -361,6 +361,13 @@ async fn token_calls_from_the_guards_own_client_act_through_the_guard() {
         !guard.is_held(),
         "the guard says held after its release by holder value"
     );
+    // Its deadline says so too (found by the chaos checker: it kept the deadline of the last
+    // extend, 1 s away, while another client could already hold the key).
+    assert!(
+        guard.deadline() <= tokio::time::Instant::now(),
+        "the guard's deadline is {:?} away after its release by holder value",
+        guard.deadline() - tokio::time::Instant::now()
+    );
     assert!(lost.is_fired(), "its loss signal did not fire");
     let theirs = other
         .try_acquire(&key, Duration::from_secs(10))

@@ -1,0 +1,343 @@
+//! The independent checker of a chaos run: it reads only the history (see `history`), never
+//! the library's state, and reports every anomaly it finds:
+//!
+//! - **exclusion**: a hold runs from its acquire's completion to the earlier of the call that
+//!   ended it (release, drop, a release by holder value after the guard was handed off) and
+//!   the deadline the guard reported at that call; per key, a mutex, fair, write or
+//!   multi-key hold overlaps no other hold, readers overlap only readers, no more holders of
+//!   a semaphore overlap than its permits, and fencing tokens rise wherever two holds are
+//!   ordered (the test kit's interval checker does this part);
+//! - **lost updates**: each critical section of a fenced hold reads a register and writes
+//!   the value plus one, both fenced by its token at the register; two accepted writes of one
+//!   value mean two sections read the same value: an overlap the holds' own bookkeeping may
+//!   not show;
+//! - **liveness**: a call that failed with `NoQuorum` (nodes failed, not refused) while a
+//!   quorum of nodes had been free of faults for the whole window from `bound` before the
+//!   call to its end, and its own client was not frozen then;
+//! - **leaks**: anything the run's final scan found on the nodes after the quiet period
+//!   (a lock entry, a queue, a mark, a subscription).
+
+use std::collections::{BTreeMap, HashMap};
+
+use quorum_lock::testkit::history::{check as check_intervals, Hold, Interval};
+
+use crate::history::Op;
+
+/// What the checker found.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub ops: usize,
+    pub holds: usize,
+    pub faults: usize,
+    pub register_writes: usize,
+    pub overlaps: Vec<String>,
+    pub lost_updates: Vec<String>,
+    pub spurious_failures: Vec<String>,
+    pub leaks: Vec<String>,
+    /// Lines the checker could not use (a completion without its invocation, a hold
+    /// without its keys).
+    pub malformed: Vec<String>,
+}
+
+impl Report {
+    pub fn anomalies(&self) -> usize {
+        self.overlaps.len()
+            + self.lost_updates.len()
+            + self.spurious_failures.len()
+            + self.leaks.len()
+            + self.malformed.len()
+    }
+
+    pub fn all(&self) -> impl Iterator<Item = &String> {
+        self.overlaps
+            .iter()
+            .chain(&self.lost_updates)
+            .chain(&self.spurious_failures)
+            .chain(&self.leaks)
+            .chain(&self.malformed)
+    }
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "{} ops, {} holds, {} register writes, {} faults: {} exclusion, {} lost updates, \
+             {} spurious failures, {} leaks, {} malformed: {} anomalies",
+            self.ops,
+            self.holds,
+            self.register_writes,
+            self.faults,
+            self.overlaps.len(),
+            self.lost_updates.len(),
+            self.spurious_failures.len(),
+            self.leaks.len(),
+            self.malformed.len(),
+            self.anomalies()
+        )?;
+        for a in self.all().take(30) {
+            writeln!(f, "  {a}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A guard's hold as the history tells it.
+struct HoldRecord {
+    process: u64,
+    keys: Vec<String>,
+    hold: Hold,
+    token: Option<u64>,
+    start: u64,
+    /// The deadline the guard reported most recently.
+    deadline: u64,
+    /// When a call ended the hold.
+    end: Option<u64>,
+}
+
+fn hold_of(word: &str) -> Option<Hold> {
+    match word {
+        "x" => Some(Hold::Exclusive),
+        "r" => Some(Hold::Read),
+        p => Some(Hold::Permit(p.strip_prefix('p')?.parse().ok()?)),
+    }
+}
+
+/// A fault's window on one node or one client.
+struct Window {
+    node: Option<u64>,
+    client: Option<u64>,
+    start: u64,
+    end: u64,
+}
+
+/// Checks a history. `bound`: how long (ns) a quorum must have been free of faults before a
+/// `NoQuorum` counts as spurious (reconnects, breaker probes and restarts take that long).
+pub fn check(mut ops: Vec<Op>, bound: u64) -> Report {
+    ops.sort_by_key(|o| o.time);
+    let mut report = Report {
+        ops: ops.len(),
+        ..Report::default()
+    };
+    let run_end = ops.last().map_or(0, |o| o.time);
+    let meta = ops.iter().find(|o| o.f == "start");
+    let nodes = meta.and_then(|m| m.u64("nodes")).unwrap_or(0);
+    let quorum = meta.and_then(|m| m.u64("quorum")).unwrap_or(nodes);
+
+    let mut holds: BTreeMap<u64, HoldRecord> = BTreeMap::new();
+    let mut writes: HashMap<(String, String), Vec<(u64, u64)>> = HashMap::new();
+    let mut faults: HashMap<u64, Window> = HashMap::new();
+    let mut invokes: HashMap<(u64, u64), &Op> = HashMap::new();
+    let mut failures: Vec<(&Op, &Op)> = Vec::new();
+    // Guards whose client needs every node (`Quorum::All`), from their acquires.
+    let mut all_nodes: HashMap<u64, bool> = HashMap::new();
+
+    for op in &ops {
+        if op.f == "fault" {
+            let Some(id) = op.u64("id") else { continue };
+            match op.str("phase") {
+                Some("start") => {
+                    faults.insert(
+                        id,
+                        Window {
+                            node: op.u64("node"),
+                            client: op.u64("client"),
+                            start: op.time,
+                            end: run_end,
+                        },
+                    );
+                }
+                Some("end") => {
+                    if let Some(w) = faults.get_mut(&id) {
+                        w.end = op.time;
+                    }
+                }
+                _ => {}
+            }
+            continue;
+        }
+        if op.f == "leak-scan" {
+            for field in ["keys", "channels"] {
+                if let Some(left) = op.value.get(field).and_then(|v| v.as_array()) {
+                    if !left.is_empty() {
+                        report.leaks.push(format!(
+                            "node {}: {field} left after the quiet period: {}",
+                            op.u64("node").unwrap_or(u64::MAX),
+                            serde_json::Value::Array(left.clone())
+                        ));
+                    }
+                }
+            }
+            continue;
+        }
+        let Some(process) = op.process else { continue };
+        let n = op.u64("n");
+        if op.kind == "invoke" {
+            if let Some(n) = n {
+                invokes.insert((process, n), op);
+            }
+            if let (Some(g), Some(all)) = (op.u64("guard"), op.bool("all")) {
+                all_nodes.entry(g).or_insert(all);
+            }
+        }
+        let invoke = n.and_then(|n| invokes.get(&(process, n)).copied());
+        if op.kind != "invoke" && invoke.is_none() {
+            report.malformed.push(format!(
+                "a completion without its invocation: {}",
+                op.to_line()
+            ));
+            continue;
+        }
+        let guard = op.u64("guard");
+        // Every report of a guard's deadline is the guard's belief from then on.
+        if let (Some(g), Some(deadline)) = (guard, op.u64("deadline")) {
+            if let Some(h) = holds.get_mut(&g) {
+                if h.end.is_none() {
+                    h.deadline = deadline;
+                }
+            }
+        }
+        match (op.f.as_str(), op.kind.as_str()) {
+            ("acquire", "ok") => {
+                let (Some(g), Some(deadline)) = (guard, op.u64("deadline")) else {
+                    report.malformed.push(format!(
+                        "an acquire without guard or deadline: {}",
+                        op.to_line()
+                    ));
+                    continue;
+                };
+                let keys: Vec<String> = invoke
+                    .and_then(|i| i.value.get("keys"))
+                    .and_then(|k| k.as_array())
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|k| k.as_str().map(String::from))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let Some(hold) = invoke.and_then(|i| i.str("hold")).and_then(hold_of) else {
+                    report
+                        .malformed
+                        .push(format!("an acquire without its hold: {}", op.to_line()));
+                    continue;
+                };
+                if keys.is_empty() {
+                    report
+                        .malformed
+                        .push(format!("an acquire without keys: {}", op.to_line()));
+                    continue;
+                }
+                holds.insert(
+                    g,
+                    HoldRecord {
+                        process,
+                        keys,
+                        hold,
+                        token: op.u64("token"),
+                        start: op.time,
+                        deadline,
+                        end: None,
+                    },
+                );
+            }
+            // The calls that end a hold, at their invocation: the client stops believing it
+            // holds the lock when it asks to give it up.
+            ("release" | "drop", "invoke") => end_hold(&mut holds, guard, op.time),
+            ("release-by-holder", "invoke") if op.bool("handed_off") == Some(true) => {
+                end_hold(&mut holds, guard, op.time)
+            }
+            ("write", "ok") if op.bool("written") == Some(true) => {
+                let (Some(register), Some(value)) = (op.str("register"), op.str("value")) else {
+                    continue;
+                };
+                writes
+                    .entry((register.to_string(), value.to_string()))
+                    .or_default()
+                    .push((process, op.u64("token").unwrap_or(0)));
+                report.register_writes += 1;
+            }
+            (_, "fail") if op.str("error") == Some("NoQuorum") && op.u64("failures") > Some(0) => {
+                if let Some(invoke) = invoke {
+                    failures.push((invoke, op));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    // Exclusion and tokens: one interval per key of each hold.
+    let mut intervals = Vec::new();
+    for (g, h) in &holds {
+        let end = h.end.unwrap_or(run_end).min(h.deadline);
+        for key in &h.keys {
+            intervals.push(Interval {
+                key: key.clone(),
+                start: h.start,
+                end,
+                token: h.token,
+                client: format!("p{}/g{g}", h.process),
+                hold: h.hold,
+            });
+        }
+    }
+    report.holds = holds.len();
+    let exclusion = check_intervals(&intervals);
+    report.overlaps.extend(
+        exclusion
+            .overlaps
+            .iter()
+            .chain(&exclusion.over_permits)
+            .chain(&exclusion.token_regressions)
+            .cloned(),
+    );
+
+    for ((register, value), by) in writes {
+        if by.len() > 1 {
+            report.lost_updates.push(format!(
+                "{register}: value {value} written {} times (process, token): {by:?}",
+                by.len()
+            ));
+        }
+    }
+
+    report.faults = faults.len();
+    for (invoke, failed) in failures {
+        let process = failed.process.unwrap_or(u64::MAX);
+        let from = invoke.time.saturating_sub(bound);
+        let to = failed.time;
+        let during = |w: &&Window| w.start <= to && w.end >= from;
+        let frozen = faults
+            .values()
+            .filter(during)
+            .any(|w| w.client == Some(process));
+        let mut faulty: Vec<u64> = faults
+            .values()
+            .filter(during)
+            .filter_map(|w| w.node)
+            .collect();
+        faulty.sort_unstable();
+        faulty.dedup();
+        let all = failed
+            .u64("guard")
+            .and_then(|g| all_nodes.get(&g).copied())
+            .unwrap_or(false);
+        let needed = if all { nodes } else { quorum };
+        let healthy = nodes.saturating_sub(faulty.len() as u64);
+        if !frozen && healthy >= needed {
+            report.spurious_failures.push(format!(
+                "process {process}: {} failed with NoQuorum while {healthy} of {nodes} nodes \
+                 had no fault from {} ms before it (faulty: {faulty:?}; needed {needed}): {}",
+                failed.f,
+                bound / 1_000_000,
+                failed.str("message").unwrap_or("")
+            ));
+        }
+    }
+    report
+}
+
+fn end_hold(holds: &mut BTreeMap<u64, HoldRecord>, guard: Option<u64>, at: u64) {
+    if let Some(h) = guard.and_then(|g| holds.get_mut(&g)) {
+        h.end.get_or_insert(at);
+    }
+}

@@ -1,0 +1,235 @@
+//! The nemesis: a seeded schedule of faults, printed with the seed, that come and go while the
+//! clients run. Node faults: pause (SIGSTOP), kill and restart (from its AOF, or empty where
+//! the run's quorum tolerates a forgetful node), a slow link and a black hole through the test
+//! kit's proxy, and, where a forgetful node is tolerated, a clock jump (every key expired
+//! early). Client faults: a client's thread frozen past its leases. At most `max_nodes`
+//! nodes are faulty at once, at most one of them forgetful.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use quorum_lock::testkit::{Fault, Fleet};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::json;
+
+use crate::history::Recorder;
+use crate::workload::Control;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum What {
+    Pause,
+    /// Killed, then restarted (from its AOF, or empty when `forgets`).
+    Kill {
+        forgets: bool,
+    },
+    Slow(Duration),
+    BlackHole,
+    /// Every key of the node expired at once (its clock jumped forward).
+    ClockJump,
+    Freeze,
+}
+
+impl What {
+    fn name(self) -> String {
+        match self {
+            What::Pause => "pause".into(),
+            What::Kill { forgets: false } => "kill+restart".into(),
+            What::Kill { forgets: true } => "kill+restart-empty".into(),
+            What::Slow(d) => format!("slow-{}ms", d.as_millis()),
+            What::BlackHole => "black-hole".into(),
+            What::ClockJump => "clock-jump".into(),
+            What::Freeze => "freeze".into(),
+        }
+    }
+
+    fn forgets(self) -> bool {
+        matches!(self, What::Kill { forgets: true } | What::ClockJump)
+    }
+}
+
+/// One fault of the schedule: on node `target` (or client, for a freeze) from `at` for `lasts`.
+#[derive(Debug, Clone, Copy)]
+pub struct Planned {
+    pub id: u64,
+    pub at: Duration,
+    pub lasts: Duration,
+    pub target: usize,
+    pub what: What,
+}
+
+impl std::fmt::Display for Planned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let on = match self.what {
+            What::Freeze => format!("client {}", self.target),
+            _ => format!("node {}", self.target),
+        };
+        write!(
+            f,
+            "#{} at {:.1}s for {:.1}s: {} on {on}",
+            self.id,
+            self.at.as_secs_f64(),
+            self.lasts.as_secs_f64(),
+            self.what.name()
+        )
+    }
+}
+
+/// How far apart two forgetful faults are kept (longer than any lease of the workload).
+const FORGET_GAP: Duration = Duration::from_secs(5);
+
+/// What the schedule may do.
+#[derive(Debug, Clone, Copy)]
+pub struct Scope {
+    pub nodes: usize,
+    pub clients: usize,
+    /// Node faults at once.
+    pub max_nodes: usize,
+    /// The one node that may forget (restart empty, clock jump), if the quorum tolerates it.
+    pub forgetful: Option<usize>,
+    /// Whether node faults can be made (not on an external fleet).
+    pub node_faults: bool,
+}
+
+/// The seeded schedule for a run of `run`.
+pub fn schedule(seed: u64, run: Duration, scope: Scope) -> Vec<Planned> {
+    let mut rng = StdRng::seed_from_u64(seed.wrapping_add(0x006e_656d_6573_6973));
+    let mut plan: Vec<Planned> = Vec::new();
+    let mut at = Duration::from_millis(rng.random_range(300..1500));
+    let mut id = 0;
+    while at < run {
+        id += 1;
+        let lasts = Duration::from_millis(rng.random_range(300..3000));
+        let end = (at + lasts).min(run);
+        let roll = rng.random_range(0..100);
+        let planned = if roll < 15 || !scope.node_faults {
+            Some(Planned {
+                id,
+                at,
+                lasts: Duration::from_millis(rng.random_range(500..2500)),
+                target: rng.random_range(0..scope.clients),
+                what: What::Freeze,
+            })
+        } else {
+            let what = match roll {
+                15..=34 => What::Pause,
+                35..=54 => What::Kill {
+                    forgets: scope.forgetful.is_some() && rng.random_bool(0.3),
+                },
+                55..=72 => What::Slow(Duration::from_millis(rng.random_range(20..400))),
+                73..=90 => What::BlackHole,
+                _ if scope.forgetful.is_some() => What::ClockJump,
+                _ => What::Pause,
+            };
+            let target = match (what.forgets(), scope.forgetful) {
+                (true, Some(node)) => node,
+                _ => rng.random_range(0..scope.nodes),
+            };
+            // The forgetful node has no AOF: a restart there always forgets.
+            let what = match what {
+                What::Kill { .. } if scope.forgetful == Some(target) => {
+                    What::Kill { forgets: true }
+                }
+                other => other,
+            };
+            // At most `max_nodes` nodes faulty at any moment of this fault, this node not
+            // already, and at most one forgetful fault at a time.
+            let overlapping: Vec<&Planned> = plan
+                .iter()
+                .filter(|p| p.what != What::Freeze && p.at < end && p.at + p.lasts > at)
+                .collect();
+            // A forgotten entry stays forgotten while its lock is held (until its lease ends
+            // or a renewal repairs it): forgetful faults keep FORGET_GAP apart.
+            let forgets_near = plan.iter().any(|p| {
+                p.what.forgets() && p.at < end + FORGET_GAP && p.at + p.lasts + FORGET_GAP > at
+            });
+            let busy = overlapping.iter().any(|p| p.target == target)
+                || overlapping.len() >= scope.max_nodes
+                || (what.forgets() && forgets_near);
+            (!busy).then_some(Planned {
+                id,
+                at,
+                lasts: end - at,
+                target,
+                what,
+            })
+        };
+        if let Some(p) = planned {
+            if p.at + p.lasts <= run {
+                plan.push(p);
+            }
+        }
+        at += Duration::from_millis(rng.random_range(200..1500));
+    }
+    plan
+}
+
+/// Runs the schedule against `fleet` (none: an external fleet, client faults only), from now.
+pub async fn run(
+    plan: Vec<Planned>,
+    fleet: Option<Arc<Fleet>>,
+    control: Arc<Control>,
+    recorder: Recorder,
+) {
+    let start = tokio::time::Instant::now();
+    let mut tasks = Vec::new();
+    for p in plan {
+        let (fleet, control, recorder) = (fleet.clone(), control.clone(), recorder.clone());
+        tasks.push(tokio::spawn(async move {
+            tokio::time::sleep_until(start + p.at).await;
+            if control.stop.load(Ordering::Relaxed) {
+                return;
+            }
+            if p.what == What::Freeze {
+                // The client records its own freeze, when it actually stops.
+                control.freeze[p.target].store(p.lasts.as_millis() as u64, Ordering::Relaxed);
+                return;
+            }
+            let Some(fleet) = fleet else { return };
+            let line = |phase: &str| {
+                json!({"id": p.id, "phase": phase, "node": p.target, "what": p.what.name()})
+            };
+            recorder.record("info", "fault", None, line("start"));
+            let node = p.target;
+            let f = fleet.clone();
+            let began = tokio::task::spawn_blocking(move || match p.what {
+                What::Pause => f.pause(node),
+                What::Kill { .. } => f.kill(node),
+                What::Slow(d) => {
+                    f.proxy(node).set(Fault::Latency(d));
+                    Ok(())
+                }
+                What::BlackHole => {
+                    f.proxy(node).set(Fault::BlackHole);
+                    Ok(())
+                }
+                What::ClockJump => f.expire_early(node, "*").map(|_| ()),
+                What::Freeze => Ok(()),
+            })
+            .await;
+            if !matches!(began, Ok(Ok(()))) {
+                eprintln!("nemesis: fault {p} could not start: {began:?}");
+            }
+            tokio::time::sleep(p.lasts).await;
+            let f = fleet.clone();
+            let ended = tokio::task::spawn_blocking(move || match p.what {
+                What::Pause => f.resume(node),
+                What::Kill { .. } => f.restart(node),
+                What::Slow(_) | What::BlackHole => {
+                    f.proxy(node).heal();
+                    Ok(())
+                }
+                What::ClockJump | What::Freeze => Ok(()),
+            })
+            .await;
+            if !matches!(ended, Ok(Ok(()))) {
+                eprintln!("nemesis: fault {p} could not end: {ended:?}");
+            }
+            recorder.record("info", "fault", None, line("end"));
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+}

@@ -1,0 +1,757 @@
+//! The chaos run's clients: each one a separate service instance (its own `QuorumLock`s, its
+//! own OS thread and current-thread runtime, so that the nemesis can freeze it as a stalled
+//! process), running a seeded random program over the public API until told to stop, and
+//! writing every call to the history.
+//!
+//! A program is a series of holds. Each takes a random kind (mutex, multi-key, fair, read,
+//! write, a semaphore of one permit, of two under `Quorum::All`, a mutex through a reentrant
+//! owner) by a random path (`try_acquire` or a waiting acquire; a fixed TTL or the watchdog,
+//! with or without `max_hold`; fenced mostly), sometimes cancelled; while held, it does
+//! fenced read-modify-writes of an unguarded register, extends (sometimes cancelled),
+//! holder-value calls through the same client (extend, release: any key of a multi-key
+//! guard), nested holds of the reentrant owner; and it ends with a release (sometimes
+//! cancelled), a drop, or a hand-off of the holder value to another client (another
+//! `QuorumLock`, as another service), which extends and releases it by holder value or lets
+//! it expire.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use quorum_lock::{Error, LockGuard, LockRequest, Quorum, QuorumLock};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Value};
+
+use crate::history::{instant_nanos, Recorder};
+
+/// Fenced read of a register: refused when a larger token was seen; otherwise the token is
+/// remembered (so that an older holder's later write is refused) and the value returned.
+const FENCED_READ: &str = r#"
+local seen = tonumber(redis.call('get', KEYS[2]) or '0')
+if tonumber(ARGV[1]) < seen then return {0, ''} end
+redis.call('set', KEYS[2], ARGV[1])
+return {1, redis.call('get', KEYS[1]) or '0'}
+"#;
+
+/// Fenced write of a register, as the read.
+const FENCED_WRITE: &str = r#"
+local seen = tonumber(redis.call('get', KEYS[2]) or '0')
+if tonumber(ARGV[1]) < seen then return 0 end
+redis.call('set', KEYS[2], ARGV[1])
+redis.call('set', KEYS[1], ARGV[2])
+return 1
+"#;
+
+/// What every client of a run shares.
+#[derive(Clone)]
+pub struct Settings {
+    pub nodes: Vec<String>,
+    pub quorum: Quorum,
+    pub register: String,
+    /// Every key of the run starts with it (a hash tag: one slot on cluster nodes).
+    pub prefix: String,
+    pub node_timeout: Duration,
+}
+
+/// What the nemesis tells the clients.
+#[derive(Default)]
+pub struct Control {
+    pub stop: AtomicBool,
+    /// Per client: freeze for this many ms at the next freeze point (0: no freeze asked).
+    pub freeze: Vec<AtomicU64>,
+    /// Fault numbers, shared with the nemesis.
+    pub fault_ids: AtomicU64,
+    /// Clients that stopped their programs and wait for `release` to end (so that the leak
+    /// scan sees live, idle clients).
+    pub idle: AtomicUsize,
+    pub release: AtomicBool,
+}
+
+impl Control {
+    pub fn new(clients: usize) -> Control {
+        Control {
+            freeze: (0..clients).map(|_| AtomicU64::new(0)).collect(),
+            ..Control::default()
+        }
+    }
+}
+
+/// What a client did, for the progress line and the summary.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Tally {
+    pub calls: u64,
+    pub holds: u64,
+    pub failed: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Mutex,
+    Multi,
+    Fair,
+    Read,
+    Write,
+    Permit1,
+    Permits2,
+    Reentrant,
+}
+
+const KINDS: [(Kind, u32); 8] = [
+    (Kind::Mutex, 25),
+    (Kind::Multi, 12),
+    (Kind::Fair, 12),
+    (Kind::Read, 10),
+    (Kind::Write, 10),
+    (Kind::Permit1, 10),
+    (Kind::Permits2, 8),
+    (Kind::Reentrant, 13),
+];
+
+impl Kind {
+    fn draw(rng: &mut StdRng) -> Kind {
+        let total: u32 = KINDS.iter().map(|(_, w)| w).sum();
+        let mut pick = rng.random_range(0..total);
+        for (kind, weight) in KINDS {
+            if pick < weight {
+                return kind;
+            }
+            pick -= weight;
+        }
+        Kind::Mutex
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Mutex => "mutex",
+            Kind::Multi => "multi-key",
+            Kind::Fair => "fair",
+            Kind::Read => "read",
+            Kind::Write => "write",
+            Kind::Permit1 => "semaphore-1",
+            Kind::Permits2 => "semaphore-2",
+            Kind::Reentrant => "reentrant",
+        }
+    }
+
+    /// How the hold shares its key (the checker's words).
+    fn hold(self) -> &'static str {
+        match self {
+            Kind::Read => "r",
+            Kind::Permit1 => "p1",
+            Kind::Permits2 => "p2",
+            _ => "x",
+        }
+    }
+
+    /// Its keys: mutexes, reentrant mutexes and multi-key sets share one group of keys; each
+    /// other kind has its own.
+    fn keys(self, prefix: &str, rng: &mut StdRng) -> Vec<String> {
+        let one = |group: &str, of: usize, rng: &mut StdRng| {
+            format!("{prefix}{group}{}", rng.random_range(0..of))
+        };
+        match self {
+            Kind::Mutex | Kind::Reentrant => vec![one("x", 3, rng)],
+            Kind::Multi => {
+                let a = rng.random_range(0..3);
+                let b = (a + rng.random_range(1..3)) % 3;
+                vec![format!("{prefix}x{a}"), format!("{prefix}x{b}")]
+            }
+            Kind::Fair => vec![one("f", 2, rng)],
+            Kind::Read | Kind::Write => vec![one("rw", 2, rng)],
+            Kind::Permit1 => vec![one("s", 1, rng)],
+            Kind::Permits2 => vec![one("s2-", 1, rng)],
+        }
+    }
+}
+
+/// The client's handles: its own `QuorumLock`s (the run's quorum, and `Quorum::All` for the
+/// semaphore of two permits), and another client's (a separate service the holder value is
+/// handed to).
+struct Handles {
+    locks: QuorumLock,
+    all: QuorumLock,
+    peer: QuorumLock,
+    register: redis::aio::MultiplexedConnection,
+}
+
+/// One client's program state.
+struct Client {
+    index: u64,
+    handles: Handles,
+    rng: StdRng,
+    recorder: Recorder,
+    control: Arc<Control>,
+    settings: Settings,
+    next_op: u64,
+    next_guard: u64,
+    tally: Tally,
+}
+
+/// An error's name (its variant) for the history, with the number of nodes that failed
+/// (as opposed to refused) for `NoQuorum`.
+fn describe(e: &Error) -> (String, usize) {
+    let failures = match e {
+        Error::NoQuorum { failures, .. } => failures.len(),
+        _ => 0,
+    };
+    let debug = format!("{e:?}");
+    let name = debug
+        .split(|c: char| !c.is_alphanumeric())
+        .next()
+        .unwrap_or("Error")
+        .to_string();
+    (name, failures)
+}
+
+/// Builds a client's handles, retrying while nodes are still starting.
+async fn handles(settings: &Settings) -> Handles {
+    let build = |quorum: Quorum| {
+        QuorumLock::builder()
+            .nodes(settings.nodes.clone())
+            .quorum(quorum)
+            .node_timeout(settings.node_timeout)
+            .retry_delay(Duration::from_millis(5))
+            .retry_jitter(Duration::from_millis(20))
+            .lazy(true)
+            .build()
+    };
+    let locks = build(settings.quorum).await.expect("build a client");
+    let all = build(Quorum::All).await.expect("build a client");
+    let peer = build(settings.quorum).await.expect("build a client");
+    let register = redis::Client::open(settings.register.as_str())
+        .expect("register url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect to the register");
+    Handles {
+        locks,
+        all,
+        peer,
+        register,
+    }
+}
+
+/// Starts client `index` on a thread of its own; it runs until `control.stop`.
+pub fn spawn(
+    index: u64,
+    seed: u64,
+    settings: Settings,
+    recorder: Recorder,
+    control: Arc<Control>,
+) -> std::thread::JoinHandle<Tally> {
+    std::thread::Builder::new()
+        .name(format!("chaos-client-{index}"))
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a client runtime");
+            runtime.block_on(async move {
+                let handles = handles(&settings).await;
+                let mut client = Client {
+                    index,
+                    handles,
+                    rng: StdRng::seed_from_u64(seed ^ (index.wrapping_mul(0x9e37_79b9_7f4a_7c15))),
+                    recorder,
+                    control,
+                    settings,
+                    next_op: 0,
+                    next_guard: index * 1_000_000,
+                    tally: Tally::default(),
+                };
+                while !client.control.stop.load(Ordering::Relaxed) {
+                    client.hold_once().await;
+                }
+                client.handles.locks.finish_background().await;
+                client.handles.peer.finish_background().await;
+                client.handles.all.finish_background().await;
+                client.control.idle.fetch_add(1, Ordering::Relaxed);
+                while !client.control.release.load(Ordering::Relaxed) {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                client.tally
+            })
+        })
+        .expect("spawn a client thread")
+}
+
+/// Runs `call` within a random cancellation point (sometimes none): `None` if cancelled.
+async fn maybe_cancelled<F: std::future::Future>(rng: &mut StdRng, call: F) -> Option<F::Output> {
+    match rng.random_bool(0.15) {
+        true => {
+            let after = Duration::from_micros(rng.random_range(0..20_000));
+            tokio::time::timeout(after, call).await.ok()
+        }
+        false => Some(call.await),
+    }
+}
+
+/// How a call ended, for its completion line.
+enum Outcome {
+    Ok(Value),
+    Fail(Value),
+    Info(Value),
+}
+
+impl Client {
+    fn invoke(&mut self, f: &str, mut value: Value) -> u64 {
+        self.next_op += 1;
+        value["n"] = json!(self.next_op);
+        self.recorder.record("invoke", f, Some(self.index), value);
+        self.tally.calls += 1;
+        self.next_op
+    }
+
+    fn complete(&mut self, f: &str, n: u64, outcome: Outcome) {
+        let (kind, mut value) = match outcome {
+            Outcome::Ok(v) => ("ok", v),
+            Outcome::Fail(v) => ("fail", v),
+            Outcome::Info(v) => ("info", v),
+        };
+        if !value.is_object() {
+            value = json!({});
+        }
+        value["n"] = json!(n);
+        if kind != "ok" {
+            self.tally.failed += 1;
+        }
+        self.recorder.record(kind, f, Some(self.index), value);
+    }
+
+    fn failed(guard: u64, e: &Error, all: bool) -> Outcome {
+        let (name, failures) = describe(e);
+        Outcome::Fail(json!({
+            "guard": guard,
+            "error": name,
+            "failures": failures,
+            "all": all,
+            "message": e.to_string(),
+        }))
+    }
+
+    /// A freeze the nemesis asked for: the client's thread stops (its runtime with it: no
+    /// renewal, no answer read) for that long, as a stalled process would.
+    fn freeze_point(&mut self) {
+        let ms = self.control.freeze[self.index as usize].swap(0, Ordering::Relaxed);
+        if ms == 0 {
+            return;
+        }
+        let id = self.control.fault_ids.fetch_add(1, Ordering::Relaxed) + 1_000_000;
+        let fault = json!({"id": id, "client": self.index, "what": "freeze", "ms": ms});
+        let mut start = fault.clone();
+        start["phase"] = json!("start");
+        self.recorder.record("info", "fault", None, start);
+        std::thread::sleep(Duration::from_millis(ms));
+        let mut end = fault;
+        end["phase"] = json!("end");
+        self.recorder.record("info", "fault", None, end);
+    }
+
+    fn request<'a>(&self, kind: Kind, keys: &[String], locks: &'a QuorumLock) -> LockRequest<'a> {
+        match kind {
+            Kind::Mutex | Kind::Reentrant => locks.lock(&keys[0]),
+            Kind::Multi => locks.lock_all(keys),
+            Kind::Fair => locks.fair_lock(&keys[0]),
+            Kind::Read => locks.read_lock(&keys[0]),
+            Kind::Write => locks.write_lock(&keys[0]),
+            Kind::Permit1 => locks.semaphore(&keys[0], 1),
+            Kind::Permits2 => locks.semaphore(&keys[0], 2),
+        }
+    }
+
+    /// One hold: take, hold (with the calls a holder makes), and end it.
+    async fn hold_once(&mut self) {
+        self.freeze_point();
+        let kind = Kind::draw(&mut self.rng);
+        let keys = kind.keys(&self.settings.prefix, &mut self.rng);
+        let all = kind == Kind::Permits2;
+        let fenced = self.rng.random_bool(0.9);
+        let watchdog = self.rng.random_bool(0.4);
+        let lease = Duration::from_millis(self.rng.random_range(400..1500));
+        let waiting = self.rng.random_bool(0.5);
+        let wait = Duration::from_millis(self.rng.random_range(100..1500));
+        let max_hold = (watchdog && self.rng.random_bool(0.3))
+            .then(|| lease.mul_f64(self.rng.random_range(0.5..2.5)));
+        let cancel_after = self
+            .rng
+            .random_bool(0.1)
+            .then(|| Duration::from_micros(self.rng.random_range(0..30_000)));
+        self.next_guard += 1;
+        let g = self.next_guard;
+        let owner = (kind == Kind::Reentrant).then(|| self.handles.locks.owner());
+        let locks = if all {
+            self.handles.all.clone()
+        } else {
+            self.handles.locks.clone()
+        };
+        let mut request = match &owner {
+            Some(owner) => owner.lock(&keys[0]),
+            None => self.request(kind, &keys, &locks),
+        };
+        request = request.fencing(fenced).wait(wait);
+        request = match watchdog {
+            true => request.watchdog(lease),
+            false => request.ttl(lease),
+        };
+        if let Some(max) = max_hold {
+            request = request.max_hold(max);
+        }
+        let n = self.invoke(
+            "acquire",
+            json!({
+                "guard": g, "keys": keys, "kind": kind.name(), "hold": kind.hold(),
+                "mode": if waiting { "wait" } else { "try" }, "watchdog": watchdog,
+                "lease_ms": lease.as_millis() as u64, "fenced": fenced, "all": all,
+            }),
+        );
+        let acquire = async {
+            match waiting {
+                true => request.acquire().await.map(Some),
+                false => request.try_acquire().await,
+            }
+        };
+        let result = match cancel_after {
+            Some(after) => tokio::time::timeout(after, acquire).await.ok(),
+            None => Some(acquire.await),
+        };
+        let guard = match result {
+            None => {
+                let info = json!({"guard": g, "error": "cancelled"});
+                self.complete("acquire", n, Outcome::Info(info));
+                return;
+            }
+            Some(Ok(None)) => {
+                self.complete(
+                    "acquire",
+                    n,
+                    Outcome::Fail(json!({"guard": g, "error": "busy"})),
+                );
+                return;
+            }
+            Some(Err(e)) => {
+                let failed = Self::failed(g, &e, all);
+                self.complete("acquire", n, failed);
+                tokio::time::sleep(Duration::from_millis(self.rng.random_range(0..20))).await;
+                return;
+            }
+            Some(Ok(Some(guard))) => guard,
+        };
+        let ok = json!({
+            "guard": g, "token": guard.fencing_token(), "deadline": instant_nanos(guard.deadline()),
+        });
+        self.complete("acquire", n, Outcome::Ok(ok));
+        self.tally.holds += 1;
+        let exclusive = matches!(kind.hold(), "x" | "p1");
+        let steps = self.rng.random_range(0..6);
+        for _ in 0..steps {
+            match self.rng.random_range(0..10) {
+                0..=3 if exclusive && guard.fencing_token().is_some() => {
+                    self.critical_section(g, &guard).await
+                }
+                4 => self.extend(g, &guard).await,
+                5 => self.extend_by_holder(g, &guard, &locks).await,
+                6 if self.rng.random_bool(0.3) => self.release_by_holder(g, &guard, &locks).await,
+                7 => {
+                    if let Some(owner) = &owner {
+                        self.reenter(g, &guard, owner).await;
+                    }
+                }
+                _ => {
+                    let pause = self.rng.random_range(0..lease.as_millis() as u64);
+                    tokio::time::sleep(Duration::from_millis(pause)).await;
+                }
+            }
+        }
+        self.end(g, guard).await;
+    }
+
+    fn deadline(guard: &LockGuard) -> u64 {
+        instant_nanos(guard.deadline())
+    }
+
+    /// A fenced read-modify-write of each key's register, while the guard says it holds.
+    async fn critical_section(&mut self, g: u64, guard: &LockGuard) {
+        let Some(token) = guard.fencing_token() else {
+            return;
+        };
+        let keys: Vec<String> = guard
+            .keys()
+            .iter()
+            .map(|k| String::from_utf8_lossy(k).into_owned())
+            .collect();
+        for key in keys {
+            if !guard.is_held() {
+                return;
+            }
+            let register = format!("register:{key}");
+            let n = self.invoke(
+                "read",
+                json!({"guard": g, "register": register, "token": token, "deadline": Self::deadline(guard)}),
+            );
+            let read: redis::RedisResult<(i64, String)> = redis::Script::new(FENCED_READ)
+                .key(&register)
+                .key(format!("{register}:token"))
+                .arg(token)
+                .invoke_async(&mut self.handles.register)
+                .await;
+            let value = match read {
+                Ok((1, v)) => {
+                    self.complete("read", n, Outcome::Ok(json!({"guard": g, "value": v})));
+                    v.parse::<u64>().unwrap_or(0)
+                }
+                Ok(_) => {
+                    self.complete(
+                        "read",
+                        n,
+                        Outcome::Fail(json!({"guard": g, "error": "fenced"})),
+                    );
+                    return;
+                }
+                Err(e) => {
+                    let info = json!({"guard": g, "error": e.to_string()});
+                    self.complete("read", n, Outcome::Info(info));
+                    return;
+                }
+            };
+            // A stall here is the case fencing exists for: the lease may run out before the
+            // write, and a newer holder's read then fences it off.
+            self.freeze_point();
+            if self.rng.random_bool(0.3) {
+                tokio::time::sleep(Duration::from_millis(self.rng.random_range(0..30))).await;
+            }
+            let next = (value + 1).to_string();
+            let n = self.invoke(
+                "write",
+                json!({"guard": g, "register": register, "token": token, "value": next}),
+            );
+            let written: redis::RedisResult<i64> = redis::Script::new(FENCED_WRITE)
+                .key(&register)
+                .key(format!("{register}:token"))
+                .arg(token)
+                .arg(&next)
+                .invoke_async(&mut self.handles.register)
+                .await;
+            let outcome = match written {
+                Ok(w) => Outcome::Ok(json!({
+                    "guard": g, "register": register, "token": token, "value": next, "written": w == 1,
+                })),
+                Err(e) => Outcome::Info(json!({"guard": g, "error": e.to_string()})),
+            };
+            self.complete("write", n, outcome);
+        }
+    }
+
+    async fn extend(&mut self, g: u64, guard: &LockGuard) {
+        let ttl = Duration::from_millis(self.rng.random_range(300..1500));
+        let n = self.invoke(
+            "extend",
+            json!({"guard": g, "ttl_ms": ttl.as_millis() as u64}),
+        );
+        let result = maybe_cancelled(&mut self.rng, guard.extend(ttl)).await;
+        let deadline = Self::deadline(guard);
+        let outcome = match result {
+            None => Outcome::Info(json!({"guard": g, "error": "cancelled", "deadline": deadline})),
+            Some(Ok(())) => Outcome::Ok(json!({"guard": g, "deadline": deadline})),
+            Some(Err(e)) => {
+                let Outcome::Fail(mut v) = Self::failed(g, &e, false) else {
+                    unreachable!()
+                };
+                v["deadline"] = json!(deadline);
+                Outcome::Fail(v)
+            }
+        };
+        self.complete("extend", n, outcome);
+    }
+
+    /// A random key of the guard (a multi-key guard's calls by holder value may name any).
+    fn some_key(&mut self, guard: &LockGuard) -> String {
+        let keys = guard.keys();
+        let k = keys[self.rng.random_range(0..keys.len())];
+        String::from_utf8_lossy(k).into_owned()
+    }
+
+    /// `extend_by_holder` through the guard's own client: it acts through the guard's lease.
+    async fn extend_by_holder(&mut self, g: u64, guard: &LockGuard, locks: &QuorumLock) {
+        let key = self.some_key(guard);
+        let ttl = Duration::from_millis(self.rng.random_range(300..1500));
+        let n = self.invoke(
+            "extend-by-holder",
+            json!({"guard": g, "key": key, "ttl_ms": ttl.as_millis() as u64, "same_client": true}),
+        );
+        let result = maybe_cancelled(
+            &mut self.rng,
+            locks.extend_by_holder(&key, guard.holder(), ttl),
+        )
+        .await;
+        // The guard's own deadline is what it believes from now on.
+        let deadline = Self::deadline(guard);
+        let outcome = match result {
+            None => Outcome::Info(json!({"guard": g, "error": "cancelled", "deadline": deadline})),
+            Some(Ok(_)) => Outcome::Ok(json!({"guard": g, "deadline": deadline})),
+            Some(Err(e)) => {
+                let Outcome::Fail(mut v) = Self::failed(g, &e, false) else {
+                    unreachable!()
+                };
+                v["deadline"] = json!(deadline);
+                Outcome::Fail(v)
+            }
+        };
+        self.complete("extend-by-holder", n, outcome);
+    }
+
+    /// `release_by_holder` through the guard's own client: the guard must stop saying held.
+    /// The hold goes on for as long as the guard says so (the checker reads its deadline).
+    async fn release_by_holder(&mut self, g: u64, guard: &LockGuard, locks: &QuorumLock) {
+        let key = self.some_key(guard);
+        let n = self.invoke(
+            "release-by-holder",
+            json!({"guard": g, "key": key, "same_client": true, "handed_off": false}),
+        );
+        let result =
+            maybe_cancelled(&mut self.rng, locks.release_by_holder(&key, guard.holder())).await;
+        let deadline = Self::deadline(guard);
+        let outcome = match result {
+            None => Outcome::Info(json!({"guard": g, "error": "cancelled", "deadline": deadline})),
+            Some(Ok(())) => Outcome::Ok(json!({"guard": g, "deadline": deadline})),
+            Some(Err(e)) => {
+                let Outcome::Fail(mut v) = Self::failed(g, &e, false) else {
+                    unreachable!()
+                };
+                v["deadline"] = json!(deadline);
+                Outcome::Fail(v)
+            }
+        };
+        self.complete("release-by-holder", n, outcome);
+    }
+
+    /// A nested hold of the reentrant owner, given up again.
+    async fn reenter(&mut self, g: u64, guard: &LockGuard, owner: &quorum_lock::Owner) {
+        let key = self.some_key(guard);
+        let ttl = Duration::from_millis(self.rng.random_range(400..1500));
+        let n = self.invoke("reenter", json!({"guard": g, "key": key}));
+        let nested = owner.try_acquire(&key, ttl).await;
+        match nested {
+            Ok(Some(inner)) => {
+                let deadline = Self::deadline(guard);
+                self.complete(
+                    "reenter",
+                    n,
+                    Outcome::Ok(json!({"guard": g, "deadline": deadline})),
+                );
+                let _ = inner.release().await;
+            }
+            Ok(None) => self.complete(
+                "reenter",
+                n,
+                Outcome::Fail(json!({"guard": g, "error": "busy"})),
+            ),
+            Err(e) => {
+                let failed = Self::failed(g, &e, false);
+                self.complete("reenter", n, failed);
+            }
+        }
+    }
+
+    /// Ends a hold: a release (sometimes cancelled), a drop, or a hand-off of the holder value
+    /// to another client.
+    async fn end(&mut self, g: u64, guard: LockGuard) {
+        let deadline = Self::deadline(&guard);
+        match self.rng.random_range(0..10) {
+            0..=6 => {
+                let n = self.invoke("release", json!({"guard": g, "deadline": deadline}));
+                let outcome = match maybe_cancelled(&mut self.rng, guard.release()).await {
+                    None => Outcome::Info(json!({"guard": g, "error": "cancelled"})),
+                    Some(Ok(())) => Outcome::Ok(json!({"guard": g})),
+                    Some(Err(e)) => Self::failed(g, &e, false),
+                };
+                self.complete("release", n, outcome);
+            }
+            7 => {
+                let n = self.invoke("drop", json!({"guard": g, "deadline": deadline}));
+                drop(guard);
+                self.complete("drop", n, Outcome::Ok(json!({"guard": g})));
+            }
+            _ => self.hand_off(g, guard, deadline).await,
+        }
+    }
+
+    /// Hands the holder value to another client (`into_holder`), which extends it and
+    /// releases it by holder value, or lets it expire. Kinds that cannot be handed off
+    /// (multi-key, permits, read-write) keep their guard and are released.
+    async fn hand_off(&mut self, g: u64, guard: LockGuard, deadline: u64) {
+        let n = self.invoke("handoff", json!({"guard": g, "deadline": deadline}));
+        let key = String::from_utf8_lossy(guard.key()).into_owned();
+        let holder = match guard.into_holder() {
+            Ok(holder) => {
+                self.complete("handoff", n, Outcome::Ok(json!({"guard": g})));
+                holder
+            }
+            Err(guard) => {
+                self.complete(
+                    "handoff",
+                    n,
+                    Outcome::Fail(json!({"guard": g, "error": "kind"})),
+                );
+                let n = self.invoke(
+                    "release",
+                    json!({"guard": g, "deadline": Self::deadline(&guard)}),
+                );
+                let outcome = match guard.release().await {
+                    Ok(()) => Outcome::Ok(json!({"guard": g})),
+                    Err(e) => Self::failed(g, &e, false),
+                };
+                self.complete("release", n, outcome);
+                return;
+            }
+        };
+        if self.rng.random_bool(0.5) {
+            let ttl = Duration::from_millis(self.rng.random_range(300..1500));
+            let n = self.invoke(
+                "extend-by-holder",
+                json!({"guard": g, "key": key, "ttl_ms": ttl.as_millis() as u64, "same_client": false}),
+            );
+            let started = tokio::time::Instant::now();
+            let result = maybe_cancelled(
+                &mut self.rng,
+                self.handles.peer.extend_by_holder(&key, &holder, ttl),
+            )
+            .await;
+            let outcome = match result {
+                // The validity is measured from the call's start.
+                Some(Ok(validity)) => Outcome::Ok(json!({
+                    "guard": g, "deadline": instant_nanos(started + validity),
+                })),
+                // After a failure or a cancellation, trust it no longer than before, nor
+                // longer than ttl from the call's start.
+                None => Outcome::Info(json!({"guard": g, "error": "cancelled",
+                    "deadline": deadline.min(instant_nanos(started + ttl))})),
+                Some(Err(e)) => {
+                    let Outcome::Fail(mut v) = Self::failed(g, &e, false) else {
+                        unreachable!()
+                    };
+                    v["deadline"] = json!(deadline.min(instant_nanos(started + ttl)));
+                    Outcome::Fail(v)
+                }
+            };
+            self.complete("extend-by-holder", n, outcome);
+        }
+        if self.rng.random_bool(0.8) {
+            let n = self.invoke(
+                "release-by-holder",
+                json!({"guard": g, "key": key, "same_client": false, "handed_off": true}),
+            );
+            let outcome = match maybe_cancelled(
+                &mut self.rng,
+                self.handles.peer.release_by_holder(&key, &holder),
+            )
+            .await
+            {
+                None => Outcome::Info(json!({"guard": g, "error": "cancelled"})),
+                Some(Ok(())) => Outcome::Ok(json!({"guard": g})),
+                Some(Err(e)) => Self::failed(g, &e, false),
+            };
+            self.complete("release-by-holder", n, outcome);
+        }
+    }
+}
