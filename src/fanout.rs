@@ -13,6 +13,7 @@ use redis::Value;
 use tokio::time::{Instant, Sleep};
 
 use crate::error::{Error, FailureKind, NodeFailure, Op};
+use crate::failpoints::FailPoint;
 use crate::family::{fair::granted_to, Answer, Reader};
 use crate::node::{Node, Nodes};
 use crate::ordering::{BackgroundWork, Stragglers};
@@ -109,6 +110,10 @@ pub(crate) fn call_timeout(nodes: &[Node]) -> Duration {
 impl Outcome {
     /// No answer counted yet.
     pub(crate) fn empty(nodes: usize, required: usize) -> Outcome {
+        let required = match crate::failpoints::on(FailPoint::QuorumOfOne) {
+            true => 1,
+            false => required,
+        };
         let tally = Tally::new(nodes, required);
         Outcome {
             decision: tally.decision(),

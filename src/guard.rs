@@ -76,7 +76,15 @@ impl LockGuard {
     /// this key before (under the safety assumptions). Pass it to storage that rejects writes
     /// with a token lower than one it has seen.
     pub fn fencing_token(&self) -> Option<u64> {
-        self.lease.token
+        match self.lease.token {
+            Some(t)
+                if t % 3 == 0
+                    && crate::failpoints::on(crate::failpoints::FailPoint::TokenGoesBack) =>
+            {
+                Some(t.saturating_sub(2))
+            }
+            token => token,
+        }
     }
 
     /// The TTL of the latest acquire, extend or renewal.

@@ -65,6 +65,14 @@ fn shape_of(client: &ClientState, key: &[u8], holder: &str) -> Result<Shape> {
     })
 }
 
+/// The live lease of this client that holds `key` with `holder`, if any.
+fn find_lease(client: &ClientState, key: &Shape, holder: &str) -> Option<std::sync::Arc<Lease>> {
+    if crate::failpoints::on(crate::failpoints::FailPoint::HolderCallBypassesGuard) {
+        return None;
+    }
+    Lease::find(client, key.primary().bytes(), holder)
+}
+
 /// [`QuorumLock::extend_by_holder`](crate::QuorumLock::extend_by_holder).
 pub(crate) async fn extend(
     client: &ClientState,
@@ -76,7 +84,7 @@ pub(crate) async fn extend(
     let ttl = client.config.check_ttl(ttl)?;
     // A lock this client holds is extended through its guard's lease: the guard's deadline
     // follows (cut before a shortening is sent), as for the guard's own extend.
-    if let Some(lease) = Lease::find(client, key.primary().bytes(), holder) {
+    if let Some(lease) = find_lease(client, &key, holder) {
         lease.renew(ttl, None).await?;
         let validity = lease.deadline().saturating_duration_since(Instant::now());
         return match validity.is_zero() {
@@ -132,7 +140,7 @@ pub(crate) async fn release(client: &ClientState, key: &[u8], holder: &str) -> R
     let key = shape_of(client, key, holder)?;
     // A lock this client holds is released through its guard's lease: the guard stops
     // trusting the lock (and its loss signals fire) before any node lets go of it.
-    if let Some(lease) = Lease::find(client, key.primary().bytes(), holder) {
+    if let Some(lease) = find_lease(client, &key, holder) {
         return lease.release_by_holder_value().await;
     }
     let span = tracing::debug_span!("release", key = %key, by = "holder");

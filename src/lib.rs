@@ -119,6 +119,10 @@ mod progress {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     include!("progress.rs");
 }
+#[cfg(feature = "failpoints")]
+pub mod failpoints;
+#[cfg(not(feature = "failpoints"))]
+mod failpoints;
 mod holder;
 mod human;
 pub mod quorum;

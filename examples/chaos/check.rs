@@ -11,9 +11,13 @@
 //!   the value plus one, both fenced by its token at the register; two accepted writes of one
 //!   value mean two sections read the same value: an overlap the holds' own bookkeeping may
 //!   not show;
-//! - **liveness**: a call that failed with `NoQuorum` (nodes failed, not refused) while a
+//! - **liveness**: a call that failed with `NoQuorum` (nodes failed, none refused) while a
 //!   quorum of nodes had been free of faults for the whole window from `bound` before the
-//!   call to its end, and its own client was not frozen then;
+//!   call to its end, its own client was not frozen then, and among the failed nodes is a
+//!   healthy one whose circuit breaker kept the request back although this client had seen
+//!   no failure of that node within `bound` (a breaker open on a healthy node for no reason
+//!   the client met). A plain timeout of a healthy node is not counted: on a loaded machine
+//!   the machine, not the library, may be slow; the check cannot tell;
 //! - **leaks**: anything the run's final scan found on the nodes after the quiet period
 //!   (a lock entry, a queue, a mark, a subscription).
 
@@ -129,6 +133,9 @@ pub fn check(mut ops: Vec<Op>, bound: u64) -> Report {
     let mut faults: HashMap<u64, Window> = HashMap::new();
     let mut invokes: HashMap<(u64, u64), &Op> = HashMap::new();
     let mut failures: Vec<(&Op, &Op)> = Vec::new();
+    // Per process and node: when a call of the process met a failure of the node other than
+    // its breaker (a timeout, a connection failure), which may open the breaker.
+    let mut met: HashMap<(u64, u64), Vec<u64>> = HashMap::new();
     // Guards whose client needs every node (`Quorum::All`), from their acquires.
     let mut all_nodes: HashMap<u64, bool> = HashMap::new();
 
@@ -187,6 +194,25 @@ pub fn check(mut ops: Vec<Op>, bound: u64) -> Report {
                 op.to_line()
             ));
             continue;
+        }
+        if op.kind == "fail" {
+            for node in op
+                .value
+                .get("nodes")
+                .and_then(|n| n.as_array())
+                .into_iter()
+                .flatten()
+            {
+                let (Some(i), Some(how)) = (
+                    node.get("node").and_then(|n| n.as_u64()),
+                    node.get("how").and_then(|h| h.as_str()),
+                ) else {
+                    continue;
+                };
+                if how != "breaker" {
+                    met.entry((process, i)).or_default().push(op.time);
+                }
+            }
         }
         let guard = op.u64("guard");
         // Every report of a guard's deadline is the guard's belief from then on.
@@ -256,7 +282,13 @@ pub fn check(mut ops: Vec<Op>, bound: u64) -> Report {
                     .push((process, op.u64("token").unwrap_or(0)));
                 report.register_writes += 1;
             }
-            (_, "fail") if op.str("error") == Some("NoQuorum") && op.u64("failures") > Some(0) => {
+            // Nodes failed and none refused: a refusal is the nodes' state (another holder,
+            // an entry gone), not the library failing to reach a healthy quorum.
+            (_, "fail")
+                if op.str("error") == Some("NoQuorum")
+                    && op.u64("failures") > Some(0)
+                    && op.u64("refused") == Some(0) =>
+            {
                 if let Some(invoke) = invoke {
                     failures.push((invoke, op));
                 }
@@ -323,10 +355,27 @@ pub fn check(mut ops: Vec<Op>, bound: u64) -> Report {
             .unwrap_or(false);
         let needed = if all { nodes } else { quorum };
         let healthy = nodes.saturating_sub(faulty.len() as u64);
-        if !frozen && healthy >= needed {
+        // A healthy node's breaker that kept this call's request back, with no failure of
+        // that node met by this client within the window.
+        let unexplained = failed
+            .value
+            .get("nodes")
+            .and_then(|n| n.as_array())
+            .into_iter()
+            .flatten()
+            .filter(|n| n.get("how").and_then(|h| h.as_str()) == Some("breaker"))
+            .filter_map(|n| n.get("node").and_then(|i| i.as_u64()))
+            .find(|i| {
+                !faulty.contains(i)
+                    && !met
+                        .get(&(process, *i))
+                        .is_some_and(|ts| ts.iter().any(|t| *t >= from && *t <= to))
+            });
+        if let (false, true, Some(node)) = (frozen, healthy >= needed, unexplained) {
             report.spurious_failures.push(format!(
                 "process {process}: {} failed with NoQuorum while {healthy} of {nodes} nodes \
-                 had no fault from {} ms before it (faulty: {faulty:?}; needed {needed}): {}",
+                 had no fault from {} ms before it (faulty: {faulty:?}; needed {needed}), node \
+                 {node}'s breaker open with no failure of it met: {}",
                 failed.f,
                 bound / 1_000_000,
                 failed.str("message").unwrap_or("")

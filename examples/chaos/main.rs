@@ -17,56 +17,42 @@
 mod check;
 mod history;
 mod nemesis;
+mod run;
 mod workload;
 
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
-use std::time::Duration;
+use run::{Options, LIVENESS_BOUND};
 
-use quorum_lock::testkit::{Fleet, Persistence};
-use quorum_lock::Quorum;
-use serde_json::json;
-
-use history::Recorder;
-use workload::{Control, Settings};
-
-/// How long a quorum must have been free of faults before a `NoQuorum` counts as spurious: a
-/// restarted node's connection is re-made in the background, a silent node's breaker probes
-/// once per node timeout, and a black hole's held data is delivered at the heal.
-const LIVENESS_BOUND: Duration = Duration::from_secs(3);
-
-/// How long the nodes may take, after the clients went idle, to drop every key of the run but
-/// the fencing counters: the longest lease of the workload, with room to spare.
-const QUIET_LIMIT: Duration = Duration::from_secs(20);
-
+/// The command line: a run's options, or a history to check.
 struct Args {
-    seconds: u64,
-    seed: u64,
-    history: Option<std::path::PathBuf>,
-    clients: usize,
-    quorum4: bool,
-    nodes: Option<Vec<String>>,
+    run: Options,
     check: Option<std::path::PathBuf>,
+    fail_point: Option<quorum_lock::failpoints::FailPoint>,
 }
 
 fn usage(message: &str) -> ! {
     eprintln!("chaos: {message}");
     eprintln!(
         "usage: chaos [--seconds S] [--seed N] [--history FILE] [--clients C] \
-         [--quorum majority|4] [--nodes URL,URL,...] [--check FILE]"
+         [--quorum majority|4] [--latency-ms MS] [--nodes URL,URL,...] [--fail-point NAME] \
+         [--check FILE]"
     );
     std::process::exit(2)
 }
 
 fn parse() -> Args {
     let mut args = Args {
-        seconds: 30,
-        seed: rand::random::<u32>() as u64,
-        history: None,
-        clients: 6,
-        quorum4: false,
-        nodes: None,
+        run: Options {
+            seconds: 30,
+            seed: u64::from(rand::random::<u32>()),
+            history: None,
+            clients: 6,
+            quorum4: false,
+            nodes: None,
+            base_latency: None,
+            verbose: true,
+        },
         check: None,
+        fail_point: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -74,40 +60,59 @@ fn parse() -> Args {
             it.next()
                 .unwrap_or_else(|| usage(&format!("{flag} needs a value")))
         };
+        let run = &mut args.run;
         match flag.as_str() {
             "--seconds" => {
-                args.seconds = value()
+                run.seconds = value()
                     .parse()
-                    .unwrap_or_else(|_| usage("--seconds: a whole number"))
+                    .ok()
+                    .filter(|s| *s > 0)
+                    .unwrap_or_else(|| usage("--seconds: a whole number, at least 1"))
             }
             "--seed" => {
-                args.seed = value()
+                run.seed = value()
                     .parse()
                     .unwrap_or_else(|_| usage("--seed: a whole number"))
             }
-            "--history" => args.history = Some(value().into()),
+            "--history" => run.history = Some(value().into()),
+            "--latency-ms" => {
+                let ms: u64 = value()
+                    .parse()
+                    .ok()
+                    .filter(|ms| *ms <= 200)
+                    .unwrap_or_else(|| usage("--latency-ms: 0 to 200"));
+                run.base_latency = (ms > 0).then(|| std::time::Duration::from_millis(ms));
+            }
             "--check" => args.check = Some(value().into()),
             "--clients" => {
-                args.clients = value()
+                run.clients = value()
                     .parse()
                     .ok()
                     .filter(|c| (1..=64).contains(c))
                     .unwrap_or_else(|| usage("--clients: 1 to 64"))
             }
             "--quorum" => match value().as_str() {
-                "majority" => args.quorum4 = false,
-                "4" => args.quorum4 = true,
+                "majority" => run.quorum4 = false,
+                "4" => run.quorum4 = true,
                 other => usage(&format!("--quorum {other}: majority or 4")),
             },
             "--nodes" => {
-                args.nodes = Some(value().split(',').map(str::to_string).collect());
+                run.nodes = Some(value().split(',').map(str::to_string).collect());
+            }
+            "--fail-point" => {
+                use quorum_lock::failpoints::FailPoint;
+                args.fail_point = Some(match value().as_str() {
+                    "quorum-of-one" => FailPoint::QuorumOfOne,
+                    "holder-call-bypasses-guard" => FailPoint::HolderCallBypassesGuard,
+                    "abandoned-answers-uncounted" => FailPoint::AbandonedAnswersUncounted,
+                    "subscription-left" => FailPoint::SubscriptionLeft,
+                    "token-goes-back" => FailPoint::TokenGoesBack,
+                    other => usage(&format!("--fail-point {other}: unknown")),
+                });
             }
             "--clusters" => usage("--clusters: cluster nodes are not in the generator yet"),
             other => usage(&format!("unknown option {other}")),
         }
-    }
-    if args.seconds == 0 {
-        usage("--seconds: at least 1");
     }
     args
 }
@@ -131,210 +136,15 @@ fn main() {
         }
         std::process::exit(print_verdict(&report));
     }
+    if let Some(point) = args.fail_point {
+        println!("chaos: fail point {point:?} on (a negative control: anomalies expected)");
+        quorum_lock::failpoints::enable(point);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("runtime");
-    let code = runtime.block_on(run(args));
-    std::process::exit(code);
-}
-
-async fn run(args: Args) -> i32 {
-    let nodes = 5;
-    let forgetful = args.quorum4.then_some(nodes - 1);
-    let fleet = match &args.nodes {
-        // An existing fleet: no node faults.
-        Some(_) => None,
-        None => {
-            let mut builder = Fleet::builder()
-                .nodes(nodes)
-                .proxied(true)
-                .persistence(Persistence::AofAlways);
-            if let Some(node) = forgetful {
-                builder = builder.node_persistence(node, Persistence::None);
-            }
-            Some(Arc::new(builder.start().expect("start the fleet")))
-        }
-    };
-    let urls = match (&fleet, &args.nodes) {
-        (Some(f), _) => f.urls(),
-        (None, Some(urls)) => urls.clone(),
-        (None, None) => unreachable!(),
-    };
-    let register = Fleet::start(1).expect("start the register's server");
-    let quorum = if args.quorum4 {
-        Quorum::AtLeast(4)
-    } else {
-        Quorum::Majority
-    };
-    let quorum_size = if args.quorum4 { 4 } else { urls.len() / 2 + 1 };
-    let settings = Settings {
-        nodes: urls.clone(),
-        quorum,
-        register: register.url(0),
-        prefix: format!("{{chaos-{}}}:", args.seed),
-        node_timeout: Duration::from_millis(250),
-    };
-    let run_for = Duration::from_secs(args.seconds);
-    let plan = nemesis::schedule(
-        args.seed,
-        run_for,
-        nemesis::Scope {
-            nodes: urls.len(),
-            clients: args.clients,
-            max_nodes: urls.len() - quorum_size,
-            forgetful,
-            node_faults: fleet.is_some(),
-        },
-    );
-    println!(
-        "chaos: seed {} | {} s | {} clients | {} nodes, quorum {} | {} faults planned",
-        args.seed,
-        args.seconds,
-        args.clients,
-        urls.len(),
-        quorum_size,
-        plan.len()
-    );
-    for p in &plan {
-        println!("  fault {p}");
-    }
-    let recorder = Recorder::default();
-    recorder.record(
-        "info",
-        "start",
-        None,
-        json!({"seed": args.seed, "nodes": urls.len(), "quorum": quorum_size,
-               "clients": args.clients, "seconds": args.seconds}),
-    );
-    let control = Arc::new(Control::new(args.clients));
-    let clients: Vec<_> = (0..args.clients as u64)
-        .map(|i| {
-            workload::spawn(
-                i,
-                args.seed,
-                settings.clone(),
-                recorder.clone(),
-                control.clone(),
-            )
-        })
-        .collect();
-    let nemesis = tokio::spawn(nemesis::run(
-        plan,
-        fleet.clone(),
-        control.clone(),
-        recorder.clone(),
-    ));
-    let started = tokio::time::Instant::now();
-    let mut ticker = tokio::time::interval(Duration::from_secs(5));
-    ticker.tick().await;
-    loop {
-        tokio::select! {
-            _ = ticker.tick() => {
-                println!(
-                    "chaos: {:>4} s | {} history lines",
-                    started.elapsed().as_secs(),
-                    recorder.len()
-                );
-            }
-            () = tokio::time::sleep_until(started + run_for) => break,
-        }
-    }
-    control.stop.store(true, Ordering::Relaxed);
-    let _ = nemesis.await;
-    // Every client ends its hold in progress and goes idle (its subscriptions must go with
-    // its waiters); they stay alive until the scan.
-    while control.idle.load(Ordering::Relaxed) < args.clients {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let direct: Vec<String> = match &fleet {
-        Some(f) => (0..f.len()).map(|i| f.direct_url(i)).collect(),
-        None => urls.clone(),
-    };
-    scan_for_leaks(&direct, &settings.prefix, &recorder).await;
-    control.release.store(true, Ordering::Relaxed);
-    let mut tally = workload::Tally::default();
-    for c in clients {
-        let t = c.join().expect("a client thread panicked");
-        tally.calls += t.calls;
-        tally.holds += t.holds;
-        tally.failed += t.failed;
-    }
-    recorder.record("info", "stop", None, json!({}));
-    println!(
-        "chaos: {} calls, {} holds, {} calls failed or unknown",
-        tally.calls, tally.holds, tally.failed
-    );
-    let ops = match &args.history {
-        Some(path) => {
-            recorder.write_to(path).expect("write the history");
-            // The checker reads the file, as an outside checker would.
-            let (ops, _) = history::read(path).expect("read the history back");
-            println!("chaos: history in {}", path.display());
-            ops
-        }
-        None => recorder.ops(),
-    };
-    let report = check::check(ops, LIVENESS_BOUND.as_nanos() as u64);
-    print_verdict(&report)
-}
-
-/// Waits (up to [`QUIET_LIMIT`]) until the nodes keep nothing of the run but its fencing
-/// counters and no subscription, then records what each node still has.
-async fn scan_for_leaks(urls: &[String], prefix: &str, recorder: &Recorder) {
-    let deadline = tokio::time::Instant::now() + QUIET_LIMIT;
-    loop {
-        let mut left = Vec::new();
-        for url in urls {
-            left.push(leftovers(url, prefix).await);
-        }
-        let clean = left.iter().all(|(k, c)| k.is_empty() && c.is_empty());
-        if clean || tokio::time::Instant::now() >= deadline {
-            for (i, (keys, channels)) in left.into_iter().enumerate() {
-                recorder.record(
-                    "ok",
-                    "leak-scan",
-                    None,
-                    json!({"node": i, "keys": keys, "channels": channels}),
-                );
-            }
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-/// The run's keys on a node other than its fencing counters, and its channels.
-async fn leftovers(url: &str, prefix: &str) -> (Vec<String>, Vec<String>) {
-    let Ok(client) = redis::Client::open(url) else {
-        return (vec![format!("{url}: not a URL")], Vec::new());
-    };
-    let conn = tokio::time::timeout(
-        Duration::from_secs(2),
-        client.get_multiplexed_async_connection(),
-    )
-    .await;
-    let Ok(Ok(mut conn)) = conn else {
-        return (vec!["(node unreachable)".into()], Vec::new());
-    };
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("*{prefix}*"))
-        .query_async(&mut conn)
-        .await
-        .unwrap_or_default();
-    // Fencing counters have no TTL, by design: their names up to the key's hash tag.
-    let fence = String::from_utf8_lossy(&quorum_lock::names::fencing_counter(b"k")).into_owned();
-    let fence_head = fence.split('{').next().unwrap_or(&fence).to_string();
-    let keys = keys
-        .into_iter()
-        .filter(|k| !k.starts_with(&fence_head))
-        .collect();
-    let channels: Vec<String> = redis::cmd("PUBSUB")
-        .arg("CHANNELS")
-        .arg(format!("*{prefix}*"))
-        .query_async(&mut conn)
-        .await
-        .unwrap_or_default();
-    (keys, channels)
+    let report = runtime.block_on(run::run(args.run));
+    std::process::exit(print_verdict(&report));
 }

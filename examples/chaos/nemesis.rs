@@ -28,6 +28,9 @@ pub enum What {
     BlackHole,
     /// Every key of the node expired at once (its clock jumped forward).
     ClockJump,
+    /// Every node's link slowed by less than the node timeout (a slower network, not a
+    /// fault: the fleet must stay as available as before).
+    SlowAll(Duration),
     Freeze,
 }
 
@@ -40,12 +43,24 @@ impl What {
             What::Slow(d) => format!("slow-{}ms", d.as_millis()),
             What::BlackHole => "black-hole".into(),
             What::ClockJump => "clock-jump".into(),
+            What::SlowAll(d) => format!("all-links-slow-{}ms", d.as_millis()),
             What::Freeze => "freeze".into(),
         }
     }
 
     fn forgets(self) -> bool {
         matches!(self, What::Kill { forgets: true } | What::ClockJump)
+    }
+
+    /// Whether it sets a node's proxy (one setting per proxy at a time).
+    fn uses_proxy(self) -> bool {
+        matches!(self, What::Slow(_) | What::BlackHole | What::SlowAll(_))
+    }
+
+    /// Whether it makes its node faulty (the others: a client's freeze, a network slower
+    /// within the node timeout).
+    fn on_one_node(self) -> bool {
+        !matches!(self, What::Freeze | What::SlowAll(_))
     }
 }
 
@@ -63,6 +78,7 @@ impl std::fmt::Display for Planned {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let on = match self.what {
             What::Freeze => format!("client {}", self.target),
+            What::SlowAll(_) => "every node".to_string(),
             _ => format!("node {}", self.target),
         };
         write!(
@@ -113,12 +129,13 @@ pub fn schedule(seed: u64, run: Duration, scope: Scope) -> Vec<Planned> {
             })
         } else {
             let what = match roll {
-                15..=34 => What::Pause,
-                35..=54 => What::Kill {
+                15..=31 => What::Pause,
+                32..=48 => What::Kill {
                     forgets: scope.forgetful.is_some() && rng.random_bool(0.3),
                 },
-                55..=72 => What::Slow(Duration::from_millis(rng.random_range(20..400))),
-                73..=90 => What::BlackHole,
+                49..=62 => What::Slow(Duration::from_millis(rng.random_range(20..400))),
+                63..=77 => What::BlackHole,
+                78..=89 => What::SlowAll(Duration::from_millis(rng.random_range(5..60))),
                 _ if scope.forgetful.is_some() => What::ClockJump,
                 _ => What::Pause,
             };
@@ -135,18 +152,33 @@ pub fn schedule(seed: u64, run: Duration, scope: Scope) -> Vec<Planned> {
             };
             // At most `max_nodes` nodes faulty at any moment of this fault, this node not
             // already, and at most one forgetful fault at a time.
+            let during = |p: &&Planned| p.at < end && p.at + p.lasts > at;
             let overlapping: Vec<&Planned> = plan
                 .iter()
-                .filter(|p| p.what != What::Freeze && p.at < end && p.at + p.lasts > at)
+                .filter(|p| p.what.on_one_node())
+                .filter(during)
                 .collect();
+            // One setting per proxy: a slower network and a node's own link fault do not
+            // overlap.
+            let proxies_taken = what.uses_proxy()
+                && plan
+                    .iter()
+                    .filter(during)
+                    .any(|p| p.what.uses_proxy() && (p.what.on_one_node() != what.on_one_node()));
             // A forgotten entry stays forgotten while its lock is held (until its lease ends
             // or a renewal repairs it): forgetful faults keep FORGET_GAP apart.
             let forgets_near = plan.iter().any(|p| {
                 p.what.forgets() && p.at < end + FORGET_GAP && p.at + p.lasts + FORGET_GAP > at
             });
-            let busy = overlapping.iter().any(|p| p.target == target)
-                || overlapping.len() >= scope.max_nodes
-                || (what.forgets() && forgets_near);
+            let busy = match what {
+                What::SlowAll(_) => proxies_taken,
+                _ => {
+                    overlapping.iter().any(|p| p.target == target)
+                        || overlapping.len() >= scope.max_nodes
+                        || (what.forgets() && forgets_near)
+                        || proxies_taken
+                }
+            };
             (!busy).then_some(Planned {
                 id,
                 at,
@@ -168,10 +200,16 @@ pub fn schedule(seed: u64, run: Duration, scope: Scope) -> Vec<Planned> {
 /// Runs the schedule against `fleet` (none: an external fleet, client faults only), from now.
 pub async fn run(
     plan: Vec<Planned>,
+    base_latency: Option<Duration>,
     fleet: Option<Arc<Fleet>>,
     control: Arc<Control>,
     recorder: Recorder,
 ) {
+    // A healed link goes back to the run's base latency.
+    let healthy = base_latency.map_or(Fault::None, Fault::Latency);
+    if let Some(f) = &fleet {
+        (0..f.len()).for_each(|i| f.proxy(i).set(healthy));
+    }
     let start = tokio::time::Instant::now();
     let mut tasks = Vec::new();
     for p in plan {
@@ -187,8 +225,10 @@ pub async fn run(
                 return;
             }
             let Some(fleet) = fleet else { return };
-            let line = |phase: &str| {
-                json!({"id": p.id, "phase": phase, "node": p.target, "what": p.what.name()})
+            // A slower network is recorded without a node: it makes none faulty.
+            let line = |phase: &str| match p.what {
+                What::SlowAll(_) => json!({"id": p.id, "phase": phase, "what": p.what.name()}),
+                _ => json!({"id": p.id, "phase": phase, "node": p.target, "what": p.what.name()}),
             };
             recorder.record("info", "fault", None, line("start"));
             let node = p.target;
@@ -205,6 +245,10 @@ pub async fn run(
                     Ok(())
                 }
                 What::ClockJump => f.expire_early(node, "*").map(|_| ()),
+                What::SlowAll(d) => {
+                    (0..f.len()).for_each(|i| f.proxy(i).set(Fault::Latency(d)));
+                    Ok(())
+                }
                 What::Freeze => Ok(()),
             })
             .await;
@@ -217,7 +261,11 @@ pub async fn run(
                 What::Pause => f.resume(node),
                 What::Kill { .. } => f.restart(node),
                 What::Slow(_) | What::BlackHole => {
-                    f.proxy(node).heal();
+                    f.proxy(node).set(healthy);
+                    Ok(())
+                }
+                What::SlowAll(_) => {
+                    (0..f.len()).for_each(|i| f.proxy(i).set(healthy));
                     Ok(())
                 }
                 What::ClockJump | What::Freeze => Ok(()),

@@ -188,12 +188,22 @@ struct Client {
     tally: Tally,
 }
 
-/// An error's name (its variant) for the history, with the number of nodes that failed
-/// (as opposed to refused) for `NoQuorum`.
-fn describe(e: &Error) -> (String, usize) {
-    let failures = match e {
-        Error::NoQuorum { failures, .. } => failures.len(),
-        _ => 0,
+/// An error's name (its variant) for the history, with the numbers of nodes that failed to
+/// answer and that refused, for `NoQuorum`.
+fn describe(e: &Error) -> (String, usize, usize) {
+    // Failures of availability only (timeouts, requests not sent, connections): a node's
+    // error answer is not the fleet being unreachable.
+    let (failures, refused) = match e {
+        Error::NoQuorum {
+            failures, refused, ..
+        } => (
+            failures
+                .iter()
+                .filter(|f| f.is_timeout() || f.is_connection())
+                .count(),
+            *refused,
+        ),
+        _ => (0, 0),
     };
     let debug = format!("{e:?}");
     let name = debug
@@ -201,7 +211,7 @@ fn describe(e: &Error) -> (String, usize) {
         .next()
         .unwrap_or("Error")
         .to_string();
-    (name, failures)
+    (name, failures, refused)
 }
 
 /// Builds a client's handles, retrying while nodes are still starting.
@@ -279,11 +289,17 @@ pub fn spawn(
 /// Runs `call` within a random cancellation point (sometimes none): `None` if cancelled.
 async fn maybe_cancelled<F: std::future::Future>(rng: &mut StdRng, call: F) -> Option<F::Output> {
     match rng.random_bool(0.15) {
-        true => {
-            let after = Duration::from_micros(rng.random_range(0..20_000));
-            tokio::time::timeout(after, call).await.ok()
-        }
+        true => tokio::time::timeout(cancel_point(rng), call).await.ok(),
         false => Some(call.await),
+    }
+}
+
+/// When a cancelled call is cancelled: half of them within the round trip of a local node
+/// (requests written, answers not read yet), the others anywhere in a slow call.
+fn cancel_point(rng: &mut StdRng) -> Duration {
+    match rng.random_bool(0.5) {
+        true => Duration::from_micros(rng.random_range(0..1_500)),
+        false => Duration::from_micros(rng.random_range(0..30_000)),
     }
 }
 
@@ -320,11 +336,28 @@ impl Client {
     }
 
     fn failed(guard: u64, e: &Error, all: bool) -> Outcome {
-        let (name, failures) = describe(e);
+        let (name, failures, refused) = describe(e);
+        // Which nodes failed, and how: a request the breaker kept back, or one that was
+        // written (or tried) and failed.
+        let nodes: Vec<Value> = e
+            .node_failures()
+            .iter()
+            .map(|f| {
+                let how = match f.unsent() {
+                    Some(quorum_lock::Unsent::BreakerOpen) => "breaker",
+                    Some(_) => "unsent",
+                    None if f.is_timeout() => "timeout",
+                    None => "failed",
+                };
+                json!({"node": f.index(), "how": how})
+            })
+            .collect();
         Outcome::Fail(json!({
             "guard": guard,
             "error": name,
             "failures": failures,
+            "refused": refused,
+            "nodes": nodes,
             "all": all,
             "message": e.to_string(),
         }))
@@ -362,21 +395,27 @@ impl Client {
 
     /// One hold: take, hold (with the calls a holder makes), and end it.
     async fn hold_once(&mut self) {
+        // A service is idle now and then: its connections go quiet (what a breaker that
+        // counts only the answers its callers read gets wrong).
+        if self.rng.random_bool(0.25) {
+            let idle = self.rng.random_range(0..1500);
+            tokio::time::sleep(Duration::from_millis(idle)).await;
+        }
         self.freeze_point();
         let kind = Kind::draw(&mut self.rng);
         let keys = kind.keys(&self.settings.prefix, &mut self.rng);
         let all = kind == Kind::Permits2;
         let fenced = self.rng.random_bool(0.9);
         let watchdog = self.rng.random_bool(0.4);
-        let lease = Duration::from_millis(self.rng.random_range(400..1500));
+        let lease = Duration::from_millis(self.rng.random_range(600..2000));
         let waiting = self.rng.random_bool(0.5);
         let wait = Duration::from_millis(self.rng.random_range(100..1500));
         let max_hold = (watchdog && self.rng.random_bool(0.3))
             .then(|| lease.mul_f64(self.rng.random_range(0.5..2.5)));
         let cancel_after = self
             .rng
-            .random_bool(0.1)
-            .then(|| Duration::from_micros(self.rng.random_range(0..30_000)));
+            .random_bool(0.15)
+            .then(|| cancel_point(&mut self.rng));
         self.next_guard += 1;
         let g = self.next_guard;
         let owner = (kind == Kind::Reentrant).then(|| self.handles.locks.owner());
@@ -445,20 +484,29 @@ impl Client {
         let exclusive = matches!(kind.hold(), "x" | "p1");
         let steps = self.rng.random_range(0..6);
         for _ in 0..steps {
-            match self.rng.random_range(0..10) {
-                0..=3 if exclusive && guard.fencing_token().is_some() => {
+            match self.rng.random_range(0..20) {
+                0..=7 if exclusive && guard.fencing_token().is_some() => {
                     self.critical_section(g, &guard).await
                 }
-                4 => self.extend(g, &guard).await,
-                5 => self.extend_by_holder(g, &guard, &locks).await,
-                6 if self.rng.random_bool(0.3) => self.release_by_holder(g, &guard, &locks).await,
-                7 => {
+                8 | 9 => self.extend(g, &guard).await,
+                10 | 11 => self.extend_by_holder(g, &guard, &locks).await,
+                // The guard must stop saying held: the program goes on as a holder would,
+                // trusting what the guard says (the critical section checks it first).
+                12 | 13 => {
+                    self.release_by_holder(g, &guard, &locks).await;
+                    let pause = self.rng.random_range(0..lease.as_millis() as u64 / 2);
+                    tokio::time::sleep(Duration::from_millis(pause)).await;
+                    if exclusive && guard.fencing_token().is_some() {
+                        self.critical_section(g, &guard).await;
+                    }
+                }
+                14 => {
                     if let Some(owner) = &owner {
                         self.reenter(g, &guard, owner).await;
                     }
                 }
                 _ => {
-                    let pause = self.rng.random_range(0..lease.as_millis() as u64);
+                    let pause = self.rng.random_range(0..lease.as_millis() as u64 / 4);
                     tokio::time::sleep(Duration::from_millis(pause)).await;
                 }
             }
@@ -543,7 +591,7 @@ impl Client {
     }
 
     async fn extend(&mut self, g: u64, guard: &LockGuard) {
-        let ttl = Duration::from_millis(self.rng.random_range(300..1500));
+        let ttl = Duration::from_millis(self.rng.random_range(500..2000));
         let n = self.invoke(
             "extend",
             json!({"guard": g, "ttl_ms": ttl.as_millis() as u64}),
@@ -574,7 +622,7 @@ impl Client {
     /// `extend_by_holder` through the guard's own client: it acts through the guard's lease.
     async fn extend_by_holder(&mut self, g: u64, guard: &LockGuard, locks: &QuorumLock) {
         let key = self.some_key(guard);
-        let ttl = Duration::from_millis(self.rng.random_range(300..1500));
+        let ttl = Duration::from_millis(self.rng.random_range(500..2000));
         let n = self.invoke(
             "extend-by-holder",
             json!({"guard": g, "key": key, "ttl_ms": ttl.as_millis() as u64, "same_client": true}),
@@ -628,7 +676,7 @@ impl Client {
     /// A nested hold of the reentrant owner, given up again.
     async fn reenter(&mut self, g: u64, guard: &LockGuard, owner: &quorum_lock::Owner) {
         let key = self.some_key(guard);
-        let ttl = Duration::from_millis(self.rng.random_range(400..1500));
+        let ttl = Duration::from_millis(self.rng.random_range(600..2000));
         let n = self.invoke("reenter", json!({"guard": g, "key": key}));
         let nested = owner.try_acquire(&key, ttl).await;
         match nested {
@@ -706,7 +754,7 @@ impl Client {
             }
         };
         if self.rng.random_bool(0.5) {
-            let ttl = Duration::from_millis(self.rng.random_range(300..1500));
+            let ttl = Duration::from_millis(self.rng.random_range(500..2000));
             let n = self.invoke(
                 "extend-by-holder",
                 json!({"guard": g, "key": key, "ttl_ms": ttl.as_millis() as u64, "same_client": false}),

@@ -119,7 +119,8 @@ impl Backlog {
         if outstanding == 0 {
             self.quiet_since.store(now, Ordering::Release);
         } else if now.saturating_sub(self.quiet_since.load(Ordering::Acquire)) > timeout
-            && self.waited_out.load(Ordering::Acquire)
+            && (self.waited_out.load(Ordering::Acquire)
+                || crate::failpoints::on(crate::failpoints::FailPoint::AbandonedAnswersUncounted))
             && !(cleanup && outstanding < MAX_SILENT_BACKLOG)
         {
             let probed = self.probed_at.load(Ordering::Acquire);

@@ -211,6 +211,9 @@ impl Wakeups {
         registration.waiters -= 1;
         if registration.waiters == 0 {
             channels.remove(name);
+            if crate::failpoints::on(crate::failpoints::FailPoint::SubscriptionLeft) {
+                return;
+            }
             if let Some(workers) = self.workers.get() {
                 for w in workers {
                     let _ = w.send(Command::Unsubscribe(name.to_vec()));

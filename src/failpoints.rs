@@ -1,0 +1,61 @@
+//! Fail points: known classes of defect, put back at run time so that the generative
+//! checker's negative controls (tests/chaos_controls.rs) can show that it catches each. With
+//! the `failpoints` feature they are compiled in and off until [`enable`] turns one on (for
+//! the whole process); without it every check is a constant `false`.
+
+#[cfg(feature = "failpoints")]
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// A defect to put back.
+// Public with the feature (the module is then public), crate-private without.
+#[cfg_attr(not(feature = "failpoints"), allow(unreachable_pub))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FailPoint {
+    /// Every fan-out counts one confirmation as its quorum: two clients can hold one key
+    /// (each on nodes the other did not reach first: a slow link, a restarted node).
+    QuorumOfOne,
+    /// A call by holder value from the guard's own client goes straight to the nodes: the
+    /// guard keeps saying held after its lock was released (issue 30's item 2).
+    HolderCallBypassesGuard,
+    /// Answers to requests whose callers went away are never counted, and the breaker opens
+    /// on wall time alone: the next call after a cancelled one fails on a healthy fleet
+    /// (issue 30's item 1).
+    AbandonedAnswersUncounted,
+    /// A waiter leaves without unsubscribing its key's release channel.
+    SubscriptionLeft,
+    /// A guard reports a fencing token 2 below the one it was given, for every third token.
+    TokenGoesBack,
+}
+
+#[cfg(feature = "failpoints")]
+static ON: AtomicU32 = AtomicU32::new(0);
+
+#[cfg(feature = "failpoints")]
+fn bit(point: FailPoint) -> u32 {
+    1 << (point as u32)
+}
+
+/// Turns `point` on for the whole process.
+#[cfg(feature = "failpoints")]
+pub fn enable(point: FailPoint) {
+    ON.fetch_or(bit(point), Ordering::SeqCst);
+}
+
+/// Turns every fail point off.
+#[cfg(feature = "failpoints")]
+pub fn disable_all() {
+    ON.store(0, Ordering::SeqCst);
+}
+
+/// Whether `point` is on.
+#[cfg(feature = "failpoints")]
+pub(crate) fn on(point: FailPoint) -> bool {
+    ON.load(Ordering::Relaxed) & bit(point) != 0
+}
+
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub(crate) fn on(_point: FailPoint) -> bool {
+    false
+}
