@@ -3,7 +3,7 @@
 //! process), running a seeded random program over the public API until told to stop, and
 //! writing every call to the history.
 //!
-//! A program is a series of holds. Each takes a random kind (mutex, multi-key, fair, read,
+//! Every other client is built with a `lock_delay` of 300 ms. A program is a series of holds. Each takes a random kind (mutex, multi-key, fair, read,
 //! write, a semaphore of one permit, of two under `Quorum::All`, a mutex through a reentrant
 //! owner) by a random path (`try_acquire` or a waiting acquire; a fixed TTL or the watchdog,
 //! with or without `max_hold`; fenced mostly), sometimes cancelled; while held, it does
@@ -214,21 +214,28 @@ fn describe(e: &Error) -> (String, usize, usize) {
     (name, failures, refused)
 }
 
-/// Builds a client's handles, retrying while nodes are still starting.
-async fn handles(settings: &Settings) -> Handles {
-    let build = |quorum: Quorum| {
+/// Builds a client's handles (lazily: a node down at the start is checked once it answers).
+async fn handles(settings: &Settings, lock_delay: Duration) -> Handles {
+    let build = |quorum: Quorum, lock_delay: Duration| {
         QuorumLock::builder()
             .nodes(settings.nodes.clone())
             .quorum(quorum)
             .node_timeout(settings.node_timeout)
             .retry_delay(Duration::from_millis(5))
             .retry_jitter(Duration::from_millis(20))
+            .lock_delay(lock_delay)
             .lazy(true)
             .build()
     };
-    let locks = build(settings.quorum).await.expect("build a client");
-    let all = build(Quorum::All).await.expect("build a client");
-    let peer = build(settings.quorum).await.expect("build a client");
+    let locks = build(settings.quorum, lock_delay)
+        .await
+        .expect("build a client");
+    let all = build(Quorum::All, Duration::ZERO)
+        .await
+        .expect("build a client");
+    let peer = build(settings.quorum, Duration::ZERO)
+        .await
+        .expect("build a client");
     let register = redis::Client::open(settings.register.as_str())
         .expect("register url")
         .get_multiplexed_async_connection()
@@ -258,7 +265,13 @@ pub fn spawn(
                 .build()
                 .expect("a client runtime");
             runtime.block_on(async move {
-                let handles = handles(&settings).await;
+                // Every other client keeps a vanished holder's keys for a while past its
+                // deadline (`lock_delay`).
+                let lock_delay = match index % 2 {
+                    1 => Duration::from_millis(300),
+                    _ => Duration::ZERO,
+                };
+                let handles = handles(&settings, lock_delay).await;
                 let mut client = Client {
                     index,
                     handles,
