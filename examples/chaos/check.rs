@@ -14,10 +14,10 @@
 //! - **liveness**: a call that failed with `NoQuorum` (nodes failed, none refused) while a
 //!   quorum of nodes had been free of faults for the whole window from `bound` before the
 //!   call to its end, its own client was not frozen then, and among the failed nodes is a
-//!   healthy one whose circuit breaker kept the request back although this client had seen
-//!   no failure of that node within `bound` (a breaker open on a healthy node for no reason
-//!   the client met). A plain timeout of a healthy node is not counted: on a loaded machine
-//!   the machine, not the library, may be slow; the check cannot tell;
+//!   healthy one whose circuit breaker kept the request back although no client had met a
+//!   failure of that node within `bound` (a breaker open on a healthy node for no reason any
+//!   client met). A plain timeout of a healthy node is not counted: on a loaded machine the
+//!   machine, not the library, may be slow; the check cannot tell;
 //! - **leaks**: anything the run's final scan found on the nodes after the quiet period
 //!   (a lock entry, a queue, a mark, a subscription).
 
@@ -124,6 +124,7 @@ pub fn check(mut ops: Vec<Op>, bound: u64) -> Report {
         ..Report::default()
     };
     let run_end = ops.last().map_or(0, |o| o.time);
+    let run_start = ops.first().map_or(0, |o| o.time);
     let meta = ops.iter().find(|o| o.f == "start");
     let nodes = meta.and_then(|m| m.u64("nodes")).unwrap_or(0);
     let quorum = meta.and_then(|m| m.u64("quorum")).unwrap_or(nodes);
@@ -133,9 +134,12 @@ pub fn check(mut ops: Vec<Op>, bound: u64) -> Report {
     let mut faults: HashMap<u64, Window> = HashMap::new();
     let mut invokes: HashMap<(u64, u64), &Op> = HashMap::new();
     let mut failures: Vec<(&Op, &Op)> = Vec::new();
-    // Per process and node: when a call of the process met a failure of the node other than
-    // its breaker (a timeout, a connection failure), which may open the breaker.
-    let mut met: HashMap<(u64, u64), Vec<u64>> = HashMap::new();
+    // Per node: when a call of any client met a failure of the node other than its breaker
+    // (a timeout, a connection failure), which may open the breaker. Any client's, not only
+    // the failing call's own: a stall of the whole machine (or of the proxies' thread) times
+    // out every client's requests at once, and a client whose own timed-out requests were
+    // background ones (stragglers, follow-ups) has none in its history.
+    let mut met: HashMap<u64, Vec<u64>> = HashMap::new();
     // Guards whose client needs every node (`Quorum::All`), from their acquires.
     let mut all_nodes: HashMap<u64, bool> = HashMap::new();
 
@@ -210,7 +214,7 @@ pub fn check(mut ops: Vec<Op>, bound: u64) -> Report {
                     continue;
                 };
                 if how != "breaker" {
-                    met.entry((process, i)).or_default().push(op.time);
+                    met.entry(i).or_default().push(op.time);
                 }
             }
         }
@@ -368,14 +372,15 @@ pub fn check(mut ops: Vec<Op>, bound: u64) -> Report {
             .find(|i| {
                 !faulty.contains(i)
                     && !met
-                        .get(&(process, *i))
+                        .get(i)
                         .is_some_and(|ts| ts.iter().any(|t| *t >= from && *t <= to))
             });
         if let (false, true, Some(node)) = (frozen, healthy >= needed, unexplained) {
             report.spurious_failures.push(format!(
-                "process {process}: {} failed with NoQuorum while {healthy} of {nodes} nodes \
+                "at {:.2} s, process {process}: {} failed with NoQuorum while {healthy} of {nodes} nodes \
                  had no fault from {} ms before it (faulty: {faulty:?}; needed {needed}), node \
                  {node}'s breaker open with no failure of it met: {}",
+                (invoke.time.saturating_sub(run_start)) as f64 / 1e9,
                 failed.f,
                 bound / 1_000_000,
                 failed.str("message").unwrap_or("")

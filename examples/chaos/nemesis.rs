@@ -92,6 +92,9 @@ impl std::fmt::Display for Planned {
     }
 }
 
+/// The least gap between two faults on one node or proxy.
+const GAP: Duration = Duration::from_millis(300);
+
 /// How far apart two forgetful faults are kept (longer than any lease of the workload).
 const FORGET_GAP: Duration = Duration::from_secs(5);
 
@@ -152,7 +155,9 @@ pub fn schedule(seed: u64, run: Duration, scope: Scope) -> Vec<Planned> {
             };
             // At most `max_nodes` nodes faulty at any moment of this fault, this node not
             // already, and at most one forgetful fault at a time.
-            let during = |p: &&Planned| p.at < end && p.at + p.lasts > at;
+            // Faults of one node (or proxy) keep a gap: a restart takes a moment after its
+            // planned end.
+            let during = |p: &&Planned| p.at < end + GAP && p.at + p.lasts + GAP > at;
             let overlapping: Vec<&Planned> = plan
                 .iter()
                 .filter(|p| p.what.on_one_node())
@@ -212,10 +217,20 @@ pub async fn run(
     }
     let start = tokio::time::Instant::now();
     let mut tasks = Vec::new();
+    // One fault at a time per node, from its start to the end of its end (a restart that
+    // takes longer than planned delays the node's next fault instead of racing it).
+    let nodes = fleet.as_ref().map_or(0, |f| f.len());
+    let turns: Arc<Vec<tokio::sync::Mutex<()>>> =
+        Arc::new((0..nodes).map(|_| tokio::sync::Mutex::new(())).collect());
     for p in plan {
         let (fleet, control, recorder) = (fleet.clone(), control.clone(), recorder.clone());
+        let turns = turns.clone();
         tasks.push(tokio::spawn(async move {
             tokio::time::sleep_until(start + p.at).await;
+            let _turn = match (p.what.on_one_node(), turns.get(p.target)) {
+                (true, Some(turn)) => Some(turn.lock().await),
+                _ => None,
+            };
             if control.stop.load(Ordering::Relaxed) {
                 return;
             }
