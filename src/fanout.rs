@@ -186,6 +186,9 @@ pub(crate) struct FanOut<F> {
     early: Vec<NodeAnswer>,
     /// When the requests still running time out: the node timeout after the first poll.
     deadline: Option<Instant>,
+    /// The deadline was found passed long after it passed, and was set once more (see
+    /// [`next`](Self::next)).
+    rearmed: bool,
     /// Bit `i`: node `i` is asked.
     asked: u64,
     /// Bit `i`: node `i`'s answer was counted.
@@ -227,6 +230,7 @@ pub(crate) fn fan_out_to(
         read,
         pending: Some(pending),
         early: Vec::new(),
+        rearmed: false,
         deadline: None,
         asked,
         counted: 0,
@@ -274,6 +278,7 @@ where
     pub(crate) fn detach(&mut self, background: &Arc<BackgroundWork>) -> Option<Stragglers> {
         let mut pending = self.pending.take().filter(|p| !p.is_empty())?;
         let deadline = self.deadline();
+        let timeout = call_timeout(&self.nodes);
         if deadline <= Instant::now() {
             self.call.expire();
             return None;
@@ -284,7 +289,15 @@ where
             self.call.clone(),
             async move {
                 let rest = async { while pending.next().await.is_some() {} };
-                if tokio::time::timeout_at(deadline, rest).await.is_err() {
+                let mut rest = std::pin::pin!(rest);
+                let mut ran_out = tokio::time::timeout_at(deadline, rest.as_mut())
+                    .await
+                    .is_err();
+                // Found passed long after it passed (a stalled thread): once more, as `next`.
+                if ran_out && crate::node::late(deadline, timeout) {
+                    ran_out = tokio::time::timeout(timeout, rest).await.is_err();
+                }
+                if ran_out {
                     // Marked before the requests are dropped (with this future).
                     call.expire();
                 }
@@ -306,21 +319,38 @@ where
     async fn next(&mut self, mut expiry: Pin<&mut Sleep>) -> Option<NodeAnswer> {
         if let Some(pending) = self.pending.as_mut() {
             let (call, asked, early) = (&*self.call, self.asked, &mut self.early);
-            let expired = poll_fn(|cx| {
-                send_all(pending, call, asked, early, cx);
-                if !early.is_empty() {
-                    return Poll::Ready(Some(Some(early.remove(0))));
+            loop {
+                let expired = poll_fn(|cx| {
+                    send_all(pending, call, asked, early, cx);
+                    if !early.is_empty() {
+                        return Poll::Ready(Some(Some(early.remove(0))));
+                    }
+                    match pending.poll_next_unpin(cx) {
+                        Poll::Ready(answer) => Poll::Ready(Some(answer)),
+                        Poll::Pending => expiry.as_mut().poll(cx).map(|()| None),
+                    }
+                })
+                .await;
+                let due = self.deadline.unwrap_or_else(Instant::now);
+                let timeout = call_timeout(&self.nodes);
+                match expired {
+                    Some(answer) => return answer,
+                    // Found passed long after it passed: this task could not run meanwhile (a
+                    // stalled thread), nor could the connections' writers and readers (tasks
+                    // of the same runtime); the requests may have left only now, their answers
+                    // may wait unread. Once, the nodes get their time again: a node is not
+                    // silent for the client's own stall (its breaker would open on a healthy
+                    // fleet). Safe: validity is measured from the call's start.
+                    None if !self.rearmed && crate::node::late(due, timeout) => {
+                        self.rearmed = true;
+                        let again = Instant::now() + timeout;
+                        self.deadline = Some(again);
+                        expiry.as_mut().reset(again);
+                    }
+                    None => break,
                 }
-                match pending.poll_next_unpin(cx) {
-                    Poll::Ready(answer) => Poll::Ready(Some(answer)),
-                    Poll::Pending => expiry.as_mut().poll(cx).map(|()| None),
-                }
-            })
-            .await;
-            match expired {
-                Some(answer) => return answer,
-                None => self.time_out(),
             }
+            self.time_out();
         }
         let i = self.timed_out.trailing_zeros() as usize;
         if i >= self.nodes.len() {
@@ -466,6 +496,7 @@ mod tests {
             read: read_flag,
             pending: Some((0..n).map(|i| request(&call, i, i < 3)).collect()),
             early: Vec::new(),
+            rearmed: false,
             deadline: None,
             asked: 0b11111,
             counted: 0,

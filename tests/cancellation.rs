@@ -431,3 +431,38 @@ fn the_next_call_right_after_a_stall_with_a_call_in_flight_succeeds() {
         );
     });
 }
+
+/// A call awaited by the runtime's own future while another task blocks the only thread past
+/// the node timeout: when the thread runs again, the call's deadline is past and its
+/// requests may not even have left (the connections' writers are tasks of that thread too),
+/// so the stalled call itself may time out. Its deadline and the connections' readiness came
+/// at once, and the call was polled before the connections' readers: it took every node for
+/// silent, the breakers opened, and the next call failed on a healthy fleet, every round
+/// (found by the black-box review). The deadline now gives the connections one turn before
+/// counting a node as timed out, and the next call goes through.
+#[test]
+fn a_call_whose_thread_another_task_blocked_counts_the_answers_that_came_meanwhile() {
+    let (runtime, fleet) = one_thread_and_a_fleet();
+    runtime.block_on(async {
+        let key = common::unique_key("blocked-elsewhere");
+        let locks = connected(&fleet, Duration::from_millis(250), &key).await;
+        let guard = locks
+            .try_acquire(&key, TTL)
+            .await
+            .expect("a healthy fleet")
+            .expect("a free key");
+        for round in 0..3 {
+            let blocker = tokio::spawn(async {
+                std::thread::sleep(Duration::from_millis(600));
+            });
+            // May time out: the thread was not the client's for 600 ms.
+            let _stalled = guard.extend(TTL).await;
+            guard
+                .extend(TTL)
+                .await
+                .unwrap_or_else(|e| panic!("round {round}: the next extend failed: {e}"));
+            blocker.await.unwrap();
+        }
+        guard.release().await.expect("released");
+    });
+}

@@ -506,11 +506,13 @@ impl Node {
         F: Future<Output = Result<Value, NodeFailure>>,
     {
         Bounded {
-            request: tokio::time::timeout(limit, request),
+            request,
+            sleep: tokio::time::sleep(limit),
             node: self,
             limit,
             expired,
             call,
+            rearmed: false,
         }
     }
 }
@@ -520,17 +522,22 @@ pub(crate) type Nodes = Arc<[Node]>;
 
 pin_project_lite::pin_project! {
     /// A node request bounded by a time limit (see [`Node::bounded`]). A future of its own,
-    /// not an `async fn`: an `async fn` would keep the request in its state beside the timeout
-    /// it is moved into, doubling the size of every node request's future; and the request
-    /// must still be alive when `expired` is set.
+    /// not an `async fn`: an `async fn` would keep the request in its state beside the timer,
+    /// doubling the size of every node request's future; and the request must still be
+    /// alive when `expired` is set.
     pub(crate) struct Bounded<'a, F> {
         #[pin]
-        request: tokio::time::Timeout<F>,
+        request: F,
+        #[pin]
+        sleep: tokio::time::Sleep,
         node: &'a Node,
         limit: Duration,
         expired: &'a AtomicBool,
         // The call the request is of, to name a cluster's primary in a timeout.
         call: Option<&'a Call>,
+        // The limit was found passed long after it passed, and was set once more (see
+        // `late`).
+        rearmed: bool,
     }
 }
 
@@ -541,13 +548,35 @@ impl<F: Future<Output = Result<Value, NodeFailure>>> Future for Bounded<'_, F> {
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Self::Output> {
-        let this = self.project();
-        match std::task::ready!(this.request.poll(cx)) {
-            Ok(answer) => std::task::Poll::Ready(answer),
-            Err(_) => {
-                this.expired.store(true, Ordering::Relaxed);
-                std::task::Poll::Ready(Err(this.node.no_answer_to(*this.limit, *this.call)))
-            }
+        let mut this = self.project();
+        if let std::task::Poll::Ready(answer) = this.request.as_mut().poll(cx) {
+            return std::task::Poll::Ready(answer);
         }
+        let due = this.sleep.deadline();
+        std::task::ready!(this.sleep.as_mut().poll(cx));
+        // Found passed long after it passed: this task could not run meanwhile (a stalled
+        // thread), and neither could the connection's writer and reader; the request may
+        // have left only now. Once, the node gets its time again (see `late`).
+        if !*this.rearmed && late(due, *this.limit) {
+            *this.rearmed = true;
+            this.sleep
+                .as_mut()
+                .reset(tokio::time::Instant::now() + *this.limit);
+            cx.waker().wake_by_ref();
+            return std::task::Poll::Pending;
+        }
+        this.expired.store(true, Ordering::Relaxed);
+        std::task::Poll::Ready(Err(this.node.no_answer_to(*this.limit, *this.call)))
     }
+}
+
+/// Whether a deadline of a request bounded by `limit` is found passed so long after `due`
+/// (more than a quarter of the limit) that the task waiting for it could not have been
+/// running: its thread stalled (a blocking call on a current-thread runtime), and the
+/// connections' writers and readers, tasks of the same runtime, stalled with it. Counting
+/// the node as silent then would open its breaker on a healthy fleet for the client's own
+/// stall; the request gets its limit once more instead. Safe: a lock's validity is measured
+/// from the call's start, whatever the wait.
+pub(crate) fn late(due: tokio::time::Instant, limit: Duration) -> bool {
+    tokio::time::Instant::now().saturating_duration_since(due) > limit / 4
 }

@@ -230,7 +230,13 @@ async fn follow_up_ping(
         ping_wait(timeout),
         conn.send_packed_command(&ping)
     ));
-    match tokio::time::timeout(timeout, answer.as_mut()).await {
+    let due = tokio::time::Instant::now() + timeout;
+    let mut waited = tokio::time::timeout_at(due, answer.as_mut()).await;
+    // Found passed long after it passed (a stalled thread): once more, as a call's deadline.
+    if waited.is_err() && super::late(due, timeout) {
+        waited = tokio::time::timeout(timeout, answer.as_mut()).await;
+    }
+    match waited {
         Ok(answer) => matches!(answer, Ok(Ok(_))),
         Err(_) => {
             backlog.waited_out();
