@@ -829,7 +829,10 @@ enum SubscriberFault {
 /// waiter hears the next release at once, not on its retry timer (30 s here). Before, the
 /// subscriber kept reconnecting to the dead member (its lock connection still counted as
 /// open) or stayed on the frozen one, and the waiter slept until its timer.
-async fn a_waiter_hears_releases_after_its_subscription_member(fault: SubscriberFault) {
+async fn a_waiter_hears_releases_after_its_subscription_member(
+    fault: SubscriberFault,
+    release_at_once: bool,
+) {
     let fleet = ClusterFleet::start(3).expect("clusters");
     let holder = cluster_client(&fleet).await;
     let waiter = QuorumLock::builder()
@@ -890,6 +893,23 @@ async fn a_waiter_hears_releases_after_its_subscription_member(fault: Subscriber
             SubscriberFault::Pause => fleet.pause(c, m).unwrap(),
         }
     }
+    // Released while the subscription is still at the faulted member (a frozen member's
+    // silence shows only after its keepalive goes unanswered): the notice is lost there, and
+    // the subscription made again elsewhere wakes the waiter to try.
+    if release_at_once {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let released = tokio::time::Instant::now();
+        g.release().await.expect("release");
+        let (at, got) = waiting.await.unwrap();
+        got.expect("the waiter takes the released key");
+        let heard = at - released;
+        assert!(
+            heard < Duration::from_secs(5),
+            "{fault:?}: the waiter took the key {heard:?} after its release (its retry delay \
+             is 30 s)"
+        );
+        return;
+    }
     // The subscription moves to another member of each faulted cluster.
     for &(c, m) in &faulted {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -923,10 +943,17 @@ async fn a_waiter_hears_releases_after_its_subscription_member(fault: Subscriber
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_hears_releases_after_its_subscription_member_is_killed() {
-    a_waiter_hears_releases_after_its_subscription_member(SubscriberFault::Kill).await;
+    a_waiter_hears_releases_after_its_subscription_member(SubscriberFault::Kill, false).await;
+}
+
+/// A release made right after the subscription's member froze, before the subscriber noticed
+/// (found by the black-box review: the waiter then slept its whole 30 s retry delay).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_hears_a_release_made_while_its_subscription_member_froze() {
+    a_waiter_hears_releases_after_its_subscription_member(SubscriberFault::Pause, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_hears_releases_after_its_subscription_member_is_paused() {
-    a_waiter_hears_releases_after_its_subscription_member(SubscriberFault::Pause).await;
+    a_waiter_hears_releases_after_its_subscription_member(SubscriberFault::Pause, false).await;
 }

@@ -259,6 +259,19 @@ impl Wakeups {
         }
     }
 
+    /// `names` were subscribed again after their subscription on a node was lost: a release
+    /// announced meanwhile went unheard there, so each channel's longest waiter is woken to
+    /// try now instead of on its timer (a wake-up is a hint: a waiter that finds the key held
+    /// waits again).
+    fn missed(&self, names: &[Vec<u8>]) {
+        let channels = self.channels();
+        for name in names {
+            if let Some(r) = channels.get(name) {
+                r.channel.notify().notify_one();
+            }
+        }
+    }
+
     fn channel_names(&self) -> Vec<Vec<u8>> {
         self.channels().keys().cloned().collect()
     }

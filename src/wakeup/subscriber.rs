@@ -100,7 +100,7 @@ pub(super) async fn worker(
                 match command {
                     Command::Subscribe(name, reply) => {
                         if conn.is_none() {
-                            conn = connect(index, node, &wakeups, connect_timeout, &mut avoided).await;
+                            conn = connect(index, node, &wakeups, connect_timeout, &mut avoided, false).await;
                             if conn.is_none() {
                                 // Keep trying while the channel is waited on: its waiters are
                                 // on their timers meanwhile.
@@ -156,7 +156,7 @@ pub(super) async fn worker(
             () = reconnect => {
                 retry_at = None;
                 if wanted(&wakeups) && conn.is_none() {
-                    conn = connect(index, node, &wakeups, connect_timeout, &mut avoided).await;
+                    conn = connect(index, node, &wakeups, connect_timeout, &mut avoided, true).await;
                     if conn.is_none() {
                         retry_at = Some(Instant::now() + RECONNECT_DELAY);
                     }
@@ -179,13 +179,16 @@ fn lost(index: usize, wakeups: &Weak<Wakeups>, conn: &mut Option<Live>, avoided:
 
 /// Connects and subscribes every channel currently waited on (and marks them confirmed by
 /// node `index`), within `timeout`. A member that fails or does not answer in time is avoided
-/// next time; one that answered is not any more.
+/// next time; one that answered is not any more. `again`: the channels had a subscription
+/// that was lost; a release may have been announced meanwhile, unheard, so each channel's
+/// longest waiter is woken to try (a hint, as every wake-up).
 async fn connect(
     index: usize,
     node: &crate::node::Node,
     wakeups: &Weak<Wakeups>,
     timeout: Duration,
     avoided: &mut Avoided,
+    again: bool,
 ) -> Option<Live> {
     let mut tried: Option<String> = None;
     let made = tokio::time::timeout(timeout, async {
@@ -201,7 +204,11 @@ async fn connect(
         let names = wakeups.upgrade()?.channel_names();
         if !names.is_empty() {
             sink.subscribe(&names).await.ok()?;
-            wakeups.upgrade()?.confirm(index, &names, true);
+            let w = wakeups.upgrade()?;
+            w.confirm(index, &names, true);
+            if again {
+                w.missed(&names);
+            }
         }
         Some(Live {
             sink,
