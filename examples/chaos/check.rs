@@ -123,6 +123,13 @@ pub fn check(mut ops: Vec<Op>, bound: u64) -> Report {
         ops: ops.len(),
         ..Report::default()
     };
+    if ops.is_empty() {
+        report.malformed.push("no history lines".into());
+    } else if !ops.iter().any(|o| o.f == "stop") {
+        report
+            .malformed
+            .push("no stop line: the history was cut short (or the run did not end)".into());
+    }
     let run_end = ops.last().map_or(0, |o| o.time);
     let run_start = ops.first().map_or(0, |o| o.time);
     let meta = ops.iter().find(|o| o.f == "start");

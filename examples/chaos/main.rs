@@ -117,6 +117,31 @@ fn parse() -> Args {
     args
 }
 
+/// A fleet given with `--nodes` is checked as a client would check it (lazily: a node down
+/// now is no usage error): a bad URL, a duplicate, too few nodes for the quorum.
+fn check_nodes(run: &Options) {
+    let Some(urls) = &run.nodes else { return };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let quorum = if run.quorum4 {
+        quorum_lock::Quorum::AtLeast(4)
+    } else {
+        quorum_lock::Quorum::Majority
+    };
+    let built = runtime.block_on(
+        quorum_lock::QuorumLock::builder()
+            .nodes(urls.clone())
+            .quorum(quorum)
+            .lazy(true)
+            .build(),
+    );
+    if let Err(e) = built {
+        usage(&format!("--nodes: {e}"));
+    }
+}
+
 fn print_verdict(report: &check::Report) -> i32 {
     print!("{report}");
     println!("chaos: {} anomalies", report.anomalies());
@@ -136,6 +161,7 @@ fn main() {
         }
         std::process::exit(print_verdict(&report));
     }
+    check_nodes(&args.run);
     if let Some(point) = args.fail_point {
         println!("chaos: fail point {point:?} on (a negative control: anomalies expected)");
         quorum_lock::failpoints::enable(point);

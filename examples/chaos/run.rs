@@ -154,7 +154,10 @@ pub async fn run(args: Options) -> Report {
     let _ = nemesis.await;
     // Every client ends its hold in progress and goes idle (its subscriptions must go with
     // its waiters); they stay alive until the scan.
-    while control.idle.load(Ordering::Relaxed) < args.clients {
+    // (A client thread that ended otherwise panicked: its join below says so.)
+    while control.idle.load(Ordering::Relaxed) < args.clients
+        && !clients.iter().any(|c| c.is_finished())
+    {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let direct: Vec<String> = match &fleet {
@@ -231,7 +234,10 @@ async fn leftovers(url: &str, prefix: &str) -> (Vec<String>, Vec<String>) {
     )
     .await;
     let Ok(Ok(mut conn)) = conn else {
-        return (vec!["(node unreachable)".into()], Vec::new());
+        return (
+            vec!["(the node did not answer the scan: nothing could be checked)".into()],
+            Vec::new(),
+        );
     };
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg(format!("*{prefix}*"))
