@@ -349,6 +349,25 @@ impl Client {
     }
 
     fn failed(guard: u64, e: &Error, all: bool) -> Outcome {
+        Outcome::Fail(Self::failure(guard, e, all))
+    }
+
+    /// A call on a live guard, cancelled or not: its outcome, with the deadline the guard
+    /// reports after it.
+    fn on_guard<T>(g: u64, result: Option<Result<T, Error>>, deadline: u64) -> Outcome {
+        match result {
+            None => Outcome::Info(json!({"guard": g, "error": "cancelled", "deadline": deadline})),
+            Some(Ok(_)) => Outcome::Ok(json!({"guard": g, "deadline": deadline})),
+            Some(Err(e)) => {
+                let mut v = Self::failure(g, &e, false);
+                v["deadline"] = json!(deadline);
+                Outcome::Fail(v)
+            }
+        }
+    }
+
+    /// A failed call's line: the error, and which nodes failed how.
+    fn failure(guard: u64, e: &Error, all: bool) -> Value {
         let (name, failures, refused) = describe(e);
         // Which nodes failed, and how: a request the breaker kept back, or one that was
         // written (or tried) and failed.
@@ -365,7 +384,7 @@ impl Client {
                 json!({"node": f.index(), "how": how})
             })
             .collect();
-        Outcome::Fail(json!({
+        json!({
             "guard": guard,
             "error": name,
             "failures": failures,
@@ -373,7 +392,7 @@ impl Client {
             "nodes": nodes,
             "all": all,
             "message": e.to_string(),
-        }))
+        })
     }
 
     /// A freeze the nemesis asked for: the client's thread stops (its runtime with it: no
@@ -611,17 +630,7 @@ impl Client {
         );
         let result = maybe_cancelled(&mut self.rng, guard.extend(ttl)).await;
         let deadline = Self::deadline(guard);
-        let outcome = match result {
-            None => Outcome::Info(json!({"guard": g, "error": "cancelled", "deadline": deadline})),
-            Some(Ok(())) => Outcome::Ok(json!({"guard": g, "deadline": deadline})),
-            Some(Err(e)) => {
-                let Outcome::Fail(mut v) = Self::failed(g, &e, false) else {
-                    unreachable!()
-                };
-                v["deadline"] = json!(deadline);
-                Outcome::Fail(v)
-            }
-        };
+        let outcome = Self::on_guard(g, result, deadline);
         self.complete("extend", n, outcome);
     }
 
@@ -647,17 +656,7 @@ impl Client {
         .await;
         // The guard's own deadline is what it believes from now on.
         let deadline = Self::deadline(guard);
-        let outcome = match result {
-            None => Outcome::Info(json!({"guard": g, "error": "cancelled", "deadline": deadline})),
-            Some(Ok(_)) => Outcome::Ok(json!({"guard": g, "deadline": deadline})),
-            Some(Err(e)) => {
-                let Outcome::Fail(mut v) = Self::failed(g, &e, false) else {
-                    unreachable!()
-                };
-                v["deadline"] = json!(deadline);
-                Outcome::Fail(v)
-            }
-        };
+        let outcome = Self::on_guard(g, result, deadline);
         self.complete("extend-by-holder", n, outcome);
     }
 
@@ -672,17 +671,7 @@ impl Client {
         let result =
             maybe_cancelled(&mut self.rng, locks.release_by_holder(&key, guard.holder())).await;
         let deadline = Self::deadline(guard);
-        let outcome = match result {
-            None => Outcome::Info(json!({"guard": g, "error": "cancelled", "deadline": deadline})),
-            Some(Ok(())) => Outcome::Ok(json!({"guard": g, "deadline": deadline})),
-            Some(Err(e)) => {
-                let Outcome::Fail(mut v) = Self::failed(g, &e, false) else {
-                    unreachable!()
-                };
-                v["deadline"] = json!(deadline);
-                Outcome::Fail(v)
-            }
-        };
+        let outcome = Self::on_guard(g, result, deadline);
         self.complete("release-by-holder", n, outcome);
     }
 
@@ -788,9 +777,7 @@ impl Client {
                 None => Outcome::Info(json!({"guard": g, "error": "cancelled",
                     "deadline": deadline.min(instant_nanos(started + ttl))})),
                 Some(Err(e)) => {
-                    let Outcome::Fail(mut v) = Self::failed(g, &e, false) else {
-                        unreachable!()
-                    };
+                    let mut v = Self::failure(g, &e, false);
                     v["deadline"] = json!(deadline.min(instant_nanos(started + ttl)));
                     Outcome::Fail(v)
                 }
