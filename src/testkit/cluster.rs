@@ -180,22 +180,7 @@ impl ClusterFleet {
     /// # Errors
     /// No running member answered, or none serves the slot.
     pub fn primary_of(&self, c: usize, key: &[u8]) -> io::Result<usize> {
-        let slot = i64::from(crate::key::slot(key));
-        let ranges: Vec<(i64, i64, String, u16)> = self.ask_any(c, |conn| {
-            let value: redis::Value = redis::cmd("CLUSTER").arg("SLOTS").query(conn)?;
-            Ok(slot_ranges(&value))
-        })?;
-        let port = ranges
-            .iter()
-            .find(|(start, end, _, _)| (*start..=*end).contains(&slot))
-            .map(|r| r.3)
-            .ok_or_else(|| {
-                io::Error::other(format!("no member of cluster {c} serves slot {slot}"))
-            })?;
-        self.clusters[c]
-            .iter()
-            .position(|p| p.port() == port)
-            .ok_or_else(|| io::Error::other(format!("port {port} is not a member of cluster {c}")))
+        self.primary_of_slot(c, crate::key::slot(key))
     }
 
     /// Kills member `m` of cluster `c` (SIGKILL) and reaps it.
@@ -260,6 +245,159 @@ impl ClusterFleet {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// The replica of cluster `c` that follows member `primary` now (asked with `ROLE` of
+    /// each running member), if it has one.
+    ///
+    /// # Errors
+    /// No running member answered.
+    pub fn replica_of(&self, c: usize, primary: usize) -> io::Result<Option<usize>> {
+        let port = i64::from(self.member(c, primary).port());
+        let mut answered = false;
+        for m in (0..self.members()).filter(|&m| m != primary) {
+            if self.clusters[c][m].pid().is_none() {
+                continue;
+            }
+            let Ok(mut conn) = self.connect(c, m) else {
+                continue;
+            };
+            let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+            let Ok(role) = redis::cmd("ROLE").query::<Vec<redis::Value>>(&mut conn) else {
+                continue;
+            };
+            answered = true;
+            let follows = matches!(role.first(), Some(redis::Value::BulkString(r)) if r == b"slave")
+                && matches!(role.get(2), Some(redis::Value::Int(p)) if *p == port);
+            if follows {
+                return Ok(Some(m));
+            }
+        }
+        if answered {
+            Ok(None)
+        } else {
+            Err(io::Error::other(format!(
+                "no member of cluster {c} answered ROLE"
+            )))
+        }
+    }
+
+    /// Moves `slot` of cluster `c` from the primary serving it to primary `to`, keys and all,
+    /// as `redis-cli --cluster reshard` does: `SETSLOT IMPORTING` on `to`, `SETSLOT
+    /// MIGRATING` on the source, `MIGRATE` of the slot's keys (their TTLs go with them),
+    /// `midway` in that state (the source answers `ASK` for a key it does not have), the keys
+    /// written meanwhile moved too, then `SETSLOT NODE` on every running primary (the source
+    /// answers `MOVED` from then on). Nothing happens when `to` already serves the slot.
+    ///
+    /// # Errors
+    /// A member refused a step (`BUSYKEY`: the key exists on both primaries), or did not
+    /// answer; the slot may be left migrating.
+    pub fn migrate_slot(&self, c: usize, slot: u16, to: usize, midway: Duration) -> io::Result<()> {
+        let from = self.primary_of_slot(c, slot)?;
+        if from == to {
+            return Ok(());
+        }
+        let id = |m: usize| -> io::Result<String> {
+            redis::cmd("CLUSTER")
+                .arg("MYID")
+                .query(&mut self.connect(c, m)?)
+                .map_err(io::Error::other)
+        };
+        let (from_id, to_id) = (id(from)?, id(to)?);
+        let setslot = |m: usize, state: &str, node: &str| -> io::Result<()> {
+            redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg(state)
+                .arg(node)
+                .query::<()>(&mut self.connect(c, m)?)
+                .map_err(io::Error::other)
+        };
+        setslot(to, "IMPORTING", &from_id)?;
+        setslot(from, "MIGRATING", &to_id)?;
+        let mut source = self.connect(c, from)?;
+        let _ = source.set_read_timeout(Some(Duration::from_secs(5)));
+        let to_port = self.member(c, to).port();
+        let mut move_keys = || -> io::Result<()> {
+            loop {
+                let keys: Vec<Vec<u8>> = redis::cmd("CLUSTER")
+                    .arg("GETKEYSINSLOT")
+                    .arg(slot)
+                    .arg(100)
+                    .query(&mut source)
+                    .map_err(io::Error::other)?;
+                if keys.is_empty() {
+                    return Ok(());
+                }
+                redis::cmd("MIGRATE")
+                    .arg("127.0.0.1")
+                    .arg(to_port)
+                    .arg("")
+                    .arg(0)
+                    .arg(5000)
+                    .arg("KEYS")
+                    .arg(&keys)
+                    .query::<()>(&mut source)
+                    .map_err(io::Error::other)?;
+            }
+        };
+        move_keys()?;
+        std::thread::sleep(midway);
+        move_keys()?;
+        // The new owner first, then the source, then the rest (as the reshard tool does).
+        setslot(to, "NODE", &to_id)?;
+        setslot(from, "NODE", &to_id)?;
+        for m in self.primaries(c)? {
+            if m != to && m != from && self.clusters[c][m].pid().is_some() {
+                setslot(m, "NODE", &to_id)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The member of cluster `c` that serves `slot` now.
+    ///
+    /// # Errors
+    /// As [`primary_of`](Self::primary_of).
+    pub fn primary_of_slot(&self, c: usize, slot: u16) -> io::Result<usize> {
+        let slot = i64::from(slot);
+        self.slot_owners(c)?
+            .into_iter()
+            .find(|(start, end, _)| (*start..=*end).contains(&slot))
+            .map(|r| r.2)
+            .ok_or_else(|| io::Error::other(format!("no member of cluster {c} serves slot {slot}")))
+    }
+
+    /// The members of cluster `c` that serve slots now (its primaries), in member order.
+    ///
+    /// # Errors
+    /// No running member answered `CLUSTER SLOTS`.
+    pub fn primaries(&self, c: usize) -> io::Result<Vec<usize>> {
+        let mut members: Vec<usize> = self.slot_owners(c)?.into_iter().map(|r| r.2).collect();
+        members.sort_unstable();
+        members.dedup();
+        Ok(members)
+    }
+
+    /// `(first slot, last slot, member)` of each range of cluster `c`'s `CLUSTER SLOTS`, as a
+    /// running member answers it.
+    fn slot_owners(&self, c: usize) -> io::Result<Vec<(i64, i64, usize)>> {
+        let ranges: Vec<(i64, i64, String, u16)> = self.ask_any(c, |conn| {
+            let value: redis::Value = redis::cmd("CLUSTER").arg("SLOTS").query(conn)?;
+            Ok(slot_ranges(&value))
+        })?;
+        ranges
+            .into_iter()
+            .map(|(start, end, _, port)| {
+                let m = self.clusters[c]
+                    .iter()
+                    .position(|p| p.port() == port)
+                    .ok_or_else(|| {
+                        io::Error::other(format!("port {port} is not a member of cluster {c}"))
+                    })?;
+                Ok((start, end, m))
+            })
+            .collect()
     }
 
     /// Waits until every running member of cluster `c` reports `cluster_state:ok`.
