@@ -26,6 +26,12 @@ pub enum FailPoint {
     SubscriptionLeft,
     /// A guard reports a fencing token 2 below the one it was given, for every third token.
     TokenGoesBack,
+    /// A release that a node refused (its entry holds another holder's value, or none)
+    /// reports success: from the caller's side, a release of a lock someone else holds.
+    RefusedReleaseReportsOk,
+    /// A fair waiter joins the line at a random place at or before its ticket's: a later
+    /// waiter may be served before an earlier one.
+    FairPlaceAtRandom,
 }
 
 #[cfg(feature = "failpoints")]
@@ -58,4 +64,13 @@ pub(crate) fn on(point: FailPoint) -> bool {
 #[inline(always)]
 pub(crate) fn on(_point: FailPoint) -> bool {
     false
+}
+
+/// The ticket a fair waiter joins the line with: `drawn`, or with
+/// [`FailPoint::FairPlaceAtRandom`] on, any from 1 to it.
+pub(crate) fn fair_ticket(drawn: u64) -> u64 {
+    match on(FailPoint::FairPlaceAtRandom) {
+        true => rand::Rng::random_range(&mut rand::rng(), 1..=drawn.max(1)),
+        false => drawn,
+    }
 }

@@ -574,6 +574,11 @@ pub(crate) fn release_result(
 ) -> Result<()> {
     let confirmed = outcome.decision == Decision::Reached && !was_lost;
     client.counters.release(ReleasedBy::Release, confirmed);
+    if crate::failpoints::on(crate::failpoints::FailPoint::RefusedReleaseReportsOk)
+        && outcome.tally.refused() > 0
+    {
+        return Ok(());
+    }
     if confirmed {
         Ok(())
     } else if was_lost || !held_to_the_end || outcome.tally.refusals_rule_out_quorum() {

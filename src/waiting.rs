@@ -369,7 +369,7 @@ impl<'a, 'p> Waiting<'a, 'p> {
                 };
                 match ticket {
                     Ok(ticket) => {
-                        f.ticket = Some(ticket);
+                        f.ticket = Some(crate::failpoints::fair_ticket(ticket));
                         None
                     }
                     Err(e) => Some(Some(Miss::Failed(e))),

@@ -7,12 +7,17 @@
 
 #[path = "../examples/chaos/check.rs"]
 mod check;
+#[path = "../examples/chaos/cli.rs"]
+mod cli;
 #[path = "../examples/chaos/history.rs"]
 mod history;
 #[path = "../examples/chaos/nemesis.rs"]
 mod nemesis;
 #[path = "../examples/chaos/run.rs"]
 mod run;
+#[path = "../examples/chaos/shrink.rs"]
+#[allow(dead_code)]
+mod shrink;
 #[path = "../examples/chaos/workload.rs"]
 mod workload;
 
@@ -31,8 +36,41 @@ fn seconds() -> u64 {
         .unwrap_or(10)
 }
 
-/// One run of `seconds()` with `point` on (none: the code as it is), on a runtime of its own.
-fn chaos(seed: u64, point: Option<FailPoint>, latency_ms: u64) -> Report {
+/// What a run is made on.
+#[derive(Clone, Copy)]
+enum Fleet {
+    /// Standalone nodes, every link this slow (ms).
+    Links(u64),
+    Clusters,
+}
+
+/// One run of `seconds` with `point` on (none: the code as it is), on a runtime of its own.
+fn chaos(seed: u64, point: Option<FailPoint>, fleet: Fleet, seconds: u64) -> Report {
+    chaos_with(
+        run::Options {
+            seconds,
+            seed,
+            history: None,
+            clients: 6,
+            quorum4: false,
+            nodes: None,
+            clusters: matches!(fleet, Fleet::Clusters),
+            base_latency: match fleet {
+                Fleet::Links(ms) if ms > 0 => Some(Duration::from_millis(ms)),
+                _ => None,
+            },
+            verbose: false,
+            faults: None,
+            kinds: None,
+        },
+        point,
+    )
+}
+
+/// One run of `options` with `point` on, on a runtime of its own; its history is kept in the
+/// target directory when the run's verdict is not the one expected.
+fn chaos_with(options: run::Options, point: Option<FailPoint>) -> Report {
+    let seed = options.seed;
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     failpoints::disable_all();
     if let Some(point) = point {
@@ -49,14 +87,8 @@ fn chaos(seed: u64, point: Option<FailPoint>, latency_ms: u64) -> Report {
         quorum_lock::testkit::monotonic_nanos()
     ));
     let report = runtime.block_on(run::run(run::Options {
-        seconds: seconds(),
-        seed,
         history: Some(history.clone()),
-        clients: 6,
-        quorum4: false,
-        nodes: None,
-        base_latency: (latency_ms > 0).then(|| Duration::from_millis(latency_ms)),
-        verbose: false,
+        ..options
     }));
     failpoints::disable_all();
     println!(
@@ -70,12 +102,16 @@ fn chaos(seed: u64, point: Option<FailPoint>, latency_ms: u64) -> Report {
     report
 }
 
-/// The code as it is: a short seeded run finds nothing (the seeds CI runs), on loopback links
-/// and on links of 10 ms.
+/// The code as it is: a short seeded run finds nothing (the seeds CI runs), on loopback links,
+/// on links of 10 ms, and on cluster nodes (slot migrations, failovers).
 #[test]
 fn a_seeded_run_of_the_current_code_has_no_anomaly() {
-    for seed in [11, 12] {
-        let report = chaos(seed, None, if seed % 2 == 0 { 10 } else { 0 });
+    for (seed, fleet) in [
+        (11, Fleet::Links(0)),
+        (12, Fleet::Links(10)),
+        (13, Fleet::Clusters),
+    ] {
+        let report = chaos(seed, None, fleet, seconds());
         assert_eq!(report.anomalies(), 0, "seed {seed}: {report}");
         assert!(report.holds > 20 && report.register_writes > 10, "{report}");
     }
@@ -83,9 +119,13 @@ fn a_seeded_run_of_the_current_code_has_no_anomaly() {
 
 /// Each control: the fail point, and the anomalies that must show it.
 fn caught(point: FailPoint, seed: u64, shows: fn(&Report) -> bool, what: &str) {
+    caught_in(point, seed, seconds(), shows, what)
+}
+
+fn caught_in(point: FailPoint, seed: u64, secs: u64, shows: fn(&Report) -> bool, what: &str) {
     // Links of 20 ms, as between machines: a call cancelled within its round trip leaves
     // requests written and unread on every node (the spurious failure's cause).
-    let report = chaos(seed, Some(point), 20);
+    let report = chaos(seed, Some(point), Fleet::Links(20), secs);
     assert!(shows(&report), "{point:?} ({what}) not caught: {report}");
 }
 
@@ -137,4 +177,47 @@ fn a_fencing_token_that_goes_back_is_caught() {
         |r| !r.overlaps.is_empty() || !r.lost_updates.is_empty(),
         "a guard reports an older token",
     );
+}
+
+#[test]
+fn a_release_of_another_holders_lock_reported_ok_is_caught() {
+    caught(
+        FailPoint::RefusedReleaseReportsOk,
+        26,
+        |r| !r.wrong_holder.is_empty(),
+        "a release refused by the nodes reports success",
+    );
+}
+
+/// Two quiet stretches (the fair lock's line forms at the start of each: 8 s and 20 s in).
+#[test]
+fn a_fair_lock_that_serves_out_of_order_is_caught() {
+    caught_in(
+        FailPoint::FairPlaceAtRandom,
+        29,
+        seconds().max(22),
+        |r| !r.out_of_order.is_empty(),
+        "a waiter takes a random place in line",
+    );
+}
+
+/// Programs the shrinker printed (`chaos ... --shrink RUNS`), replayed as they were printed:
+/// each must still be caught. The first: the token control (seed 25), shrunk from a 10 s run
+/// of six clients with its schedule's faults to two clients, 5 s, no fault.
+const SHRUNK: &[&str] = &[
+    "--seed 25 --seconds 5 --clients 2 --latency-ms 20 --faults none --fail-point token-goes-back",
+];
+
+#[test]
+fn the_programs_the_shrinker_printed_replay_and_are_caught() {
+    for line in SHRUNK {
+        let args = cli::parse_from(line.split_whitespace().map(String::from))
+            .unwrap_or_else(|e| panic!("{line}: {e}"));
+        let options = run::Options {
+            verbose: false,
+            ..args.run
+        };
+        let report = chaos_with(options, args.fail_point);
+        assert!(report.anomalies() > 0, "{line}: not caught: {report}");
+    }
 }

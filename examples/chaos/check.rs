@@ -7,6 +7,12 @@
 //!   multi-key hold overlaps no other hold, readers overlap only readers, no more holders of
 //!   a semaphore overlap than its permits, and fencing tokens rise wherever two holds are
 //!   ordered (the test kit's interval checker does this part);
+//! - **calls on another's lock**: an extend, a release, a call by holder value or a
+//!   reentry of guard A reported ok, although another guard B that conflicts with A held the
+//!   key for the call's whole span (from B's acquire's completion to the earlier of the call
+//!   that ended B and the earliest deadline B reported). Such a call cannot have met
+//!   A's value on a quorum at any moment of its span (a linearization point of the lease
+//!   mutex): it extended or released B's lock, or said so without doing anything;
 //! - **lost updates**: each critical section of a fenced hold reads a register and writes
 //!   the value plus one, both fenced by its token at the register; two accepted writes of one
 //!   value mean two sections read the same value: an overlap the holds' own bookkeeping may
@@ -18,6 +24,10 @@
 //!   failure of that node within `bound` (a breaker open on a healthy node for no reason any
 //!   client met). A plain timeout of a healthy node is not counted: on a loaded machine the
 //!   machine, not the library, may be slow; the check cannot tell;
+//! - **fair order**: a fair lock served request B while request A, a waiting acquire of the
+//!   same key invoked at least [`FAIR_MARGIN`] before B (time enough to take its place in
+//!   line), was still waiting, with no node fault and no freeze of A's or B's client from
+//!   that margin before A to B's completion;
 //! - **leaks**: anything the run's final scan found on the nodes after the quiet period
 //!   (a lock entry, a queue, a mark, a subscription).
 
@@ -34,10 +44,17 @@ pub struct Report {
     pub holds: usize,
     pub faults: usize,
     pub register_writes: usize,
+    /// Pairs of fair requests whose order was judged: a waiter, and a request that came at
+    /// least [`FAIR_MARGIN`] later while it waited and was served, on a healthy fleet.
+    pub fair_pairs: usize,
     pub overlaps: Vec<String>,
+    pub wrong_holder: Vec<String>,
     pub lost_updates: Vec<String>,
     pub spurious_failures: Vec<String>,
+    pub out_of_order: Vec<String>,
     pub leaks: Vec<String>,
+    /// The numbers of the faults the run planned (filled in by the run, for shrinking).
+    pub planned: Vec<u64>,
     /// Lines the checker could not use (a completion without its invocation, a hold
     /// without its keys).
     pub malformed: Vec<String>,
@@ -46,8 +63,10 @@ pub struct Report {
 impl Report {
     pub fn anomalies(&self) -> usize {
         self.overlaps.len()
+            + self.wrong_holder.len()
             + self.lost_updates.len()
             + self.spurious_failures.len()
+            + self.out_of_order.len()
             + self.leaks.len()
             + self.malformed.len()
     }
@@ -55,8 +74,10 @@ impl Report {
     pub fn all(&self) -> impl Iterator<Item = &String> {
         self.overlaps
             .iter()
+            .chain(&self.wrong_holder)
             .chain(&self.lost_updates)
             .chain(&self.spurious_failures)
+            .chain(&self.out_of_order)
             .chain(&self.leaks)
             .chain(&self.malformed)
     }
@@ -66,15 +87,19 @@ impl std::fmt::Display for Report {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             f,
-            "{} ops, {} holds, {} register writes, {} faults: {} exclusion, {} lost updates, \
-             {} spurious failures, {} leaks, {} malformed: {} anomalies",
+            "{} ops, {} holds, {} register writes, {} fair pairs judged, {} faults: {} exclusion, {} on another's \
+             lock, {} lost updates, {} spurious failures, {} out of fair order, {} leaks, {} \
+             malformed: {} anomalies",
             self.ops,
             self.holds,
             self.register_writes,
+            self.fair_pairs,
             self.faults,
             self.overlaps.len(),
+            self.wrong_holder.len(),
             self.lost_updates.len(),
             self.spurious_failures.len(),
+            self.out_of_order.len(),
             self.leaks.len(),
             self.malformed.len(),
             self.anomalies()
@@ -86,6 +111,23 @@ impl std::fmt::Display for Report {
     }
 }
 
+/// How long before another request a fair waiter must have started waiting for the check to
+/// expect it served first: its first attempt (which draws its ticket), and a ticket draw of
+/// its own where too few nodes drew one, on a healthy fleet.
+pub const FAIR_MARGIN: u64 = 300_000_000;
+
+/// A fair lock's acquire: its key, client, guard, invocation, completion and whether it
+/// waited (`None` until it completes).
+struct FairCall {
+    key: String,
+    process: u64,
+    guard: u64,
+    invoked: u64,
+    completed: Option<u64>,
+    ok: bool,
+    waits: bool,
+}
+
 /// A guard's hold as the history tells it.
 struct HoldRecord {
     process: u64,
@@ -95,6 +137,9 @@ struct HoldRecord {
     start: u64,
     /// The deadline the guard reported most recently.
     deadline: u64,
+    /// The earliest deadline it reported (at its acquire, or cut later: a release by holder
+    /// value through its client).
+    least_deadline: u64,
     /// When a call ended the hold.
     end: Option<u64>,
 }
@@ -149,6 +194,10 @@ pub fn check(mut ops: Vec<Op>, bound: u64) -> Report {
     let mut met: HashMap<u64, Vec<u64>> = HashMap::new();
     // Guards whose client needs every node (`Quorum::All`), from their acquires.
     let mut all_nodes: HashMap<u64, bool> = HashMap::new();
+    // Calls on a live lock reported ok: (guard, the key named, if one, invoked, completed, f).
+    let mut calls_ok: Vec<(u64, Option<String>, u64, u64, &str)> = Vec::new();
+    // Fair acquires by guard.
+    let mut fair: BTreeMap<u64, FairCall> = BTreeMap::new();
 
     for op in &ops {
         if op.f == "fault" {
@@ -229,8 +278,36 @@ pub fn check(mut ops: Vec<Op>, bound: u64) -> Report {
         // Every report of a guard's deadline is the guard's belief from then on.
         if let (Some(g), Some(deadline)) = (guard, op.u64("deadline")) {
             if let Some(h) = holds.get_mut(&g) {
-                if h.end.is_none() {
+                // A call with a kept holder value (`stale`) may shorten the lease, never
+                // lengthen what the hold's client believes.
+                let stale = invoke.and_then(|i| i.bool("stale")) == Some(true);
+                if stale {
+                    h.deadline = h.deadline.min(deadline);
+                } else if h.end.is_none() {
                     h.deadline = deadline;
+                }
+                h.least_deadline = h.least_deadline.min(deadline);
+            }
+        }
+        if let ("acquire", Some(g), Some(invoke)) = (op.f.as_str(), guard, invoke) {
+            if invoke.str("kind") == Some("fair") {
+                let key = invoke.value.get("keys").and_then(|k| k.get(0));
+                if let (Some(key), "invoke") = (key.and_then(|k| k.as_str()), op.kind.as_str()) {
+                    fair.insert(
+                        g,
+                        FairCall {
+                            key: key.to_string(),
+                            process,
+                            guard: g,
+                            invoked: op.time,
+                            completed: None,
+                            ok: false,
+                            waits: invoke.str("mode") == Some("wait"),
+                        },
+                    );
+                } else if let Some(call) = fair.get_mut(&g) {
+                    call.completed = Some(op.time);
+                    call.ok = op.kind == "ok";
                 }
             }
         }
@@ -273,6 +350,7 @@ pub fn check(mut ops: Vec<Op>, bound: u64) -> Report {
                         token: op.u64("token"),
                         start: op.time,
                         deadline,
+                        least_deadline: deadline,
                         end: None,
                     },
                 );
@@ -282,6 +360,12 @@ pub fn check(mut ops: Vec<Op>, bound: u64) -> Report {
             ("release" | "drop", "invoke") => end_hold(&mut holds, guard, op.time),
             ("release-by-holder", "invoke") if op.bool("handed_off") == Some(true) => {
                 end_hold(&mut holds, guard, op.time)
+            }
+            ("extend" | "extend-by-holder" | "release" | "release-by-holder" | "reenter", "ok") => {
+                if let (Some(g), Some(invoke)) = (guard, invoke) {
+                    let key = invoke.str("key").map(String::from);
+                    calls_ok.push((g, key, invoke.time, op.time, op.f.as_str()));
+                }
             }
             ("write", "ok") if op.bool("written") == Some(true) => {
                 let (Some(register), Some(value)) = (op.str("register"), op.str("value")) else {
@@ -333,6 +417,9 @@ pub fn check(mut ops: Vec<Op>, bound: u64) -> Report {
             .chain(&exclusion.token_regressions)
             .cloned(),
     );
+
+    report.wrong_holder = on_anothers_lock(&holds, &calls_ok, run_start);
+    (report.out_of_order, report.fair_pairs) = out_of_fair_order(&fair, &faults, run_start);
 
     for ((register, value), by) in writes {
         if by.len() > 1 {
@@ -395,6 +482,99 @@ pub fn check(mut ops: Vec<Op>, bound: u64) -> Report {
         }
     }
     report
+}
+
+/// Fair requests served while an earlier waiter of the same key waited on a healthy fleet.
+fn out_of_fair_order(
+    fair: &BTreeMap<u64, FairCall>,
+    faults: &HashMap<u64, Window>,
+    run_start: u64,
+) -> (Vec<String>, usize) {
+    let mut found = Vec::new();
+    let mut judged = 0;
+    let served = fair.values().filter(|b| b.ok);
+    for b in served {
+        let Some(b_done) = b.completed else { continue };
+        for a in fair.values() {
+            let earlier = a.waits && a.key == b.key && a.invoked + FAIR_MARGIN <= b.invoked;
+            // Still waiting when B came (its completion, of any kind, came later): a pair to
+            // judge; passed if A was still waiting when B was served.
+            let waiting = a.completed.is_none_or(|t| t > b.invoked);
+            if !(earlier && waiting && a.guard != b.guard) {
+                continue;
+            }
+            let passed = a.completed.is_none_or(|t| t > b_done);
+            let from = a.invoked.saturating_sub(FAIR_MARGIN);
+            let disturbed = faults.values().any(|w| {
+                w.start <= b_done
+                    && w.end >= from
+                    && (w.node.is_some()
+                        || w.client == Some(a.process)
+                        || w.client == Some(b.process))
+            });
+            judged += usize::from(!disturbed);
+            if passed && !disturbed {
+                let at = |t: u64| t.saturating_sub(run_start) as f64 / 1e9;
+                found.push(format!(
+                    "{}: p{}/g{} (waiting since {:.3} s) was passed by p{}/g{} (invoked {:.3} s, \
+                     served {:.3} s) on a healthy fleet",
+                    a.key,
+                    a.process,
+                    a.guard,
+                    at(a.invoked),
+                    b.process,
+                    b.guard,
+                    at(b.invoked),
+                    at(b_done)
+                ));
+            }
+        }
+    }
+    (found, judged)
+}
+
+/// Calls of one guard reported ok while a conflicting guard held the key for their whole span.
+fn on_anothers_lock(
+    holds: &BTreeMap<u64, HoldRecord>,
+    calls: &[(u64, Option<String>, u64, u64, &str)],
+    run_start: u64,
+) -> Vec<String> {
+    let mut by_key: HashMap<&str, Vec<(u64, &HoldRecord)>> = HashMap::new();
+    for (g, h) in holds {
+        for k in &h.keys {
+            by_key.entry(k.as_str()).or_default().push((*g, h));
+        }
+    }
+    let mut found = Vec::new();
+    for (g, key, invoked, completed, f) in calls {
+        let Some(a) = holds.get(g) else { continue };
+        let keys: Vec<&str> = match key {
+            Some(k) => vec![k.as_str()],
+            None => a.keys.iter().map(String::as_str).collect(),
+        };
+        for k in keys {
+            for (other, b) in by_key.get(k).into_iter().flatten() {
+                let conflicts = matches!(
+                    (a.hold, b.hold),
+                    (Hold::Exclusive, Hold::Exclusive | Hold::Read) | (Hold::Read, Hold::Exclusive)
+                );
+                let certain_end = b.end.unwrap_or(u64::MAX).min(b.least_deadline);
+                if other != g && conflicts && b.start <= *invoked && *completed <= certain_end {
+                    found.push(format!(
+                        "{k}: {f} of p{}/g{g} reported ok at {:.3} s..{:.3} s while p{}/g{other} \
+                         held it ({:.3} s..{:.3} s)",
+                        a.process,
+                        invoked.saturating_sub(run_start) as f64 / 1e9,
+                        completed.saturating_sub(run_start) as f64 / 1e9,
+                        b.process,
+                        b.start.saturating_sub(run_start) as f64 / 1e9,
+                        certain_end.saturating_sub(run_start) as f64 / 1e9,
+                    ));
+                }
+            }
+        }
+    }
+    found
 }
 
 fn end_hold(holds: &mut BTreeMap<u64, HoldRecord>, guard: Option<u64>, at: u64) {

@@ -9,112 +9,34 @@
 //!
 //! Options: `--seconds S` (30), `--seed N` (random, printed), `--history FILE` (written at the
 //! end; the checker reads it back), `--clients C` (6), `--quorum majority|4` (with `4`, one
-//! node runs without AOF and may restart empty or have its clock jump), `--nodes URLS` (an
+//! node runs without AOF and may restart empty or have its clock jump), `--clusters` (five
+//! Redis Clusters of two primaries and a replica each as the lock nodes, with their own
+//! faults: slot migration, failover; see `nemesis`), `--nodes URLS` (an
 //! existing fleet, comma-separated: no node faults, and its keys are scanned at the end),
-//! `--check FILE` (check an existing history and exit). Ends with one line that includes
+//! `--faults N,N|none` (only these faults of the seed's schedule), `--kinds K,K` (only these
+//! kinds), `--shrink RUNS` (a failing run is run again with less, up to RUNS times, and the
+//! smallest program that still failed is printed; see `shrink`), `--check FILE` (check an
+//! existing history and exit). Ends with one line that includes
 //! `N anomalies`; exits 0 only when N is 0 (1 otherwise, 2 on a usage error).
 
 mod check;
+mod cli;
 mod history;
 mod nemesis;
 mod run;
+mod shrink;
 mod workload;
 
 use run::{Options, LIVENESS_BOUND};
-
-/// The command line: a run's options, or a history to check.
-struct Args {
-    run: Options,
-    check: Option<std::path::PathBuf>,
-    fail_point: Option<quorum_lock::failpoints::FailPoint>,
-}
 
 fn usage(message: &str) -> ! {
     eprintln!("chaos: {message}");
     eprintln!(
         "usage: chaos [--seconds S] [--seed N] [--history FILE] [--clients C] \
-         [--quorum majority|4] [--latency-ms MS] [--nodes URL,URL,...] [--fail-point NAME] \
-         [--check FILE]"
+         [--quorum majority|4] [--latency-ms MS] [--clusters | --nodes URL,URL,...] [--fail-point NAME] \
+         [--faults N,N,...|none] [--kinds K,K,...] [--shrink RUNS] [--check FILE]"
     );
     std::process::exit(2)
-}
-
-fn parse() -> Args {
-    let mut args = Args {
-        run: Options {
-            seconds: 30,
-            seed: u64::from(rand::random::<u32>()),
-            history: None,
-            clients: 6,
-            quorum4: false,
-            nodes: None,
-            base_latency: None,
-            verbose: true,
-        },
-        check: None,
-        fail_point: None,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || {
-            it.next()
-                .unwrap_or_else(|| usage(&format!("{flag} needs a value")))
-        };
-        let run = &mut args.run;
-        match flag.as_str() {
-            "--seconds" => {
-                run.seconds = value()
-                    .parse()
-                    .ok()
-                    .filter(|s| *s > 0)
-                    .unwrap_or_else(|| usage("--seconds: a whole number, at least 1"))
-            }
-            "--seed" => {
-                run.seed = value()
-                    .parse()
-                    .unwrap_or_else(|_| usage("--seed: a whole number"))
-            }
-            "--history" => run.history = Some(value().into()),
-            "--latency-ms" => {
-                let ms: u64 = value()
-                    .parse()
-                    .ok()
-                    .filter(|ms| *ms <= 200)
-                    .unwrap_or_else(|| usage("--latency-ms: 0 to 200"));
-                run.base_latency = (ms > 0).then(|| std::time::Duration::from_millis(ms));
-            }
-            "--check" => args.check = Some(value().into()),
-            "--clients" => {
-                run.clients = value()
-                    .parse()
-                    .ok()
-                    .filter(|c| (1..=64).contains(c))
-                    .unwrap_or_else(|| usage("--clients: 1 to 64"))
-            }
-            "--quorum" => match value().as_str() {
-                "majority" => run.quorum4 = false,
-                "4" => run.quorum4 = true,
-                other => usage(&format!("--quorum {other}: majority or 4")),
-            },
-            "--nodes" => {
-                run.nodes = Some(value().split(',').map(str::to_string).collect());
-            }
-            "--fail-point" => {
-                use quorum_lock::failpoints::FailPoint;
-                args.fail_point = Some(match value().as_str() {
-                    "quorum-of-one" => FailPoint::QuorumOfOne,
-                    "holder-call-bypasses-guard" => FailPoint::HolderCallBypassesGuard,
-                    "abandoned-answers-uncounted" => FailPoint::AbandonedAnswersUncounted,
-                    "subscription-left" => FailPoint::SubscriptionLeft,
-                    "token-goes-back" => FailPoint::TokenGoesBack,
-                    other => usage(&format!("--fail-point {other}: unknown")),
-                });
-            }
-            "--clusters" => usage("--clusters: cluster nodes are not in the generator yet"),
-            other => usage(&format!("unknown option {other}")),
-        }
-    }
-    args
 }
 
 /// A fleet given with `--nodes` is checked as a client would check it (lazily: a node down
@@ -149,7 +71,7 @@ fn print_verdict(report: &check::Report) -> i32 {
 }
 
 fn main() {
-    let args = parse();
+    let args = cli::parse_from(std::env::args().skip(1)).unwrap_or_else(|e| usage(&e));
     if let Some(path) = &args.check {
         let (ops, bad) =
             history::read(path).unwrap_or_else(|e| usage(&format!("{}: {e}", path.display())));
@@ -171,6 +93,28 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    let report = runtime.block_on(run::run(args.run));
-    std::process::exit(print_verdict(&report));
+    let report = runtime.block_on(run::run(args.run.clone()));
+    let code = print_verdict(&report);
+    if code != 0 {
+        println!(
+            "chaos: failing program: {}",
+            shrink::command_line(&args.run, args.fail_point_name.as_deref())
+        );
+    }
+    if code != 0 && args.shrink > 0 {
+        let quiet = run::Options {
+            verbose: false,
+            history: None,
+            ..args.run.clone()
+        };
+        let planned = report.planned.clone();
+        let minimal = shrink::shrink(quiet, &report, planned, args.shrink, |o| {
+            runtime.block_on(run::run(o.clone()))
+        });
+        println!(
+            "chaos: minimal failing program: {}",
+            shrink::command_line(&minimal, args.fail_point_name.as_deref())
+        );
+    }
+    std::process::exit(code);
 }

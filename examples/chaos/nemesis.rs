@@ -2,14 +2,19 @@
 //! clients run. Node faults: pause (SIGSTOP), kill and restart (from its AOF, or empty where
 //! the run's quorum tolerates a forgetful node), a slow link and a black hole through the test
 //! kit's proxy, and, where a forgetful node is tolerated, a clock jump (every key expired
-//! early). Client faults: a client's thread frozen past its leases. At most `max_nodes`
-//! nodes are faulty at once, at most one of them forgetful.
+//! early). On cluster nodes (`--clusters`: every key of the run in one slot) the node faults
+//! are on the member serving that slot: a pause, a slot migration (keys and all, with a
+//! stretch in the migrating state where the source answers `ASK`), a failover to its replica,
+//! and where the quorum tolerates a forgetful node, a kill and restart (empty) and a forced
+//! failover (`TAKEOVER`: what the replica had not yet copied is lost). Client faults: a
+//! client's thread frozen past its leases. At most `max_nodes` nodes are faulty at once, at
+//! most one of them forgetful. Every 12 s ends with 4 s without any fault.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use quorum_lock::testkit::{Fault, Fleet};
+use quorum_lock::testkit::{ClusterFleet, Fault, Fleet};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
@@ -32,6 +37,13 @@ pub enum What {
     /// fault: the fleet must stay as available as before).
     SlowAll(Duration),
     Freeze,
+    /// The run's slot moves to another primary of the cluster.
+    Migrate,
+    /// The slot's primary hands over to its replica (`force`: without its agreement, and
+    /// what the replica had not copied yet is lost).
+    Failover {
+        force: bool,
+    },
 }
 
 impl What {
@@ -45,11 +57,17 @@ impl What {
             What::ClockJump => "clock-jump".into(),
             What::SlowAll(d) => format!("all-links-slow-{}ms", d.as_millis()),
             What::Freeze => "freeze".into(),
+            What::Migrate => "slot-migration".into(),
+            What::Failover { force: false } => "failover".into(),
+            What::Failover { force: true } => "failover-takeover".into(),
         }
     }
 
     fn forgets(self) -> bool {
-        matches!(self, What::Kill { forgets: true } | What::ClockJump)
+        matches!(
+            self,
+            What::Kill { forgets: true } | What::ClockJump | What::Failover { force: true }
+        )
     }
 
     /// Whether it sets a node's proxy (one setting per proxy at a time).
@@ -92,6 +110,13 @@ impl std::fmt::Display for Planned {
     }
 }
 
+/// The schedule's cycle: faults come and go for `CYCLE - QUIET`, then none for `QUIET`, when
+/// the fleet must work as a healthy one (a fair line's order, no spurious failure).
+const CYCLE: Duration = Duration::from_secs(12);
+const QUIET: Duration = Duration::from_secs(4);
+/// How long into a quiet stretch the clients are asked to line up.
+const LINE_AFTER: Duration = Duration::from_millis(300);
+
 /// The least gap between two faults on one node or proxy.
 const GAP: Duration = Duration::from_millis(300);
 
@@ -109,6 +134,8 @@ pub struct Scope {
     pub forgetful: Option<usize>,
     /// Whether node faults can be made (not on an external fleet).
     pub node_faults: bool,
+    /// Cluster nodes: their own faults (no proxies).
+    pub clusters: bool,
 }
 
 /// The seeded schedule for a run of `run`.
@@ -118,29 +145,50 @@ pub fn schedule(seed: u64, run: Duration, scope: Scope) -> Vec<Planned> {
     let mut at = Duration::from_millis(rng.random_range(300..1500));
     let mut id = 0;
     while at < run {
+        // Each cycle ends with a quiet stretch: no fault starts or lasts into it.
+        let cycle = at.as_millis() as u64 / CYCLE.as_millis() as u64;
+        let quiet_at = CYCLE * (cycle as u32 + 1) - QUIET;
+        if at >= quiet_at {
+            at = CYCLE * (cycle as u32 + 1) + Duration::from_millis(rng.random_range(0..300));
+            continue;
+        }
         id += 1;
         let lasts = Duration::from_millis(rng.random_range(300..3000));
-        let end = (at + lasts).min(run);
+        let end = (at + lasts).min(run).min(quiet_at);
         let roll = rng.random_range(0..100);
         let planned = if roll < 15 || !scope.node_faults {
+            let lasts = Duration::from_millis(rng.random_range(500..2500));
             Some(Planned {
                 id,
                 at,
-                lasts: Duration::from_millis(rng.random_range(500..2500)),
+                lasts: lasts.min(quiet_at - at),
                 target: rng.random_range(0..scope.clients),
                 what: What::Freeze,
             })
         } else {
-            let what = match roll {
-                15..=31 => What::Pause,
-                32..=48 => What::Kill {
-                    forgets: scope.forgetful.is_some() && rng.random_bool(0.3),
-                },
-                49..=62 => What::Slow(Duration::from_millis(rng.random_range(20..400))),
-                63..=77 => What::BlackHole,
-                78..=89 => What::SlowAll(Duration::from_millis(rng.random_range(5..60))),
-                _ if scope.forgetful.is_some() => What::ClockJump,
-                _ => What::Pause,
+            let forgetful = scope.forgetful.is_some();
+            let what = if scope.clusters {
+                match roll {
+                    15..=34 => What::Pause,
+                    35..=54 => What::Migrate,
+                    55..=74 => What::Failover { force: false },
+                    75..=89 if forgetful => What::Kill { forgets: true },
+                    75..=89 => What::Pause,
+                    _ if forgetful => What::Failover { force: true },
+                    _ => What::Migrate,
+                }
+            } else {
+                match roll {
+                    15..=31 => What::Pause,
+                    32..=48 => What::Kill {
+                        forgets: scope.forgetful.is_some() && rng.random_bool(0.3),
+                    },
+                    49..=62 => What::Slow(Duration::from_millis(rng.random_range(20..400))),
+                    63..=77 => What::BlackHole,
+                    78..=89 => What::SlowAll(Duration::from_millis(rng.random_range(5..60))),
+                    _ if scope.forgetful.is_some() => What::ClockJump,
+                    _ => What::Pause,
+                }
             };
             let target = match (what.forgets(), scope.forgetful) {
                 (true, Some(node)) => node,
@@ -202,28 +250,137 @@ pub fn schedule(seed: u64, run: Duration, scope: Scope) -> Vec<Planned> {
     plan
 }
 
-/// Runs the schedule against `fleet` (none: an external fleet, client faults only), from now.
+/// The nodes a run's faults are made on.
+#[derive(Clone)]
+pub enum Nodes {
+    /// An existing fleet: client faults only.
+    External,
+    Standalone(Arc<Fleet>),
+    /// Cluster nodes; every key of the run is in `slot`.
+    Clusters {
+        fleet: Arc<ClusterFleet>,
+        slot: u16,
+    },
+}
+
+impl Nodes {
+    fn len(&self) -> usize {
+        match self {
+            Nodes::External => 0,
+            Nodes::Standalone(f) => f.len(),
+            Nodes::Clusters { fleet, .. } => fleet.len(),
+        }
+    }
+
+    /// Sets every standalone node's link to `fault`.
+    fn set_links(&self, fault: Fault) {
+        if let Nodes::Standalone(f) = self {
+            (0..f.len()).for_each(|i| f.proxy(i).set(fault));
+        }
+    }
+
+    /// Starts `p` on its node; returns the cluster member it touched (0 on standalone nodes).
+    fn begin(&self, p: &Planned) -> std::io::Result<usize> {
+        let node = p.target;
+        match self {
+            Nodes::External => Ok(0),
+            Nodes::Standalone(f) => match p.what {
+                What::Pause => f.pause(node).map(|()| 0),
+                What::Kill { .. } => f.kill(node).map(|()| 0),
+                What::Slow(d) => {
+                    f.proxy(node).set(Fault::Latency(d));
+                    Ok(0)
+                }
+                What::BlackHole => {
+                    f.proxy(node).set(Fault::BlackHole);
+                    Ok(0)
+                }
+                What::ClockJump => f.expire_early(node, "*").map(|_| 0),
+                What::SlowAll(d) => {
+                    self.set_links(Fault::Latency(d));
+                    Ok(0)
+                }
+                What::Freeze | What::Migrate | What::Failover { .. } => Ok(0),
+            },
+            Nodes::Clusters { fleet, slot } => {
+                let primary = fleet.primary_of_slot(node, *slot)?;
+                match p.what {
+                    What::Pause => fleet.pause(node, primary)?,
+                    What::Kill { .. } => fleet.kill(node, primary)?,
+                    What::Migrate => {
+                        let others: Vec<usize> = fleet
+                            .primaries(node)?
+                            .into_iter()
+                            .filter(|&m| m != primary)
+                            .collect();
+                        let to = *others.first().ok_or_else(|| {
+                            std::io::Error::other("no other primary to migrate to")
+                        })?;
+                        // Half the fault in the migrating state (ASK), then moved (MOVED).
+                        fleet.migrate_slot(node, *slot, to, p.lasts / 2)?;
+                    }
+                    What::Failover { force } => {
+                        let replica = fleet.replica_of(node, primary)?.ok_or_else(|| {
+                            std::io::Error::other("the slot's primary has no replica")
+                        })?;
+                        fleet.failover(node, replica, force)?;
+                    }
+                    _ => {}
+                }
+                Ok(primary)
+            }
+        }
+    }
+
+    /// Ends `p`, begun on cluster member `member`; a healed link goes back to `healthy`.
+    fn end(&self, p: &Planned, member: usize, healthy: Fault) -> std::io::Result<()> {
+        let node = p.target;
+        match self {
+            Nodes::External => Ok(()),
+            Nodes::Standalone(f) => match p.what {
+                What::Pause => f.resume(node),
+                What::Kill { .. } => f.restart(node),
+                What::Slow(_) | What::BlackHole => {
+                    f.proxy(node).set(healthy);
+                    Ok(())
+                }
+                What::SlowAll(_) => {
+                    self.set_links(healthy);
+                    Ok(())
+                }
+                _ => Ok(()),
+            },
+            Nodes::Clusters { fleet, .. } => match p.what {
+                What::Pause => fleet.resume(node, member),
+                What::Kill { .. } => fleet.restart(node, member),
+                _ => Ok(()),
+            },
+        }
+    }
+}
+
+/// Runs the schedule against `nodes`, from now.
 pub async fn run(
     plan: Vec<Planned>,
     base_latency: Option<Duration>,
-    fleet: Option<Arc<Fleet>>,
+    nodes: Nodes,
     control: Arc<Control>,
     recorder: Recorder,
 ) {
     // A healed link goes back to the run's base latency.
     let healthy = base_latency.map_or(Fault::None, Fault::Latency);
-    if let Some(f) = &fleet {
-        (0..f.len()).for_each(|i| f.proxy(i).set(healthy));
-    }
+    nodes.set_links(healthy);
     let start = tokio::time::Instant::now();
     let mut tasks = Vec::new();
     // One fault at a time per node, from its start to the end of its end (a restart that
     // takes longer than planned delays the node's next fault instead of racing it).
-    let nodes = fleet.as_ref().map_or(0, |f| f.len());
-    let turns: Arc<Vec<tokio::sync::Mutex<()>>> =
-        Arc::new((0..nodes).map(|_| tokio::sync::Mutex::new(())).collect());
+    let turns: Arc<Vec<tokio::sync::Mutex<()>>> = Arc::new(
+        (0..nodes.len())
+            .map(|_| tokio::sync::Mutex::new(()))
+            .collect(),
+    );
     for p in plan {
-        let (fleet, control, recorder) = (fleet.clone(), control.clone(), recorder.clone());
+        let (nodes, control, recorder) = (nodes.clone(), control.clone(), recorder.clone());
         let turns = turns.clone();
         tasks.push(tokio::spawn(async move {
             tokio::time::sleep_until(start + p.at).await;
@@ -239,58 +396,52 @@ pub async fn run(
                 control.freeze[p.target].store(p.lasts.as_millis() as u64, Ordering::Relaxed);
                 return;
             }
-            let Some(fleet) = fleet else { return };
+            if matches!(nodes, Nodes::External) {
+                return;
+            }
             // A slower network is recorded without a node: it makes none faulty.
             let line = |phase: &str| match p.what {
                 What::SlowAll(_) => json!({"id": p.id, "phase": phase, "what": p.what.name()}),
                 _ => json!({"id": p.id, "phase": phase, "node": p.target, "what": p.what.name()}),
             };
             recorder.record("info", "fault", None, line("start"));
-            let node = p.target;
-            let f = fleet.clone();
-            let began = tokio::task::spawn_blocking(move || match p.what {
-                What::Pause => f.pause(node),
-                What::Kill { .. } => f.kill(node),
-                What::Slow(d) => {
-                    f.proxy(node).set(Fault::Latency(d));
-                    Ok(())
+            let began_at = tokio::time::Instant::now();
+            let n = nodes.clone();
+            let began = tokio::task::spawn_blocking(move || n.begin(&p)).await;
+            let member = match began {
+                Ok(Ok(member)) => member,
+                other => {
+                    eprintln!("nemesis: fault {p} could not start: {other:?}");
+                    0
                 }
-                What::BlackHole => {
-                    f.proxy(node).set(Fault::BlackHole);
-                    Ok(())
-                }
-                What::ClockJump => f.expire_early(node, "*").map(|_| ()),
-                What::SlowAll(d) => {
-                    (0..f.len()).for_each(|i| f.proxy(i).set(Fault::Latency(d)));
-                    Ok(())
-                }
-                What::Freeze => Ok(()),
-            })
-            .await;
-            if !matches!(began, Ok(Ok(()))) {
-                eprintln!("nemesis: fault {p} could not start: {began:?}");
-            }
-            tokio::time::sleep(p.lasts).await;
-            let f = fleet.clone();
-            let ended = tokio::task::spawn_blocking(move || match p.what {
-                What::Pause => f.resume(node),
-                What::Kill { .. } => f.restart(node),
-                What::Slow(_) | What::BlackHole => {
-                    f.proxy(node).set(healthy);
-                    Ok(())
-                }
-                What::SlowAll(_) => {
-                    (0..f.len()).for_each(|i| f.proxy(i).set(healthy));
-                    Ok(())
-                }
-                What::ClockJump | What::Freeze => Ok(()),
-            })
-            .await;
+            };
+            // A fault that takes its time to make (a migration) lasts no longer for it.
+            tokio::time::sleep_until(began_at + p.lasts).await;
+            let n = nodes.clone();
+            let ended = tokio::task::spawn_blocking(move || n.end(&p, member, healthy)).await;
             if !matches!(ended, Ok(Ok(()))) {
                 eprintln!("nemesis: fault {p} could not end: {ended:?}");
             }
             recorder.record("info", "fault", None, line("end"));
         }));
+    }
+    // Each quiet stretch starts with a line at the fair lock (until the clients stop; the
+    // task is not waited for).
+    {
+        let control = control.clone();
+        tokio::spawn(async move {
+            for cycle in 1.. {
+                // Twice: each client's hold in progress ends at its own time, and those served
+                // first join again behind the rest.
+                for after in [LINE_AFTER, LINE_AFTER * 5] {
+                    tokio::time::sleep_until(start + CYCLE * cycle - QUIET + after).await;
+                    if control.stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    control.line.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
     }
     for t in tasks {
         let _ = t.await;

@@ -5,13 +5,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use quorum_lock::testkit::{Fleet, Persistence};
+use quorum_lock::testkit::{ClusterFleet, Fleet, Persistence};
 use quorum_lock::Quorum;
 use serde_json::json;
 
 use crate::check::{self, Report};
 use crate::history::{self, Recorder};
-use crate::nemesis;
+use crate::nemesis::{self, Nodes};
 use crate::workload::{self, Control, Settings};
 
 /// How long a quorum must have been free of faults before a `NoQuorum` counts as spurious: a
@@ -39,34 +39,60 @@ pub struct Options {
     pub quorum4: bool,
     /// An existing fleet (no node faults).
     pub nodes: Option<Vec<String>>,
+    /// Cluster nodes: five clusters of two primaries, each with a replica.
+    pub clusters: bool,
     /// Every link's latency outside faults (none: loopback).
     pub base_latency: Option<Duration>,
     /// Print the schedule and a progress line.
     pub verbose: bool,
+    /// Only these faults of the seed's schedule, by number (`None`: all; a shrunk program's).
+    pub faults: Option<Vec<u64>>,
+    /// Only these kinds (`None`: all; a shrunk program's).
+    pub kinds: Option<Vec<String>>,
 }
 
 /// Runs the workload and the nemesis for `options.seconds`, then checks the history.
 pub async fn run(args: Options) -> Report {
-    let nodes = 5;
-    let forgetful = args.quorum4.then_some(nodes - 1);
-    let fleet = match &args.nodes {
-        // An existing fleet: no node faults.
-        Some(_) => None,
-        None => {
+    let count = 5;
+    let forgetful = args.quorum4.then_some(count - 1);
+    let prefix = format!("{{chaos-{}}}:", args.seed);
+    let nodes = match (&args.nodes, args.clusters) {
+        (Some(_), _) => Nodes::External,
+        (None, false) => {
             let mut builder = Fleet::builder()
-                .nodes(nodes)
+                .nodes(count)
                 .proxied(true)
                 .persistence(Persistence::AofAlways);
             if let Some(node) = forgetful {
                 builder = builder.node_persistence(node, Persistence::None);
             }
-            Some(Arc::new(builder.start().expect("start the fleet")))
+            Nodes::Standalone(Arc::new(builder.start().expect("start the fleet")))
         }
+        // Two primaries: one to migrate the run's slot to, and too few to count a silent
+        // one failed (the nemesis's pauses and kills never fail over on their own).
+        (None, true) => Nodes::Clusters {
+            fleet: Arc::new(
+                ClusterFleet::builder()
+                    .clusters(count)
+                    .primaries(2)
+                    .replicas(1)
+                    .start()
+                    .expect("start the cluster fleet"),
+            ),
+            slot: quorum_lock::names::hash_slot(prefix.as_bytes()),
+        },
     };
-    let urls = match (&fleet, &args.nodes) {
-        (Some(f), _) => f.urls(),
-        (None, Some(urls)) => urls.clone(),
-        (None, None) => unreachable!(),
+    let (urls, direct): (Vec<String>, Vec<String>) = match (&nodes, &args.nodes) {
+        (Nodes::Standalone(f), _) => (f.urls(), (0..f.len()).map(|i| f.direct_url(i)).collect()),
+        (Nodes::Clusters { fleet, .. }, _) => (
+            fleet.urls(),
+            (0..fleet.len())
+                .flat_map(|c| (0..fleet.members()).map(move |m| (c, m)))
+                .map(|(c, m)| fleet.member_url(c, m))
+                .collect(),
+        ),
+        (Nodes::External, Some(urls)) => (urls.clone(), urls.clone()),
+        (Nodes::External, None) => unreachable!(),
     };
     let register = Fleet::start(1).expect("start the register's server");
     let quorum = if args.quorum4 {
@@ -79,11 +105,12 @@ pub async fn run(args: Options) -> Report {
         nodes: urls.clone(),
         quorum,
         register: register.url(0),
-        prefix: format!("{{chaos-{}}}:", args.seed),
+        prefix,
         node_timeout: NODE_TIMEOUT,
+        kinds: args.kinds.clone(),
     };
     let run_for = Duration::from_secs(args.seconds);
-    let plan = nemesis::schedule(
+    let mut plan = nemesis::schedule(
         args.seed,
         run_for,
         nemesis::Scope {
@@ -91,15 +118,25 @@ pub async fn run(args: Options) -> Report {
             clients: args.clients,
             max_nodes: urls.len() - quorum_size,
             forgetful,
-            node_faults: fleet.is_some(),
+            node_faults: !matches!(nodes, Nodes::External),
+            clusters: args.clusters,
         },
     );
+    if let Some(keep) = &args.faults {
+        plan.retain(|p| keep.contains(&p.id));
+    }
+    let planned: Vec<u64> = plan.iter().map(|p| p.id).collect();
     println!(
-        "chaos: seed {} | {} s | {} clients | {} nodes, quorum {} | {} faults planned",
+        "chaos: seed {} | {} s | {} clients | {} {}, quorum {} | {} faults planned",
         args.seed,
         args.seconds,
         args.clients,
         urls.len(),
+        if args.clusters {
+            "cluster nodes"
+        } else {
+            "nodes"
+        },
         quorum_size,
         plan.len()
     );
@@ -114,7 +151,7 @@ pub async fn run(args: Options) -> Report {
         "start",
         None,
         json!({"seed": args.seed, "nodes": urls.len(), "quorum": quorum_size,
-               "clients": args.clients, "seconds": args.seconds}),
+               "clients": args.clients, "seconds": args.seconds, "clusters": args.clusters}),
     );
     let control = Arc::new(Control::new(args.clients));
     let clients: Vec<_> = (0..args.clients as u64)
@@ -131,7 +168,7 @@ pub async fn run(args: Options) -> Report {
     let nemesis = tokio::spawn(nemesis::run(
         plan,
         args.base_latency,
-        fleet.clone(),
+        nodes.clone(),
         control.clone(),
         recorder.clone(),
     ));
@@ -160,10 +197,6 @@ pub async fn run(args: Options) -> Report {
     {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let direct: Vec<String> = match &fleet {
-        Some(f) => (0..f.len()).map(|i| f.direct_url(i)).collect(),
-        None => urls.clone(),
-    };
     let quiet = tokio::time::Instant::now();
     scan_for_leaks(&direct, &settings.prefix, &recorder).await;
     if args.verbose {
@@ -195,7 +228,9 @@ pub async fn run(args: Options) -> Report {
         }
         None => recorder.ops(),
     };
-    check::check(ops, LIVENESS_BOUND.as_nanos() as u64)
+    let mut report = check::check(ops, LIVENESS_BOUND.as_nanos() as u64);
+    report.planned = planned;
+    report
 }
 
 /// Waits (up to [`QUIET_LIMIT`]) until the nodes keep nothing of the run but its fencing

@@ -12,7 +12,8 @@
 //! guard), nested holds of the reentrant owner; and it ends with a release (sometimes
 //! cancelled), a drop, or a hand-off of the holder value to another client (another
 //! `QuorumLock`, as another service), which extends and releases it by holder value or lets
-//! it expire.
+//! it expire. After some holds another client retries a call with the ended hold's holder
+//! value (extend or release by holder value: it must be refused, whoever holds the key now).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -52,7 +53,21 @@ pub struct Settings {
     /// Every key of the run starts with it (a hash tag: one slot on cluster nodes).
     pub prefix: String,
     pub node_timeout: Duration,
+    /// The kinds the programs draw from, by name (`None`: all; a shrunk program's).
+    pub kinds: Option<Vec<String>>,
 }
+
+/// Every kind's name, as `--kinds` takes them.
+pub const KIND_NAMES: [&str; 8] = [
+    "mutex",
+    "multi-key",
+    "fair",
+    "read",
+    "write",
+    "semaphore-1",
+    "semaphore-2",
+    "reentrant",
+];
 
 /// What the nemesis tells the clients.
 #[derive(Default)]
@@ -66,6 +81,9 @@ pub struct Control {
     /// scan sees live, idle clients).
     pub idle: AtomicUsize,
     pub release: AtomicBool,
+    /// Raised at the start of each quiet stretch of the schedule: every client's next hold
+    /// waits in the fair lock's line (a line the checker can judge the order of).
+    pub line: AtomicU64,
 }
 
 impl Control {
@@ -100,7 +118,7 @@ enum Kind {
 const KINDS: [(Kind, u32); 8] = [
     (Kind::Mutex, 25),
     (Kind::Multi, 12),
-    (Kind::Fair, 12),
+    (Kind::Fair, 16),
     (Kind::Read, 10),
     (Kind::Write, 10),
     (Kind::Permit1, 10),
@@ -109,6 +127,18 @@ const KINDS: [(Kind, u32); 8] = [
 ];
 
 impl Kind {
+    /// A kind drawn by weight among `allowed` (by name; `None`: all).
+    fn draw_among(rng: &mut StdRng, allowed: Option<&[String]>) -> Kind {
+        let allowed = |k: &Kind| allowed.is_none_or(|a| a.iter().any(|n| n == k.name()));
+        loop {
+            let kind = Kind::draw(rng);
+            // A filter that names no kind is refused at the command line.
+            if allowed(&kind) {
+                return kind;
+            }
+        }
+    }
+
     fn draw(rng: &mut StdRng) -> Kind {
         let total: u32 = KINDS.iter().map(|(_, w)| w).sum();
         let mut pick = rng.random_range(0..total);
@@ -157,7 +187,8 @@ impl Kind {
                 let b = (a + rng.random_range(1..3)) % 3;
                 vec![format!("{prefix}x{a}"), format!("{prefix}x{b}")]
             }
-            Kind::Fair => vec![one("f", 2, rng)],
+            // One key: a line forms behind it, whose order the checker judges.
+            Kind::Fair => vec![one("f", 1, rng)],
             Kind::Read | Kind::Write => vec![one("rw", 2, rng)],
             Kind::Permit1 => vec![one("s", 1, rng)],
             Kind::Permits2 => vec![one("s2-", 1, rng)],
@@ -185,6 +216,8 @@ struct Client {
     settings: Settings,
     next_op: u64,
     next_guard: u64,
+    /// The last [`Control::line`] this client queued for.
+    seen_line: u64,
     tally: Tally,
 }
 
@@ -281,6 +314,7 @@ pub fn spawn(
                     settings,
                     next_op: 0,
                     next_guard: index * 1_000_000,
+                    seen_line: 0,
                     tally: Tally::default(),
                 };
                 while !client.control.stop.load(Ordering::Relaxed) {
@@ -429,19 +463,35 @@ impl Client {
     async fn hold_once(&mut self) {
         // A service is idle now and then: its connections go quiet (what a breaker that
         // counts only the answers its callers read gets wrong).
-        if self.rng.random_bool(0.25) {
+        let lining_up = self.control.line.load(Ordering::Relaxed) > self.seen_line;
+        if !lining_up && self.rng.random_bool(0.25) {
             let idle = self.rng.random_range(0..1500);
             tokio::time::sleep(Duration::from_millis(idle)).await;
         }
         self.freeze_point();
-        let kind = Kind::draw(&mut self.rng);
+        let line = self.control.line.load(Ordering::Relaxed);
+        let fair_allowed = self
+            .settings
+            .kinds
+            .as_ref()
+            .is_none_or(|k| k.iter().any(|n| n == "fair"));
+        let queue = line > self.seen_line && fair_allowed;
+        self.seen_line = line;
+        let kind = match queue {
+            true => Kind::Fair,
+            false => Kind::draw_among(&mut self.rng, self.settings.kinds.as_deref()),
+        };
         let keys = kind.keys(&self.settings.prefix, &mut self.rng);
         let all = kind == Kind::Permits2;
         let fenced = self.rng.random_bool(0.9);
         let watchdog = self.rng.random_bool(0.4);
         let lease = Duration::from_millis(self.rng.random_range(600..2000));
-        let waiting = self.rng.random_bool(0.5);
-        let wait = Duration::from_millis(self.rng.random_range(100..1500));
+        let waiting = queue || self.rng.random_bool(0.5);
+        // A fair lock's waiters wait longer: a line forms, and its order can be judged.
+        let wait = match kind {
+            Kind::Fair => Duration::from_millis(self.rng.random_range(2000..5000)),
+            _ => Duration::from_millis(self.rng.random_range(100..1500)),
+        };
         let max_hold = (watchdog && self.rng.random_bool(0.3))
             .then(|| lease.mul_f64(self.rng.random_range(0.5..2.5)));
         let cancel_after = self
@@ -543,7 +593,128 @@ impl Client {
                 }
             }
         }
+        // A fair lock is held a while longer: the waiters behind it form a line.
+        if kind == Kind::Fair {
+            let pause = self.rng.random_range(200..800);
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+        }
+        // A service that retries a call with a holder value it kept: mostly after another
+        // client took the key (the call must be refused, never extend or release that one).
+        let stale = matches!(
+            kind,
+            Kind::Mutex | Kind::Fair | Kind::Reentrant | Kind::Multi
+        ) && self.rng.random_bool(0.3);
+        let kept = stale.then(|| (self.some_key(&guard), guard.holder().to_string()));
         self.end(g, guard).await;
+        if let Some((key, holder)) = kept {
+            // Half the time this client takes the key again first (a single-key hold of the
+            // same kind), so that the stale value meets a live lock of another holder.
+            let again = match self.rng.random_bool(0.5) {
+                true => self.hold_again(kind, &key).await,
+                false => None,
+            };
+            self.stale_call(g, key, holder).await;
+            if let Some((g, guard)) = again {
+                let n = self.invoke(
+                    "release",
+                    json!({"guard": g, "deadline": Self::deadline(&guard)}),
+                );
+                let outcome = match guard.release().await {
+                    Ok(()) => Outcome::Ok(json!({"guard": g})),
+                    Err(e) => Self::failed(g, &e, false),
+                };
+                self.complete("release", n, outcome);
+            }
+        }
+    }
+
+    /// A short `try_acquire` of `key` alone, recorded as a hold of its own.
+    async fn hold_again(&mut self, kind: Kind, key: &str) -> Option<(u64, LockGuard)> {
+        let kind = match kind {
+            Kind::Fair => Kind::Fair,
+            _ => Kind::Mutex,
+        };
+        self.next_guard += 1;
+        let g = self.next_guard;
+        let lease = Duration::from_millis(self.rng.random_range(600..1500));
+        let n = self.invoke(
+            "acquire",
+            json!({
+                "guard": g, "keys": [key], "kind": kind.name(), "hold": kind.hold(),
+                "mode": "try", "watchdog": false, "lease_ms": lease.as_millis() as u64,
+                "fenced": false, "all": false,
+            }),
+        );
+        let locks = self.handles.locks.clone();
+        let keys = [key.to_string()];
+        let result = self
+            .request(kind, &keys, &locks)
+            .ttl(lease)
+            .try_acquire()
+            .await;
+        match result {
+            Ok(Some(guard)) => {
+                let ok = json!({"guard": g, "deadline": Self::deadline(&guard)});
+                self.complete("acquire", n, Outcome::Ok(ok));
+                self.tally.holds += 1;
+                Some((g, guard))
+            }
+            Ok(None) => {
+                let busy = json!({"guard": g, "error": "busy"});
+                self.complete("acquire", n, Outcome::Fail(busy));
+                None
+            }
+            Err(e) => {
+                let failed = Self::failed(g, &e, false);
+                self.complete("acquire", n, failed);
+                None
+            }
+        }
+    }
+
+    /// A call by a holder value whose hold has ended, from another client, after a while.
+    async fn stale_call(&mut self, g: u64, key: String, holder: String) {
+        let after = Duration::from_millis(self.rng.random_range(0..200));
+        tokio::time::sleep(after).await;
+        let ttl = Duration::from_millis(self.rng.random_range(500..2000));
+        let extend = self.rng.random_bool(0.5);
+        let f = if extend {
+            "extend-by-holder"
+        } else {
+            "release-by-holder"
+        };
+        let n = self.invoke(
+            f,
+            // Given away, as a hand-off's: a hold handed off and left to expire may still
+            // be live, and this release then ends it.
+            json!({"guard": g, "key": key, "same_client": false, "handed_off": true,
+                   "stale": true}),
+        );
+        let peer = &self.handles.peer;
+        let started = tokio::time::Instant::now();
+        let result = match extend {
+            true => maybe_cancelled(&mut self.rng, peer.extend_by_holder(&key, &holder, ttl))
+                .await
+                .map(|r| r.map(Some)),
+            false => maybe_cancelled(&mut self.rng, peer.release_by_holder(&key, &holder))
+                .await
+                .map(|r| r.map(|()| None)),
+        };
+        let mut outcome = match result {
+            None => Outcome::Info(json!({"guard": g, "error": "cancelled"})),
+            Some(Ok(validity)) => Outcome::Ok(match validity {
+                Some(v) => json!({"guard": g, "deadline": instant_nanos(started + v)}),
+                None => json!({"guard": g}),
+            }),
+            Some(Err(e)) => Self::failed(g, &e, false),
+        };
+        // An extend by the same holder value sets the lease to its TTL: a hold handed off and
+        // left to expire may end sooner now (no later than the TTL from the call's start,
+        // if it took effect at all). The checker keeps the earlier deadline.
+        if let (true, Outcome::Info(v) | Outcome::Fail(v)) = (extend, &mut outcome) {
+            v["deadline"] = json!(instant_nanos(started + ttl));
+        }
+        self.complete(f, n, outcome);
     }
 
     fn deadline(guard: &LockGuard) -> u64 {
