@@ -56,7 +56,7 @@ pub struct Report {
     /// The numbers of the faults the run planned (filled in by the run, for shrinking).
     pub planned: Vec<u64>,
     /// Lines the checker could not use (a completion without its invocation, a hold
-    /// without its keys).
+    /// without its keys), and faults the nemesis could not make or end.
     pub malformed: Vec<String>,
 }
 
@@ -201,6 +201,14 @@ pub fn check(mut ops: Vec<Op>, bound: u64) -> Report {
 
     for op in &ops {
         if op.f == "fault" {
+            // A fault the nemesis could not make or end: the run was not the one planned.
+            if op.kind == "fail" {
+                report.malformed.push(format!(
+                    "the nemesis failed: {}",
+                    op.str("error").unwrap_or("(no error given)")
+                ));
+                continue;
+            }
             let Some(id) = op.u64("id") else { continue };
             match op.str("phase") {
                 Some("start") => {

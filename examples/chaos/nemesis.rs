@@ -411,7 +411,9 @@ pub async fn run(
             let member = match began {
                 Ok(Ok(member)) => member,
                 other => {
-                    eprintln!("nemesis: fault {p} could not start: {other:?}");
+                    let error = format!("fault {p} could not start: {other:?}");
+                    eprintln!("nemesis: {error}");
+                    recorder.record("fail", "fault", None, json!({"id": p.id, "error": error}));
                     0
                 }
             };
@@ -420,7 +422,9 @@ pub async fn run(
             let n = nodes.clone();
             let ended = tokio::task::spawn_blocking(move || n.end(&p, member, healthy)).await;
             if !matches!(ended, Ok(Ok(()))) {
-                eprintln!("nemesis: fault {p} could not end: {ended:?}");
+                let error = format!("fault {p} could not end: {ended:?}");
+                eprintln!("nemesis: {error}");
+                recorder.record("fail", "fault", None, json!({"id": p.id, "error": error}));
             }
             recorder.record("info", "fault", None, line("end"));
         }));

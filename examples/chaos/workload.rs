@@ -615,17 +615,22 @@ impl Client {
             };
             self.stale_call(g, key, holder).await;
             if let Some((g, guard)) = again {
-                let n = self.invoke(
-                    "release",
-                    json!({"guard": g, "deadline": Self::deadline(&guard)}),
-                );
-                let outcome = match guard.release().await {
-                    Ok(()) => Outcome::Ok(json!({"guard": g})),
-                    Err(e) => Self::failed(g, &e, false),
-                };
-                self.complete("release", n, outcome);
+                self.release_uncancelled(g, guard).await;
             }
         }
+    }
+
+    /// A release, recorded, never cancelled.
+    async fn release_uncancelled(&mut self, g: u64, guard: LockGuard) {
+        let n = self.invoke(
+            "release",
+            json!({"guard": g, "deadline": Self::deadline(&guard)}),
+        );
+        let outcome = match guard.release().await {
+            Ok(()) => Outcome::Ok(json!({"guard": g})),
+            Err(e) => Self::failed(g, &e, false),
+        };
+        self.complete("release", n, outcome);
     }
 
     /// A short `try_acquire` of `key` alone, recorded as a hold of its own.
@@ -914,15 +919,7 @@ impl Client {
                     n,
                     Outcome::Fail(json!({"guard": g, "error": "kind"})),
                 );
-                let n = self.invoke(
-                    "release",
-                    json!({"guard": g, "deadline": Self::deadline(&guard)}),
-                );
-                let outcome = match guard.release().await {
-                    Ok(()) => Outcome::Ok(json!({"guard": g})),
-                    Err(e) => Self::failed(g, &e, false),
-                };
-                self.complete("release", n, outcome);
+                self.release_uncancelled(g, guard).await;
                 return;
             }
         };
