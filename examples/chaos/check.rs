@@ -10,7 +10,8 @@
 //! - **calls on another's lock**: an extend, a release, a call by holder value or a
 //!   reentry of guard A reported ok, although another guard B that conflicts with A held the
 //!   key for the call's whole span (from B's acquire's completion to the earlier of the call
-//!   that ended B and the earliest deadline B reported). Such a call cannot have met
+//!   that ended B and the end of B's reported deadlines without a gap: see
+//!   `HoldRecord::certain_until`); a semaphore of one permit is exclusive here too. Such a call cannot have met
 //!   A's value on a quorum at any moment of its span (a linearization point of the lease
 //!   mutex): it extended or released B's lock, or said so without doing anything;
 //! - **lost updates**: each critical section of a fenced hold reads a register and writes
@@ -126,6 +127,9 @@ struct FairCall {
     completed: Option<u64>,
     ok: bool,
     waits: bool,
+    /// When its wait runs out (it leaves the line then, whenever its completion is
+    /// recorded).
+    gives_up: u64,
 }
 
 /// A guard's hold as the history tells it.
@@ -137,9 +141,13 @@ struct HoldRecord {
     start: u64,
     /// The deadline the guard reported most recently.
     deadline: u64,
-    /// The earliest deadline it reported (at its acquire, or cut later: a release by holder
-    /// value through its client).
-    least_deadline: u64,
+    /// Until when the hold was certainly the guard's: its acquire's deadline, moved on by
+    /// each later report of a later deadline made before it passed (a renewal confirmed with
+    /// no gap), cut by any report of an earlier one (a release by holder value through its
+    /// client, a cut before an extend); once a report comes after it, it moves no more.
+    certain_until: u64,
+    /// A report came after `certain_until`: the lock may have lapsed in between.
+    gap: bool,
     /// When a call ended the hold.
     end: Option<u64>,
 }
@@ -148,7 +156,9 @@ fn hold_of(word: &str) -> Option<Hold> {
     match word {
         "x" => Some(Hold::Exclusive),
         "r" => Some(Hold::Read),
-        p => Some(Hold::Permit(p.strip_prefix('p')?.parse().ok()?)),
+        p => Some(Hold::Permit(
+            p.strip_prefix('p')?.parse().ok().filter(|n| *n > 0)?,
+        )),
     }
 }
 
@@ -196,6 +206,8 @@ pub fn check(mut ops: Vec<Op>, bound: u64) -> Report {
     let mut all_nodes: HashMap<u64, bool> = HashMap::new();
     // Calls on a live lock reported ok: (guard, the key named, if one, invoked, completed, f).
     let mut calls_ok: Vec<(u64, Option<String>, u64, u64, &str)> = Vec::new();
+    // Leak-scan lines: one per node (or cluster member) the run scanned.
+    let mut scans = 0;
     // Fair acquires by guard.
     let mut fair: BTreeMap<u64, FairCall> = BTreeMap::new();
 
@@ -232,7 +244,14 @@ pub fn check(mut ops: Vec<Op>, bound: u64) -> Report {
             continue;
         }
         if op.f == "leak-scan" {
+            scans += 1;
             for field in ["keys", "channels"] {
+                if !op.value.get(field).is_some_and(|v| v.is_array()) {
+                    report.malformed.push(format!(
+                        "a leak-scan line without its {field}: {}",
+                        op.to_line()
+                    ));
+                }
                 if let Some(left) = op.value.get(field).and_then(|v| v.as_array()) {
                     if !left.is_empty() {
                         report.leaks.push(format!(
@@ -294,7 +313,13 @@ pub fn check(mut ops: Vec<Op>, bound: u64) -> Report {
                 } else if h.end.is_none() {
                     h.deadline = deadline;
                 }
-                h.least_deadline = h.least_deadline.min(deadline);
+                if deadline < h.certain_until || stale {
+                    h.certain_until = h.certain_until.min(deadline);
+                } else if !h.gap && op.time <= h.certain_until {
+                    h.certain_until = deadline;
+                } else {
+                    h.gap = true;
+                }
             }
         }
         if let ("acquire", Some(g), Some(invoke)) = (op.f.as_str(), guard, invoke) {
@@ -311,6 +336,9 @@ pub fn check(mut ops: Vec<Op>, bound: u64) -> Report {
                             completed: None,
                             ok: false,
                             waits: invoke.str("mode") == Some("wait"),
+                            gives_up: invoke
+                                .u64("wait_ms")
+                                .map_or(u64::MAX, |ms| op.time.saturating_add(ms * 1_000_000)),
                         },
                     );
                 } else if let Some(call) = fair.get_mut(&g) {
@@ -349,6 +377,14 @@ pub fn check(mut ops: Vec<Op>, bound: u64) -> Report {
                         .push(format!("an acquire without keys: {}", op.to_line()));
                     continue;
                 }
+                // Guard numbers are unique in a run (each client numbers its own from
+                // client * 1,000,000); a reused one would merge two holds into one.
+                if holds.contains_key(&g) {
+                    report
+                        .malformed
+                        .push(format!("a guard number acquired twice: {}", op.to_line()));
+                    continue;
+                }
                 holds.insert(
                     g,
                     HoldRecord {
@@ -358,7 +394,8 @@ pub fn check(mut ops: Vec<Op>, bound: u64) -> Report {
                         token: op.u64("token"),
                         start: op.time,
                         deadline,
-                        least_deadline: deadline,
+                        certain_until: deadline,
+                        gap: false,
                         end: None,
                     },
                 );
@@ -398,6 +435,13 @@ pub fn check(mut ops: Vec<Op>, bound: u64) -> Report {
             }
             _ => {}
         }
+    }
+
+    let scanned = meta.and_then(|m| m.u64("scanned")).unwrap_or(nodes);
+    if scans != scanned {
+        report.malformed.push(format!(
+            "{scans} leak-scan lines for {scanned} nodes scanned: what was left is not known"
+        ));
     }
 
     // Exclusion and tokens: one interval per key of each hold.
@@ -504,14 +548,15 @@ fn out_of_fair_order(
     for b in served {
         let Some(b_done) = b.completed else { continue };
         for a in fair.values() {
-            let earlier = a.waits && a.key == b.key && a.invoked + FAIR_MARGIN <= b.invoked;
+            let earlier =
+                a.waits && a.key == b.key && a.invoked.saturating_add(FAIR_MARGIN) <= b.invoked;
             // Still waiting when B came (its completion, of any kind, came later): a pair to
             // judge; passed if A was still waiting when B was served.
-            let waiting = a.completed.is_none_or(|t| t > b.invoked);
+            let waiting = a.completed.is_none_or(|t| t > b.invoked) && a.gives_up > b.invoked;
             if !(earlier && waiting && a.guard != b.guard) {
                 continue;
             }
-            let passed = a.completed.is_none_or(|t| t > b_done);
+            let passed = a.completed.is_none_or(|t| t > b_done) && a.gives_up > b_done;
             let from = a.invoked.saturating_sub(FAIR_MARGIN);
             let disturbed = faults.values().any(|w| {
                 w.start <= b_done
@@ -564,9 +609,11 @@ fn on_anothers_lock(
             for (other, b) in by_key.get(k).into_iter().flatten() {
                 let conflicts = matches!(
                     (a.hold, b.hold),
-                    (Hold::Exclusive, Hold::Exclusive | Hold::Read) | (Hold::Read, Hold::Exclusive)
+                    (Hold::Exclusive, Hold::Exclusive | Hold::Read)
+                        | (Hold::Read, Hold::Exclusive)
+                        | (Hold::Permit(1), Hold::Permit(1))
                 );
-                let certain_end = b.end.unwrap_or(u64::MAX).min(b.least_deadline);
+                let certain_end = b.end.unwrap_or(u64::MAX).min(b.certain_until);
                 if other != g && conflicts && b.start <= *invoked && *completed <= certain_end {
                     found.push(format!(
                         "{k}: {f} of p{}/g{g} reported ok at {:.3} s..{:.3} s while p{}/g{other} \

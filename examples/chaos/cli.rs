@@ -48,8 +48,8 @@ pub fn parse_from(argv: impl IntoIterator<Item = String>) -> Result<Args, String
                 run.seconds = value()?
                     .parse()
                     .ok()
-                    .filter(|s| *s > 0)
-                    .ok_or_else(|| "--seconds: a whole number, at least 1".to_string())?
+                    .filter(|s| (1..=86_400).contains(s))
+                    .ok_or_else(|| "--seconds: a whole number, 1 to 86400".to_string())?
             }
             "--seed" => {
                 run.seed = value()?

@@ -62,7 +62,11 @@ impl Op {
         Some(Op {
             kind: v.get("type")?.as_str()?.to_string(),
             f: v.get("f")?.as_str()?.to_string(),
-            process: v.get("process").and_then(Value::as_u64),
+            // A client's number, or the nemesis's name; anything else is no history line.
+            process: match v.get("process")? {
+                Value::String(s) if s == "nemesis" => None,
+                p => Some(p.as_u64()?),
+            },
             time: v.get("time")?.as_u64()?,
             value: v.get("value")?.as_object()?.clone(),
         })

@@ -162,7 +162,9 @@ pub fn schedule(seed: u64, run: Duration, scope: Scope) -> Vec<Planned> {
                 id,
                 at,
                 lasts: lasts.min(quiet_at - at),
-                target: rng.random_range(0..scope.clients),
+                // One draw whatever the client count: a program shrunk to fewer clients
+                // keeps the rest of its schedule.
+                target: rng.random::<u32>() as usize % scope.clients,
                 what: What::Freeze,
             })
         } else {
@@ -303,7 +305,11 @@ impl Nodes {
                 What::Freeze | What::Migrate | What::Failover { .. } => Ok(0),
             },
             Nodes::Clusters { fleet, slot } => {
-                let primary = fleet.primary_of_slot(node, *slot)?;
+                // The cluster settled from its last fault first (a member back from a pause
+                // rejoins, a failover's map spreads): a fault on a cluster in flux is not the
+                // one planned.
+                fleet.wait_ok(node)?;
+                let primary = settled(|| fleet.primary_of_slot(node, *slot))?;
                 match p.what {
                     What::Pause => fleet.pause(node, primary)?,
                     What::Kill { .. } => fleet.kill(node, primary)?,
@@ -359,6 +365,20 @@ impl Nodes {
     }
 }
 
+/// `f` until it succeeds, for up to 5 s (a cluster's map right after a failover may not
+/// name the slot's new primary yet).
+fn settled<T>(f: impl Fn() -> std::io::Result<T>) -> std::io::Result<T> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        match f() {
+            Err(_) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            done => return done,
+        }
+    }
+}
+
 /// Runs the schedule against `nodes`, from now.
 pub async fn run(
     plan: Vec<Planned>,
@@ -391,6 +411,14 @@ pub async fn run(
             if control.stop.load(Ordering::Relaxed) {
                 return;
             }
+            // A fault that waited for its node's turn still ends when planned: the schedule's
+            // limits (faulty nodes at once, the quiet stretches) hold.
+            let planned_end = start + p.at + p.lasts;
+            let Some(lasts) = planned_end.checked_duration_since(tokio::time::Instant::now())
+            else {
+                return;
+            };
+            let p = Planned { lasts, ..p };
             if p.what == What::Freeze {
                 // The client records its own freeze, when it actually stops.
                 control.freeze[p.target].store(p.lasts.as_millis() as u64, Ordering::Relaxed);

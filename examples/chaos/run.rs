@@ -76,6 +76,9 @@ pub async fn run(args: Options) -> Report {
                     .clusters(count)
                     .primaries(2)
                     .replicas(1)
+                    // Longer than any pause of the schedule: a member paused for 3 s must
+                    // not come back to a cluster that counted it unreachable.
+                    .node_timeout(Duration::from_secs(5))
                     .start()
                     .expect("start the cluster fleet"),
             ),
@@ -151,7 +154,8 @@ pub async fn run(args: Options) -> Report {
         "start",
         None,
         json!({"seed": args.seed, "nodes": urls.len(), "quorum": quorum_size,
-               "clients": args.clients, "seconds": args.seconds, "clusters": args.clusters}),
+               "clients": args.clients, "seconds": args.seconds, "clusters": args.clusters,
+               "scanned": direct.len()}),
     );
     let control = Arc::new(Control::new(args.clients));
     let clients: Vec<_> = (0..args.clients as u64)

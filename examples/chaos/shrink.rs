@@ -20,6 +20,9 @@ pub fn command_line(o: &Options, fail_point: Option<&str>) -> String {
     if o.clusters {
         line.push_str(" --clusters");
     }
+    if let Some(nodes) = &o.nodes {
+        line.push_str(&format!(" --nodes {}", nodes.join(",")));
+    }
     if let Some(d) = o.base_latency {
         line.push_str(&format!(" --latency-ms {}", d.as_millis()));
     }
@@ -48,7 +51,9 @@ pub fn command_line(o: &Options, fail_point: Option<&str>) -> String {
 fn kinds_named(report: &Report, prefix: &str) -> Vec<String> {
     let mut kinds: Vec<&str> = Vec::new();
     for line in report.all() {
-        let Some(at) = line.find(prefix) else {
+        // The last: the library's own keys carry the key after a name of theirs
+        // (`quorum-lock:queue:{chaos-1}:{chaos-1}:f0`).
+        let Some(at) = line.rfind(prefix) else {
             continue;
         };
         let group: String = line[at + prefix.len()..]

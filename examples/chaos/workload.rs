@@ -523,6 +523,7 @@ impl Client {
             json!({
                 "guard": g, "keys": keys, "kind": kind.name(), "hold": kind.hold(),
                 "mode": if waiting { "wait" } else { "try" }, "watchdog": watchdog,
+                "wait_ms": wait.as_millis() as u64,
                 "lease_ms": lease.as_millis() as u64, "fenced": fenced, "all": all,
             }),
         );

@@ -218,7 +218,8 @@ impl ClusterFleet {
 
     /// Member `m` of cluster `c`, a replica, takes over from its primary (`CLUSTER FAILOVER`,
     /// or `CLUSTER FAILOVER TAKEOVER` when `force`: without the primary's agreement, as
-    /// when it is down); returns once the member reports itself a primary.
+    /// when it is down); returns once the member reports itself a primary and every running
+    /// member's map names it.
     ///
     /// # Errors
     /// The member refused, or was not a primary within [`START_TIMEOUT`].
@@ -236,7 +237,9 @@ impl ClusterFleet {
                 .query(&mut conn)
                 .map_err(io::Error::other)?;
             if matches!(role.first(), Some(redis::Value::BulkString(r)) if r == b"master") {
-                return Ok(());
+                // Every member knows the new primary before the next step.
+                let port = self.member(c, m).port();
+                return self.wait_agreed(c, |ranges| ranges.iter().any(|r| r.3 == port));
             }
             if Instant::now() > deadline {
                 return Err(io::Error::other(format!(
@@ -287,7 +290,8 @@ impl ClusterFleet {
     /// MIGRATING` on the source, `MIGRATE` of the slot's keys (their TTLs go with them),
     /// `midway` in that state (the source answers `ASK` for a key it does not have), the keys
     /// written meanwhile moved too, then `SETSLOT NODE` on every running primary (the source
-    /// answers `MOVED` from then on). Nothing happens when `to` already serves the slot.
+    /// answers `MOVED` from then on); returns once every running member's map says so.
+    /// Nothing happens when `to` already serves the slot.
     ///
     /// # Errors
     /// A member refused a step (`BUSYKEY`: the key exists on both primaries), or did not
@@ -329,12 +333,16 @@ impl ClusterFleet {
                 if keys.is_empty() {
                     return Ok(());
                 }
+                // REPLACE: a MIGRATE cut short by a timeout may have restored some keys on
+                // the target already; the source's copy is the one in force (every write
+                // goes to the source while it has the key).
                 redis::cmd("MIGRATE")
                     .arg("127.0.0.1")
                     .arg(to_port)
                     .arg("")
                     .arg(0)
                     .arg(5000)
+                    .arg("REPLACE")
                     .arg("KEYS")
                     .arg(&keys)
                     .query::<()>(&mut source)
@@ -350,6 +358,52 @@ impl ClusterFleet {
         for m in self.primaries(c)? {
             if m != to && m != from && self.clusters[c][m].pid().is_some() {
                 setslot(m, "NODE", &to_id)?;
+            }
+        }
+        let port = self.member(c, to).port();
+        self.wait_agreed(c, |ranges| {
+            ranges
+                .iter()
+                .any(|(s, e, _, p)| (*s..=*e).contains(&i64::from(slot)) && *p == port)
+        })
+    }
+
+    /// Waits until every running member of cluster `c` that answers `CLUSTER SLOTS` answers
+    /// with a map that satisfies `agreed` (gossip spreads a change in moments; a next fault
+    /// must not find members that disagree).
+    ///
+    /// # Errors
+    /// Not within [`START_TIMEOUT`].
+    fn wait_agreed(
+        &self,
+        c: usize,
+        agreed: impl Fn(&[(i64, i64, String, u16)]) -> bool,
+    ) -> io::Result<()> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        for m in 0..self.members() {
+            loop {
+                if self.clusters[c][m].pid().is_none() {
+                    break;
+                }
+                // A member that does not answer (paused, restarting) is not waited for.
+                let map = self.connect(c, m).and_then(|mut conn| {
+                    let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+                    redis::cmd("CLUSTER")
+                        .arg("SLOTS")
+                        .query::<redis::Value>(&mut conn)
+                        .map_err(io::Error::other)
+                });
+                match map {
+                    Err(_) => break,
+                    Ok(v) if agreed(&slot_ranges(&v)) => break,
+                    Ok(_) => {}
+                }
+                if Instant::now() > deadline {
+                    return Err(io::Error::other(format!(
+                        "cluster {c} member {m} did not agree on the slot map in time"
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(20));
             }
         }
         Ok(())
