@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-/// A duration as messages show it: `0ms`, `250µs`, `50.5ms`, `1.002s`, `2m30s`, `1h30m`,
+/// A duration as messages show it: `0s`, `250µs`, `50.5ms`, `1.002s`, `2m30s`, `1h30m`,
 /// `365d` (not `Debug`'s `1.00178812s`).
 pub(crate) struct Human(pub(crate) Duration);
 
@@ -11,7 +11,7 @@ impl std::fmt::Display for Human {
         let d = self.0;
         let secs = d.as_secs();
         if d.is_zero() {
-            f.write_str("0ms")
+            f.write_str("0s")
         } else if d < Duration::from_millis(1) {
             write!(f, "{}µs", d.as_micros())
         } else if d < Duration::from_secs(1) {
@@ -62,7 +62,7 @@ mod tests {
     fn durations_are_shown_as_people_write_them() {
         let ms = Duration::from_millis;
         for (d, shown) in [
-            (Duration::ZERO, "0ms"),
+            (Duration::ZERO, "0s"),
             (Duration::from_micros(250), "250µs"),
             (ms(50), "50ms"),
             (Duration::from_micros(50_500), "50.5ms"),

@@ -431,6 +431,10 @@ fn exit_codes_for_contention_and_for_the_command() {
         ])
         .args([free, "sleep", "30"]));
     assert_eq!(code, 75, "max hold reached: {stderr}");
+    assert!(
+        stderr.contains("--max-hold (1.5s) ends the lock"),
+        "{stderr}"
+    );
     // A release returns at quorum; the slowest node follows within moments.
     wait_for(Duration::from_secs(5), "no entry left", || {
         holding(&fleet, free) == 0
@@ -502,6 +506,8 @@ fn exit_codes_for_usage_configuration_and_unreachable_nodes() {
         vec!["run", "-w", "10x", "k", "true"],
         vec!["run", "--max-hold", "0s", "k", "true"],
         vec!["hold", "--max-hold", "0s", "k"],
+        vec!["run", "--kill-grace", "0s", "k", "true"],
+        vec!["run", "--hold-min", "3s", "--max-hold", "1s", "k", "true"],
         vec!["run", "--lease", "0s", "k", "true"],
         vec!["acquire", "k", "--ttl", "0s"],
         vec!["status", "quorum-lock:fence:k"],
@@ -518,6 +524,17 @@ fn exit_codes_for_usage_configuration_and_unreachable_nodes() {
     let (code, help, _) = run(cli(&fleet).arg("--help"));
     assert_eq!(code, 0);
     assert!(help.contains("Exit codes") && help.contains("75"), "{help}");
+    assert!(help.contains("valkey://"), "the node URLs: {help}");
+    for sub in [
+        "run", "hold", "status", "acquire", "extend", "release", "check",
+    ] {
+        let (code, help, _) = run(cli(&fleet).args([sub, "--help"]));
+        assert_eq!(code, 0);
+        assert!(
+            help.contains("Exit codes") && help.contains("64"),
+            "{sub}: {help}"
+        );
+    }
 
     let bad_toml = dir.path().join("bad.toml");
     std::fs::write(
@@ -1446,7 +1463,9 @@ fn a_max_hold_shorter_than_the_lease_ends_the_lock_and_the_command_in_time() {
         took < Duration::from_secs(4),
         "the command ran {took:?} of a 2 s max hold"
     );
-    assert!(stderr.contains("--max-hold"), "{stderr}");
+    // The time limit, said as such (before: "nodes unreachable, or --max-hold reached").
+    assert!(stderr.contains("--max-hold (2s) ends the lock"), "{stderr}");
+    assert!(!stderr.contains("unreachable"), "{stderr}");
     wait_for(
         Duration::from_secs(5),
         "the lock's entries are gone",
@@ -1457,6 +1476,8 @@ fn a_max_hold_shorter_than_the_lease_ends_the_lock_and_the_command_in_time() {
 /// `status` names the kind of lock it finds and counts every node that answers as
 /// reachable: a semaphore's permits (before: WRONGTYPE, shown as unreachable, exit 69), a
 /// read-write lock's readers (before: "free", while a writer is refused), a fair lock's line.
+/// A semaphore of more than one permit is judged against every node (its quorum), and the
+/// plain rows say "taken" and "read" where the key is, with the counts apart from the fence.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_names_the_kind_of_lock_it_finds() {
     let fleet = Fleet::start(3).expect("fleet");
@@ -1467,6 +1488,11 @@ async fn status_names_the_kind_of_lock_it_finds() {
         let (code, out, err) = run(&mut cmd);
         assert_eq!(code, 0, "status {args:?}: {err}");
         json(&out)
+    };
+    let plain = |args: &[&str]| {
+        let (code, out, err) = run(cli(&fleet).arg("status").args(args));
+        assert_eq!(code, 0, "status {args:?}: {err}");
+        out
     };
     let all = QuorumLock::builder()
         .nodes(fleet.urls())
@@ -1490,6 +1516,22 @@ async fn status_names_the_kind_of_lock_it_finds() {
     assert_eq!(s["verdict"], "full", "{s}");
     let s = status(&["--permits", "2", "cli:pool"]);
     assert_eq!(s["verdict"], "free", "a permit is left: {s}");
+    // Two permits need every node, whatever the configured quorum (2 of 3).
+    assert_eq!(s["quorum"], 3, "{s}");
+    let text = plain(&["--permits", "2", "cli:pool"]);
+    assert!(text.contains("quorum 3 (every node"), "{text}");
+    assert!(
+        text.contains("a permit of 2 is left on 3 of 3 nodes"),
+        "{text}"
+    );
+    // Every node's row: the permit count, then the fence, apart (was "1-").
+    let rows: Vec<&str> = text.lines().filter(|l| l.contains("127.0.0.1")).collect();
+    assert_eq!(rows.len(), 3, "{text}");
+    for row in rows {
+        let words: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(words[2], "taken", "{text}");
+        assert_eq!(words[words.len() - 2..], ["1", "-"], "{text}");
+    }
     permit.release().await.unwrap();
 
     let reader = all
@@ -1502,6 +1544,13 @@ async fn status_names_the_kind_of_lock_it_finds() {
     let s = status(&["cli:catalog"]);
     assert_eq!(s["kind"], "read-write", "{s}");
     assert_eq!(s["verdict"], "read", "{s}");
+    let text = plain(&["cli:catalog"]);
+    let locks: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("127.0.0.1"))
+        .map(|l| l.split_whitespace().nth(2).unwrap_or(""))
+        .collect();
+    assert_eq!(locks, ["read", "read", "read"], "the LOCK column: {text}");
     let (code, _, _) = run(cli(&fleet).args(["run", "-n", "--write", "cli:catalog", "true"]));
     assert_eq!(code, 1, "a writer is refused while a reader holds");
     reader.release().await.unwrap();
@@ -1622,6 +1671,12 @@ fn every_subcommand_maps_the_same_errors_to_the_same_exit_codes() {
                 assert_eq!(lines, 1, "one line, {what}, {args:?}: {stderr}");
             }
             assert!(!stderr.contains("hunter2"), "password shown: {stderr}");
+            if what.contains("not Redis") && args[0] != "check" {
+                assert!(
+                    stderr.contains("Redis protocol") && !stderr.contains("Unexpected"),
+                    "the parser's raw text: {stderr}"
+                );
+            }
         }
     }
 }
@@ -1738,6 +1793,40 @@ fn run_keeps_the_settings_from_the_command_and_writes_its_metrics_file() {
         !text.contains("cli:clean") && !text.contains("127.0.0.1"),
         "{text}"
     );
+}
+
+/// `--metrics-textfile` never changes the exit code: a file that cannot be written is a
+/// warning on stderr (the job's own code stays), and a run that fails before taking the lock
+/// (nodes unreachable) still leaves its metrics, for the operator who watches the cron job.
+#[test]
+fn the_metrics_file_keeps_the_exit_code_and_is_written_when_the_lock_was_not_taken() {
+    let fleet = Fleet::start(3).expect("fleet");
+    let dir = tempdir();
+    let unwritable = dir.path().join("no-such-dir").join("quorum_lock.prom");
+    let (code, _, stderr) = run(cli(&fleet)
+        .args(["run", "--metrics-textfile"])
+        .arg(&unwritable)
+        .args(["cli:textfile-exit", "-c", "exit 3"]));
+    assert_eq!(code, 3, "the job's own exit code: {stderr}");
+    assert!(
+        stderr.contains("warning") && stderr.contains("--metrics-textfile"),
+        "{stderr}"
+    );
+    for command in ["run", "hold"] {
+        let metrics = dir.path().join(format!("{command}.prom"));
+        let mut cmd = cli_with(&["redis://127.0.0.1:1".into(), "redis://127.0.0.1:2".into()]);
+        cmd.args([command, "--metrics-textfile"])
+            .arg(&metrics)
+            .arg("cli:textfile-down");
+        if command == "run" {
+            cmd.arg("true");
+        }
+        let (code, _, stderr) = run(&mut cmd);
+        assert_eq!(code, 69, "{command}: nodes down: {stderr}");
+        let text = std::fs::read_to_string(&metrics)
+            .unwrap_or_else(|e| panic!("{command}: no metrics file after a failed run: {e}"));
+        assert!(text.contains("quorum_lock_"), "{command}: {text}");
+    }
 }
 
 /// Cluster nodes from the command line: `run` locks, `status` reads each cluster's entry from

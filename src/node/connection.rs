@@ -112,6 +112,17 @@ pub(super) fn classify(addr: &NodeAddr, e: &RedisError) -> NodeFailure {
         let msg = addr.scrub(&crate::tls::explain(tls));
         return NodeFailure::new(&addr.display, FailureKind::Tls, msg);
     }
+    // What a non-Redis endpoint "answered" is the parser's complaint about its bytes: say
+    // what it means instead.
+    if matches!(e.kind(), ErrorKind::Parse) {
+        return NodeFailure::new(
+            &addr.display,
+            FailureKind::Protocol,
+            "did not answer in the Redis protocol: not a Redis or Valkey server (or a TLS \
+             port: use rediss://)"
+                .to_string(),
+        );
+    }
     let msg = addr.scrub(&e.to_string());
     let kind = match e.kind() {
         ErrorKind::AuthenticationFailed => FailureKind::Auth,

@@ -60,7 +60,7 @@ pub struct Cli {
 #[command(next_help_heading = "Global options")]
 pub struct GlobalArgs {
     /// Node addresses, comma-separated: redis://[user:pass@]host:port[/db], rediss://...,
-    /// unix:///path. Prefer the environment or the config file for passwords: the command
+    /// valkey://..., valkeys://..., unix:///path. Prefer the environment or the config file for passwords: the command
     /// line is visible to other local users.
     #[arg(
         long,
@@ -139,18 +139,57 @@ pub enum Command {
     #[command(after_help = RUN_HELP)]
     Run(RunArgs),
     /// Acquire KEY, print the holder value, keep the lock until a signal or stdin closes.
+    #[command(after_help = HOLD_EXIT)]
     Hold(HoldArgs),
     /// Show each node's view of KEY and whether a quorum holds it.
+    #[command(after_help = STATUS_EXIT)]
     Status(StatusArgs),
     /// For scripts: acquire KEY for a fixed TTL and print the holder value (no renewal).
+    #[command(after_help = ACQUIRE_EXIT)]
     Acquire(AcquireArgs),
     /// For scripts: extend KEY held with HOLDER (its holder value) to a new TTL.
+    #[command(after_help = EXTEND_EXIT)]
     Extend(ExtendArgs),
     /// For scripts: release KEY held with HOLDER (its holder value).
+    #[command(after_help = RELEASE_EXIT)]
     Release(ReleaseArgs),
     /// Check every node for what weakens the lock's safety.
+    #[command(after_help = CHECK_EXIT)]
     Check(CheckArgs),
 }
+
+const HOLD_EXIT: &str = "\
+Exit codes:
+  0 released (after a signal, or stdin closed); 1 (-E) busy; 64 usage; 69 nodes
+  unreachable; 71 operating-system error; 75 lock lost or --max-hold reached; 78
+  configuration";
+
+const STATUS_EXIT: &str = "\
+Exit codes:
+  0 the report (whatever its verdict, but unknown); 64 usage (also a key cluster nodes
+  refuse); 69 too few nodes answered to tell (verdict unknown); 71 stdout not writable; 78
+  configuration";
+
+const ACQUIRE_EXIT: &str = "\
+Exit codes:
+  0 acquired (the holder value printed); 1 (-E) busy; 64 usage; 69 nodes unreachable; 71
+  stdout not writable; 78 configuration";
+
+const EXTEND_EXIT: &str = "\
+Exit codes:
+  0 extended; 64 usage; 69 nodes unreachable; 75 not held by a quorum (lost, or another
+  holder's); 78 configuration";
+
+const RELEASE_EXIT: &str = "\
+Exit codes:
+  0 released; 64 usage; 69 nodes unreachable (the release may not have reached a quorum);
+  75 not held by a quorum; 78 configuration";
+
+const CHECK_EXIT: &str = "\
+Exit codes:
+  0 nothing found that weakens the lock (findings about availability may be listed); 64
+  usage; 69 fewer nodes answer than the quorum needs; 78 a node's configuration weakens the
+  lock, or the settings are wrong";
 
 const RUN_HELP: &str = "\
 The command runs in its own process group, dies with quorum-lock (parent-death signal), and
@@ -456,17 +495,39 @@ pub fn parse() -> Result<Cli, u8> {
     }
 }
 
-/// clap's message without its usage block and tips, on one line.
+/// clap's message without its usage block and tips, on one line, with a value too long to
+/// read cut short (an oversized key was quoted whole: a 70 KB line).
 fn one_line(e: &clap::Error) -> String {
     let text = e.render().to_string();
     let head = text.split("\n\n").next().unwrap_or("");
     let head = head.strip_prefix("error: ").unwrap_or(head);
-    head.split_whitespace().collect::<Vec<_>>().join(" ")
+    head.split_whitespace()
+        .map(|word| match word.char_indices().nth(LONGEST_WORD) {
+            Some((at, _)) => format!("{}...({} bytes)", &word[..at], word.len()),
+            None => word.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
+
+/// The longest word of a usage error shown whole.
+const LONGEST_WORD: usize = 80;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_value_in_a_usage_error_is_cut_short() {
+        let key = "k".repeat(70_000);
+        let e = Cli::try_parse_from(["quorum-lock", "status", key.as_str()]).unwrap_err();
+        let line = one_line(&e);
+        assert!(line.len() < 300, "{} bytes: {}", line.len(), &line[..300]);
+        assert!(
+            line.contains("70002 bytes") || line.contains("70000 bytes"),
+            "{line}"
+        );
+    }
 
     #[test]
     fn the_command_line_is_consistent() {

@@ -204,10 +204,29 @@ fn option(field: &str, ttl: &'static str) -> String {
 
 /// A library reason that names settings, with this tool's options instead.
 fn options_in(reason: &str) -> String {
-    reason
+    let reason = reason
         .replace("node_timeout", "--node-timeout")
         .replace("min_validity", "the minimum validity")
-        .replace("the watchdog lease", "--lease")
+        .replace("the watchdog lease", "--lease");
+    // The library's `Quorum::AtLeast(k)` is `--quorum k` here.
+    let mut out = String::with_capacity(reason.len());
+    let mut rest = reason.as_str();
+    while let Some(at) = rest.find("AtLeast(") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + "AtLeast(".len()..];
+        match after.split_once(')') {
+            Some((k, tail)) if k.bytes().all(|b| b.is_ascii_digit()) => {
+                out.push_str(&format!("--quorum {k}"));
+                rest = tail;
+            }
+            _ => {
+                out.push_str("AtLeast(");
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Every line break and run of spaces as one space: an error is one line on stderr.

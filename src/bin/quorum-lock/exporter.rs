@@ -94,12 +94,24 @@ pub async fn serve(addr: SocketAddr, handle: PrometheusHandle) -> Result<(), Fai
     Ok(())
 }
 
+/// Writes the metrics for `--metrics-textfile` when a command ends, however it ends (a run
+/// that failed before taking the lock too: a cron job's failures are what its operator most
+/// needs to see). A file that cannot be written is said on stderr and changes nothing else:
+/// the exit code stays the command's (a job that exited 3 still reports 3).
+pub fn write_at_end(path: Option<&Path>, handle: Option<&PrometheusHandle>) {
+    if let (Some(path), Some(handle)) = (path, handle) {
+        if let Err(failure) = write_textfile(path, handle) {
+            eprintln!("quorum-lock: warning: {}", failure.message);
+        }
+    }
+}
+
 /// Writes the metrics to `path` for node-exporter's textfile collector: to a temporary file
 /// beside it, then renamed over it, so that the collector never reads half a file.
 ///
 /// # Errors
 /// Exit 71 when the file cannot be written.
-pub fn write_textfile(path: &Path, handle: &PrometheusHandle) -> Result<(), Failure> {
+fn write_textfile(path: &Path, handle: &PrometheusHandle) -> Result<(), Failure> {
     let fail =
         |e: std::io::Error| Failure::os(format!("--metrics-textfile {}: {e}", path.display()));
     let mut tmp = path.as_os_str().to_owned();

@@ -115,7 +115,14 @@ pub async fn hold(settings: &Settings, args: &HoldArgs) -> Result<u8, Failure> {
     if let (Some(addr), Some(handle)) = (args.metrics_addr, &metrics) {
         exporter::serve(addr, handle.clone()).await?;
     }
-    let client = settings.connect().await?;
+    let textfile = args.watch.metrics_textfile.as_deref();
+    let client = match settings.connect().await {
+        Ok(client) => client,
+        Err(failure) => {
+            exporter::write_at_end(textfile, metrics.as_ref());
+            return Err(failure);
+        }
+    };
     let result = async {
         let mut signals = Signals::install()?;
         let taken = take_watched(&client, &mut signals, &args.key, &args.watch);
@@ -152,9 +159,7 @@ pub async fn hold(settings: &Settings, args: &HoldArgs) -> Result<u8, Failure> {
     // The release (or acquire) returned at quorum: let its requests to the slower nodes
     // land before the process exits.
     client.finish_background().await;
-    if let (Some(path), Some(handle)) = (&args.watch.metrics_textfile, &metrics) {
-        exporter::write_textfile(path, handle)?;
-    }
+    exporter::write_at_end(textfile, metrics.as_ref());
     result
 }
 
@@ -204,7 +209,7 @@ async fn warn_when_late(guard: &LockGuard, margin: Duration, signal: Option<i32>
 /// Exit 64 for a zero `--max-hold`.
 pub fn check_max_hold(watch: &WatchArgs) -> Result<(), Failure> {
     match watch.max_hold {
-        Some(max) if max.is_zero() => Err(Failure::usage("--max-hold 0ms: must be positive")),
+        Some(max) if max.is_zero() => Err(Failure::usage("--max-hold 0s: must be positive")),
         _ => Ok(()),
     }
 }

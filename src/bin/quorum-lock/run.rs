@@ -43,7 +43,14 @@ enum Reason {
     Lost,
     /// No renewal was confirmed by `deadline - kill grace`.
     NotRenewed,
+    /// `--max-hold` ends the lock: its deadline is the time limit's.
+    MaxHold,
 }
+
+/// How close to the end of `--max-hold` a deadline must be for the stop to be the time
+/// limit's (the watchdog caps the last renewal at the limit; a failed renewal leaves the
+/// deadline a third of a lease or more before it).
+const MAX_HOLD_SLACK: Duration = Duration::from_millis(500);
 
 /// The stop in progress: the kill signal was sent; KILL follows at `kill_at`.
 #[derive(Debug)]
@@ -55,6 +62,20 @@ struct Stop {
 
 pub async fn run(settings: &Settings, args: &RunArgs) -> Result<u8, Failure> {
     crate::hold::check_max_hold(&args.watch)?;
+    if args.kill_grace.is_some_and(|g| g.is_zero()) {
+        return Err(Failure::usage(
+            "--kill-grace 0s: must be positive (the command's time between --kill-signal and KILL)",
+        ));
+    }
+    if let (Some(min), Some(max)) = (args.hold_min, args.watch.max_hold) {
+        if min > max {
+            return Err(Failure::usage(format!(
+                "--hold-min ({}) is longer than --max-hold ({}): the lock ends before its minimum",
+                format_duration(min),
+                format_duration(max)
+            )));
+        }
+    }
     let grace = args.kill_grace();
     let first = args.watch.first_lease();
     if grace > first / 2 {
@@ -75,7 +96,14 @@ pub async fn run(settings: &Settings, args: &RunArgs) -> Result<u8, Failure> {
         return Err(Failure::usage("--hold-min is longer than 365d"));
     }
     let command = Command::resolve(&args.cmd, args.shell_command.as_deref())?;
-    let client = settings.connect().await?;
+    let textfile = args.watch.metrics_textfile.as_deref();
+    let client = match settings.connect().await {
+        Ok(client) => client,
+        Err(failure) => {
+            crate::exporter::write_at_end(textfile, metrics.as_ref());
+            return Err(failure);
+        }
+    };
     let result = async {
         // Installed before the wait, so that INT or TERM while waiting ends it cleanly.
         let mut signals = Signals::install()?;
@@ -102,7 +130,9 @@ pub async fn run(settings: &Settings, args: &RunArgs) -> Result<u8, Failure> {
                 return Err(failure);
             }
         };
-        let (status, stop) = supervise(&guard, child, group, &mut signals, args, grace).await;
+        let max_end = args.watch.max_hold.map(|max| acquired + max);
+        let (status, stop) =
+            supervise(&guard, child, group, &mut signals, args, grace, max_end).await;
 
         if let Some(stop) = stop {
             // Best effort: the lock may still stand if the group died before the deadline.
@@ -115,8 +145,12 @@ pub async fn run(settings: &Settings, args: &RunArgs) -> Result<u8, Failure> {
             let why = match stop.reason {
                 Reason::Lost => "the lock was lost".to_string(),
                 Reason::NotRenewed => format!(
-                    "no renewal was confirmed by {} before the lock's deadline (nodes unreachable, or --max-hold reached)",
+                    "no renewal was confirmed by {} before the lock's deadline (nodes unreachable or too slow)",
                     format_duration(grace)
+                ),
+                Reason::MaxHold => format!(
+                    "--max-hold ({}) ends the lock",
+                    format_duration(args.watch.max_hold.unwrap_or_default())
                 ),
             };
             return Err(Failure::new(
@@ -150,15 +184,13 @@ pub async fn run(settings: &Settings, args: &RunArgs) -> Result<u8, Failure> {
     // The release (or acquire) returned at quorum: let its requests to the slower nodes
     // land before the process exits.
     client.finish_background().await;
-    if let (Some(path), Some(handle)) = (&args.watch.metrics_textfile, &metrics) {
-        crate::exporter::write_textfile(path, handle)?;
-    }
+    crate::exporter::write_at_end(textfile, metrics.as_ref());
     result
 }
 
 /// Waits for the command, forwarding INT/TERM/HUP to its group, and stops the group when the
 /// lock can no longer be trusted (see the module docs). Returns the command's status and the
-/// stop, if there was one.
+/// stop, if there was one. `max_end`: when `--max-hold` ends the lock.
 async fn supervise(
     guard: &LockGuard,
     mut child: Child,
@@ -166,6 +198,7 @@ async fn supervise(
     signals: &mut Signals,
     args: &RunArgs,
     grace: Duration,
+    max_end: Option<Instant>,
 ) -> (std::io::Result<ExitStatus>, Option<Stop>) {
     let recheck = RECHECK.min(grace / 4).max(Duration::from_millis(5));
     let lost = guard.lost_signal();
@@ -200,7 +233,9 @@ async fn supervise(
             () = tokio::time::sleep_until(wake) => match &mut stop {
                 // The deadline is read again: a confirmed renewal has moved it.
                 None if Instant::now() + grace >= guard.deadline() => {
-                    stop = Some(begin_stop(Reason::NotRenewed, guard, group, args.kill_signal, grace));
+                    let limit = max_end.is_some_and(|end| guard.deadline() + MAX_HOLD_SLACK >= end);
+                    let reason = if limit { Reason::MaxHold } else { Reason::NotRenewed };
+                    stop = Some(begin_stop(reason, guard, group, args.kill_signal, grace));
                 }
                 Some(s) if !s.killed && Instant::now() >= s.kill_at => {
                     group.signal(libc::SIGKILL);

@@ -142,6 +142,11 @@ pub async fn status(settings: &Settings, args: &StatusArgs) -> Result<u8, Failur
         };
         views.push(view);
     }
+    // A semaphore of more than one permit is taken on every node (`Quorum::All`), whatever
+    // the configured quorum.
+    let all_nodes = kind == "semaphore"
+        && (args.permits.is_some_and(|p| p > 1) || views.iter().any(|v| v.permits > Some(1)));
+    let required = if all_nodes { nodes.len() } else { required };
     let reachable = views.iter().filter(|v| v.reachable).count();
     let unreachable = nodes.len() - reachable;
     let held_by = counts.iter().copied().max().unwrap_or(0);
@@ -348,9 +353,13 @@ fn text_name(name: Vec<u8>) -> String {
 
 fn plain(r: &Report) -> String {
     let mut out = String::new();
+    let every = match (r.kind, r.quorum == r.nodes) {
+        ("semaphore", true) => " (every node: a semaphore of more than one permit)",
+        _ => "",
+    };
     let _ = writeln!(
         out,
-        "key {:?} ({}): {} nodes, quorum {}, {} reachable",
+        "key {:?} ({}): {} nodes, quorum {}{every}, {} reachable",
         r.key, r.kind, r.nodes, r.quorum, r.reachable
     );
     let width = r
@@ -361,9 +370,9 @@ fn plain(r: &Report) -> String {
         .unwrap_or(4)
         .max(4);
     let extra = match r.kind {
-        "read-write" => "READERS  ",
-        "semaphore" => "PERMITS  ",
-        "fair" => "LINE     ",
+        "read-write" => "READERS    ",
+        "semaphore" => "PERMITS    ",
+        "fair" => "LINE       ",
         _ => "",
     };
     let _ = writeln!(
@@ -379,6 +388,8 @@ fn plain(r: &Report) -> String {
         let lock = match (v.holder, r.kind) {
             (Some(n), "read-write") => format!("writer #{n}"),
             (Some(n), _) => format!("held #{n}"),
+            (None, "read-write") if v.readers.unwrap_or(0) > 0 => "read".to_string(),
+            (None, "semaphore") if v.permits.unwrap_or(0) > 0 => "taken".to_string(),
             (None, _) => "free".to_string(),
         };
         let ttl = match v.ttl_ms {
@@ -386,13 +397,14 @@ fn plain(r: &Report) -> String {
             Some(ms) => format_duration(std::time::Duration::from_millis(ms.max(0) as u64)),
             None => "-".to_string(),
         };
+        // Left-aligned, as the header (numbers would align right, against the next column).
         let extra = match r.kind {
             "read-write" => {
                 let mark = if v.writer_waiting { "+w" } else { "" };
-                format!("{:9}", format!("{}{mark}", v.readers.unwrap_or(0)))
+                format!("{:<9}  ", format!("{}{mark}", v.readers.unwrap_or(0)))
             }
-            "semaphore" => format!("{:9}", v.permits.unwrap_or(0)),
-            "fair" => format!("{:9}", v.line.unwrap_or(0)),
+            "semaphore" => format!("{:<9}  ", v.permits.unwrap_or(0)),
+            "fair" => format!("{:<9}  ", v.line.unwrap_or(0)),
             _ => String::new(),
         };
         let fence = v.fence.map_or_else(|| "-".to_string(), |f| f.to_string());
@@ -443,6 +455,20 @@ fn plain(r: &Report) -> String {
         ),
         ("free", "fair") if line > 0 => format!(
             "free ({} of {} nodes have no entry), {line} waiting in line: the first of them gets it",
+            r.free, r.nodes
+        ),
+        ("free", "semaphore") => match r.permits {
+            Some(p) => format!(
+                "free (a permit of {p} is left on {} of {} nodes: an acquire can succeed)",
+                r.free, r.nodes
+            ),
+            None => format!(
+                "free ({} of {} nodes have no permit taken: an acquire can succeed)",
+                r.free, r.nodes
+            ),
+        },
+        ("free", "read-write") => format!(
+            "free ({} of {} nodes have neither readers nor a writer: an acquire can succeed)",
             r.free, r.nodes
         ),
         ("free", _) => format!(

@@ -53,7 +53,9 @@ pub fn parse_wait(text: &str) -> Result<Duration, String> {
 /// A duration for people: `250ms`, `1.5s`, `2m30s`.
 pub fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms < 1000 {
+    if ms == 0 {
+        "0s".to_string()
+    } else if ms < 1000 {
         format!("{ms}ms")
     } else if ms < 60_000 {
         let tenths = ms / 100;
