@@ -1825,7 +1825,13 @@ fn the_metrics_file_keeps_the_exit_code_and_is_written_when_the_lock_was_not_tak
         assert_eq!(code, 69, "{command}: nodes down: {stderr}");
         let text = std::fs::read_to_string(&metrics)
             .unwrap_or_else(|e| panic!("{command}: no metrics file after a failed run: {e}"));
-        assert!(text.contains("quorum_lock_"), "{command}: {text}");
+        assert!(
+            text.contains(&format!(
+                "quorum_lock_cli_exit_code{{command=\"{command}\"}} 69"
+            )),
+            "{command}: {text}"
+        );
+        assert!(text.contains("quorum_lock_cli_end_time_seconds"), "{text}");
     }
 }
 

@@ -57,6 +57,14 @@ pub fn install() -> Result<PrometheusHandle, Failure> {
     metrics::set_global_recorder(recorder)
         .map_err(|e| Failure::os(format!("installing the metrics recorder: {e}")))?;
     quorum_lock::describe_metrics();
+    metrics::describe_gauge!(
+        "quorum_lock_cli_exit_code",
+        "the exit code of the command-line tool's last run (with --metrics-textfile)"
+    );
+    metrics::describe_gauge!(
+        "quorum_lock_cli_end_time_seconds",
+        "when the command-line tool's last run ended, Unix time (with --metrics-textfile)"
+    );
     Ok(handle)
 }
 
@@ -98,8 +106,23 @@ pub async fn serve(addr: SocketAddr, handle: PrometheusHandle) -> Result<(), Fai
 /// that failed before taking the lock too: a cron job's failures are what its operator most
 /// needs to see). A file that cannot be written is said on stderr and changes nothing else:
 /// the exit code stays the command's (a job that exited 3 still reports 3).
-pub fn write_at_end(path: Option<&Path>, handle: Option<&PrometheusHandle>) {
+///
+/// With the library's metrics go the command's own: `quorum_lock_cli_exit_code` (its exit
+/// code) and `quorum_lock_cli_end_time_seconds` (when it ended, Unix time), labelled
+/// `command`, so that an alert can say "the job failed, and when" even where no lock
+/// operation ran (nodes unreachable at start).
+pub fn write_at_end(
+    path: Option<&Path>,
+    handle: Option<&PrometheusHandle>,
+    command: &'static str,
+    code: u8,
+) {
     if let (Some(path), Some(handle)) = (path, handle) {
+        metrics::gauge!("quorum_lock_cli_exit_code", "command" => command).set(f64::from(code));
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        metrics::gauge!("quorum_lock_cli_end_time_seconds", "command" => command).set(now);
         if let Err(failure) = write_textfile(path, handle) {
             eprintln!("quorum-lock: warning: {}", failure.message);
         }

@@ -119,7 +119,7 @@ pub async fn hold(settings: &Settings, args: &HoldArgs) -> Result<u8, Failure> {
     let client = match settings.connect().await {
         Ok(client) => client,
         Err(failure) => {
-            exporter::write_at_end(textfile, metrics.as_ref());
+            exporter::write_at_end(textfile, metrics.as_ref(), "hold", failure.code);
             return Err(failure);
         }
     };
@@ -159,7 +159,11 @@ pub async fn hold(settings: &Settings, args: &HoldArgs) -> Result<u8, Failure> {
     // The release (or acquire) returned at quorum: let its requests to the slower nodes
     // land before the process exits.
     client.finish_background().await;
-    exporter::write_at_end(textfile, metrics.as_ref());
+    let code = match &result {
+        Ok(code) => *code,
+        Err(failure) => failure.code,
+    };
+    exporter::write_at_end(textfile, metrics.as_ref(), "hold", code);
     result
 }
 

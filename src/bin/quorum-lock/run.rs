@@ -100,7 +100,7 @@ pub async fn run(settings: &Settings, args: &RunArgs) -> Result<u8, Failure> {
     let client = match settings.connect().await {
         Ok(client) => client,
         Err(failure) => {
-            crate::exporter::write_at_end(textfile, metrics.as_ref());
+            crate::exporter::write_at_end(textfile, metrics.as_ref(), "run", failure.code);
             return Err(failure);
         }
     };
@@ -184,7 +184,11 @@ pub async fn run(settings: &Settings, args: &RunArgs) -> Result<u8, Failure> {
     // The release (or acquire) returned at quorum: let its requests to the slower nodes
     // land before the process exits.
     client.finish_background().await;
-    crate::exporter::write_at_end(textfile, metrics.as_ref());
+    let code = match &result {
+        Ok(code) => *code,
+        Err(failure) => failure.code,
+    };
+    crate::exporter::write_at_end(textfile, metrics.as_ref(), "run", code);
     result
 }
 
