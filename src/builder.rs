@@ -24,6 +24,24 @@ use crate::tls::TlsSettings;
 /// in [`Error::InvalidConfig`], then connects to the nodes and checks them. Its `Debug` output
 /// shows the node addresses with their passwords redacted, and of the TLS settings only whether
 /// they are set.
+///
+/// # Examples
+///
+/// ```no_run
+/// # use std::time::Duration;
+/// # use quorum_lock::QuorumLock;
+/// # async fn example() -> Result<(), quorum_lock::Error> {
+/// use quorum_lock::Quorum;
+/// let locks = QuorumLock::builder()
+///     .nodes(["redis://a:6379", "redis://b:6379", "redis://c:6379", "redis://d:6379", "redis://e:6379"])
+///     .quorum(Quorum::Majority) // 3 of 5; Quorum::All is MultiLock
+///     .node_timeout(Duration::from_millis(50))
+///     .build()
+///     .await?;
+/// # let _ = locks;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 #[must_use]
 pub struct Builder {

@@ -18,6 +18,23 @@ use crate::state::{ClientState, Stats};
 ///
 /// Cheap to clone (an `Arc`); clones share connections and counters. The connections close
 /// when the last clone and the last guard are dropped.
+///
+/// # Examples
+///
+/// ```no_run
+/// # use std::time::Duration;
+/// # use quorum_lock::QuorumLock;
+/// # async fn example() -> Result<(), quorum_lock::Error> {
+/// let locks = QuorumLock::builder()
+///     .nodes(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])
+///     .build()
+///     .await?;
+/// let guard = locks.acquire("stock:mooncake", Duration::from_secs(10)).await?;
+/// // ... the critical section ...
+/// guard.release().await?;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct QuorumLock {
     state: Arc<ClientState>,
@@ -80,6 +97,19 @@ impl QuorumLock {
     /// Starts a request for `key` with per-request settings. Without [`ttl`](LockRequest::ttl)
     /// the lock is kept alive by the watchdog (a lease of the client's
     /// [`watchdog_lease`](Builder::watchdog_lease), renewed every third of it) until released.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use quorum_lock::QuorumLock;
+    /// # async fn example(locks: QuorumLock) -> Result<(), quorum_lock::Error> {
+    /// // The watchdog keeps the lock until release; wait up to 30 s for it.
+    /// let guard = locks.lock("job:nightly").wait(Duration::from_secs(30)).acquire().await?;
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn lock(&self, key: impl AsRef<[u8]>) -> LockRequest<'_> {
         LockRequest::new(&self.state, key.as_ref())
     }
@@ -100,6 +130,19 @@ impl QuorumLock {
     /// Checked when the request is made to act: each key as for [`lock`](Self::lock)
     /// ([`Error::InvalidKey`](crate::Error::InvalidKey)), at least one and at most
     /// [`MAX_SET_KEYS`](crate::MAX_SET_KEYS) distinct keys.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use quorum_lock::QuorumLock;
+    /// # async fn example(locks: QuorumLock) -> Result<(), quorum_lock::Error> {
+    /// // Both accounts or neither; the keys share a hash tag (one slot on cluster nodes).
+    /// let both = locks.lock_all(["{bank}:account:1", "{bank}:account:2"]).acquire().await?;
+    /// both.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn lock_all<I, K>(&self, keys: I) -> LockRequest<'_>
     where
         I: IntoIterator<Item = K>,
@@ -123,6 +166,19 @@ impl QuorumLock {
     /// majority of five). Such a request fails with
     /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) (field `permits`) before any node
     /// is contacted, as does `permits == 0`. One permit is a mutex and works under any quorum.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use quorum_lock::QuorumLock;
+    /// # async fn example(locks: QuorumLock) -> Result<(), quorum_lock::Error> {
+    /// // At most 3 holders (more than one permit needs `Quorum::All`).
+    /// let permit = locks.semaphore("pool:gpu", 3).ttl(Duration::from_secs(60)).acquire().await?;
+    /// permit.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn semaphore(&self, key: impl AsRef<[u8]>, permits: u32) -> LockRequest<'_> {
         LockRequest::of(
             &self.state,
@@ -162,6 +218,18 @@ impl QuorumLock {
     /// any write quorum share a node, where a reader and a writer never coexist.
     ///
     /// The key is checked as for [`lock`](Self::lock) when the request is made to act.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use quorum_lock::QuorumLock;
+    /// # async fn example(locks: QuorumLock) -> Result<(), quorum_lock::Error> {
+    /// let reader = locks.read_lock("catalog").acquire().await?; // alongside other readers
+    /// reader.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn read_lock(&self, key: impl AsRef<[u8]>) -> LockRequest<'_> {
         LockRequest::of(&self.state, Target::Read(key.as_ref().to_vec()))
     }
@@ -176,6 +244,19 @@ impl QuorumLock {
     /// mark goes with the write lock's release, or when the request gives up (its wait ends
     /// or it fails); a cancelled request's mark expires at its TTL. A single attempt
     /// ([`try_acquire`](LockRequest::try_acquire)) sets no mark.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use quorum_lock::QuorumLock;
+    /// # async fn example(locks: QuorumLock) -> Result<(), quorum_lock::Error> {
+    /// // Alone, once the readers have left; new readers wait for it.
+    /// let writer = locks.write_lock("catalog").wait(Duration::from_secs(30)).acquire().await?;
+    /// writer.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn write_lock(&self, key: impl AsRef<[u8]>) -> LockRequest<'_> {
         LockRequest::of(&self.state, Target::Write(key.as_ref().to_vec()))
     }
@@ -207,6 +288,19 @@ impl QuorumLock {
     /// only when nobody waits.
     ///
     /// The key is checked as for [`lock`](Self::lock) when the request is made to act.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use quorum_lock::QuorumLock;
+    /// # async fn example(locks: QuorumLock) -> Result<(), quorum_lock::Error> {
+    /// // Served in the order the waiters started waiting, across all clients.
+    /// let turn = locks.fair_lock("payouts").wait(Duration::from_secs(30)).acquire().await?;
+    /// turn.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn fair_lock(&self, key: impl AsRef<[u8]>) -> LockRequest<'_> {
         LockRequest::of(&self.state, Target::Fair(key.as_ref().to_vec()))
     }
@@ -225,6 +319,21 @@ impl QuorumLock {
     }
 
     /// A new reentrant owner (see [`Owner`]).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use quorum_lock::QuorumLock;
+    /// # async fn example(locks: QuorumLock) -> Result<(), quorum_lock::Error> {
+    /// let owner = locks.owner();
+    /// let outer = owner.acquire("account:7", Duration::from_secs(10)).await?;
+    /// let inner = owner.acquire("account:7", Duration::from_secs(10)).await?; // reentered
+    /// inner.release().await?;
+    /// outer.release().await?; // released on the nodes at count zero
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn owner(&self) -> Owner {
         Owner::new(self.state.clone())
     }
@@ -242,6 +351,21 @@ impl QuorumLock {
     /// Cancel safe in effect: an attempt interrupted by cancellation leaves at most entries
     /// that expire with their TTL (no guard exists, so none is released); it never leaves a
     /// lock that is reported as held.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use quorum_lock::QuorumLock;
+    /// # async fn example(locks: QuorumLock) -> Result<(), quorum_lock::Error> {
+    /// let guard = locks.acquire("stock:mooncake", Duration::from_secs(10)).await?;
+    /// if guard.is_held() {
+    ///     // ... the critical section ...
+    /// }
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn acquire(&self, key: impl AsRef<[u8]>, ttl: Duration) -> Result<LockGuard> {
         self.lock(key).ttl(ttl).acquire().await
     }
@@ -254,6 +378,20 @@ impl QuorumLock {
     ///
     /// # Cancel safety
     /// As [`acquire`](Self::acquire).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use quorum_lock::QuorumLock;
+    /// # async fn example(locks: QuorumLock) -> Result<(), quorum_lock::Error> {
+    /// match locks.try_acquire("job:once", Duration::from_secs(60)).await? {
+    ///     Some(guard) => guard.release().await?,
+    ///     None => println!("someone else runs it"),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn try_acquire(
         &self,
         key: impl AsRef<[u8]>,
@@ -350,6 +488,19 @@ impl QuorumLock {
     ///
     /// # Cancel safety
     /// Dropping the future drops `work` and releases the lock in the background.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use quorum_lock::QuorumLock;
+    /// # async fn example(locks: QuorumLock) -> Result<(), quorum_lock::Error> {
+    /// // The work is cancelled the moment the lock is lost, and the lock released at the end.
+    /// let outcome = locks.with_lock("job:report", |_lost| async { 6 * 7 }).await?;
+    /// assert_eq!(outcome.completed(), Some(42));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn with_lock<F, Fut, T>(&self, key: impl AsRef<[u8]>, work: F) -> Result<Scoped<T>>
     where
         F: FnOnce(LostSignal) -> Fut,

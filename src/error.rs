@@ -27,6 +27,10 @@ pub enum FailureKind {
     Server,
     /// The node answered something the lock protocol does not expect.
     Protocol,
+    /// The node refused what the address asks of the connection: a database index it does not
+    /// have (`redis://host:6379/99`), or TLS from a server without it (`rediss://` to a plain
+    /// server, found by a plain `PING` after the handshake timed out).
+    Config,
 }
 
 impl fmt::Display for FailureKind {
@@ -39,6 +43,7 @@ impl fmt::Display for FailureKind {
             FailureKind::Tls => "tls failed",
             FailureKind::Server => "server error",
             FailureKind::Protocol => "unexpected reply",
+            FailureKind::Config => "misconfigured",
         })
     }
 }

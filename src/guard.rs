@@ -19,6 +19,26 @@ use crate::telemetry::ReleasedBy;
 /// [`release`](Self::release) to learn whether a quorum confirmed.
 ///
 /// `Send + Sync + 'static`: it can move into spawned tasks.
+///
+/// # Examples
+///
+/// ```no_run
+/// # use std::time::Duration;
+/// # use quorum_lock::QuorumLock;
+/// # async fn example(locks: QuorumLock) -> Result<(), quorum_lock::Error> {
+/// let guard = locks.acquire("stock:mooncake", Duration::from_secs(10)).await?;
+/// // Check before an irreversible side effect: the lock may have been lost.
+/// if guard.is_held() {
+///     guard.extend(Duration::from_secs(10)).await?; // never revives an expired lock
+/// }
+/// match guard.release().await {
+///     Ok(()) => {}
+///     // The section may have overlapped another holder's.
+///     Err(e) => eprintln!("release: {e}"),
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[must_use = "dropping a guard releases the lock at once"]
 pub struct LockGuard {
     lease: Arc<Lease>,

@@ -41,6 +41,26 @@ impl<T> Scoped<T> {
 /// [`QuorumLock::semaphore`]: crate::QuorumLock::semaphore
 /// [`QuorumLock::read_lock`]: crate::QuorumLock::read_lock
 /// [`QuorumLock::write_lock`]: crate::QuorumLock::write_lock
+///
+/// # Examples
+///
+/// ```no_run
+/// # use std::time::Duration;
+/// # use quorum_lock::QuorumLock;
+/// # async fn example(locks: QuorumLock) -> Result<(), quorum_lock::Error> {
+/// let guard = locks
+///     .lock("stock:mooncake")
+///     .ttl(Duration::from_secs(10)) // a fixed TTL instead of the watchdog
+///     .fencing(true)                // a fencing token for the storage
+///     .wait(Duration::from_secs(5))
+///     .acquire()
+///     .await?;
+/// let token = guard.fencing_token();
+/// guard.release().await?;
+/// # let _ = token;
+/// # Ok(())
+/// # }
+/// ```
 #[must_use]
 pub struct LockRequest<'a> {
     state: &'a Arc<ClientState>,

@@ -154,11 +154,16 @@ async fn recheck(
     Some((i, probe))
 }
 
-/// What waiting will not fix: a wrong address or credentials, a refused TLS handshake, or a
-/// server that is not Redis (it answered, but not RESP).
+/// What waiting will not fix: a wrong address or credentials, a refused TLS handshake, a
+/// server that is not Redis (it answered, but not RESP), a database index or TLS the server
+/// does not have.
 fn unfixable(f: &NodeFailure) -> bool {
     matches!(
         f.kind(),
-        FailureKind::Auth | FailureKind::UnknownHost | FailureKind::Tls | FailureKind::Protocol
+        FailureKind::Auth
+            | FailureKind::UnknownHost
+            | FailureKind::Tls
+            | FailureKind::Protocol
+            | FailureKind::Config
     )
 }

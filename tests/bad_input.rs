@@ -164,6 +164,32 @@ async fn unknown_host_names_the_node() {
     );
 }
 
+/// A database index the server does not have, and `rediss://` to a server without TLS, are
+/// `FailureKind::Config` at build: what waiting will not fix, named as such (before: a
+/// server error and a timeout, as for a node that is down).
+#[tokio::test]
+async fn a_missing_database_and_tls_to_a_plain_server_are_configuration_failures() {
+    let fleet = Fleet::start(1).expect("fleet");
+    let mut urls = vec![format!("{}/99", fleet.url(0))];
+    if cfg!(feature = "tls") {
+        urls.push(fleet.url(0).replace("redis://", "rediss://"));
+    }
+    for url in urls {
+        let err = QuorumLock::builder()
+            .nodes([url.as_str()])
+            .connect_timeout(Duration::from_millis(500))
+            .build()
+            .await
+            .unwrap_err();
+        let failure = match &err {
+            Error::Node(f) => f,
+            Error::Unreachable { failures, .. } if failures.len() == 1 => &failures[0],
+            other => panic!("{url}: expected a node failure, got {other}"),
+        };
+        assert_eq!(failure.kind(), FailureKind::Config, "{url}: {err}");
+    }
+}
+
 #[tokio::test]
 async fn wrong_password_names_the_node_and_hides_the_password() {
     let fleet = Fleet::builder()

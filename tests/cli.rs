@@ -1681,6 +1681,37 @@ fn every_subcommand_maps_the_same_errors_to_the_same_exit_codes() {
     }
 }
 
+/// A database index the server does not have (`/99`) and `rediss://` to a server without TLS
+/// are configuration errors (78) that say what is wrong, not nodes unavailable (69: before,
+/// "DB index is out of range" and a plain timeout).
+#[test]
+fn a_missing_database_and_tls_to_a_plain_server_are_configuration_errors() {
+    let fleet = Fleet::start(1).expect("fleet");
+    let cases = [
+        (format!("{}/99", fleet.url(0)), "no such database"),
+        (
+            fleet.url(0).replace("redis://", "rediss://"),
+            "a server without TLS",
+        ),
+    ];
+    for (url, says) in &cases {
+        for args in [
+            &["run", "-n", "cli:config", "true"][..],
+            &["status", "cli:config"],
+            &["check"],
+        ] {
+            let (code, out, stderr) = run(cli_with(std::slice::from_ref(url))
+                .env("QUORUM_LOCK_CONNECT_TIMEOUT", "500ms")
+                .args(args));
+            assert_eq!(code, 78, "{url} {args:?}: {out}{stderr}");
+            assert!(
+                format!("{out}{stderr}").contains(says),
+                "{url} {args:?}: {out}{stderr}"
+            );
+        }
+    }
+}
+
 /// `check` with one node of three down: the other two answer, so it is a finding about
 /// availability, not about the nodes' configuration (before: 78).
 #[test]

@@ -90,4 +90,12 @@ impl NodeClient {
     pub fn failure(&self, error: &RedisError) -> NodeFailure {
         classify(&self.addr, error)
     }
+
+    /// What a connect that timed out after `limit` means, where more can be told than "timed
+    /// out": a `rediss://` node that answers a plain `PING` is a server without TLS
+    /// ([`FailureKind::Config`](crate::FailureKind::Config)). `None`: a plain timeout (a
+    /// slow, frozen or unreachable node).
+    pub async fn timed_out(&self, limit: Duration) -> Option<NodeFailure> {
+        super::connection::tls_to_plain(&self.addr, limit).await
+    }
 }

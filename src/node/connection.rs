@@ -25,12 +25,63 @@ pub(super) async fn connect(addr: Arc<NodeAddr>, link: Arc<Link>, limit: Duratio
     pending.result = Some(match tokio::time::timeout(limit, open(&addr)).await {
         Ok(Ok(conn)) => Ok(conn),
         Ok(Err(e)) => Err(classify(&addr, &e)),
-        Err(_) => Err(NodeFailure::new(
-            &addr.display,
-            FailureKind::Timeout,
-            format!("could not connect within {limit:?}"),
-        )),
+        Err(_) => Err(match tls_to_plain(&addr, limit).await {
+            Some(failure) => failure,
+            None => NodeFailure::new(
+                &addr.display,
+                FailureKind::Timeout,
+                format!("could not connect within {limit:?}"),
+            ),
+        }),
     });
+}
+
+/// After a connect that timed out: a `rediss://` node that answers a plain `PING` is a
+/// server without TLS, a configuration error ([`FailureKind::Config`]) rather than a node
+/// too slow to answer.
+pub(crate) async fn tls_to_plain(addr: &NodeAddr, limit: Duration) -> Option<NodeFailure> {
+    #[cfg(feature = "tls")]
+    if addr.is_tls() && plain_server(addr, limit).await {
+        return Some(NodeFailure::new(
+            &addr.display,
+            FailureKind::Config,
+            format!(
+                "no TLS handshake within {}, and the node answers in plain text: a server \
+                 without TLS (use redis:// or valkey://)",
+                crate::human::Human(limit)
+            ),
+        ));
+    }
+    #[cfg(not(feature = "tls"))]
+    let _ = (addr, limit);
+    None
+}
+
+/// Whether a `rediss://` node whose TLS handshake never finished answers a plain `PING`: a
+/// server without TLS waits for the rest of a "command" (the ClientHello) and never answers
+/// it, which looks like a frozen node; a plain reply (`+PONG`, `-NOAUTH ...`) tells them
+/// apart. A TLS server answers plain text with an alert or nothing, a frozen one not at all.
+#[cfg(feature = "tls")]
+async fn plain_server(addr: &NodeAddr, limit: Duration) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let redis::ConnectionAddr::TcpTls { host, port, .. } = addr.client.get_connection_info().addr()
+    else {
+        return false;
+    };
+    let probe = async {
+        let mut stream = tokio::net::TcpStream::connect((host.as_str(), *port))
+            .await
+            .ok()?;
+        stream.write_all(b"PING\r\n").await.ok()?;
+        let mut first = [0u8; 1];
+        stream.read_exact(&mut first).await.ok()?;
+        Some(matches!(first[0], b'+' | b'-'))
+    };
+    tokio::time::timeout(limit.min(Duration::from_secs(1)), probe)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(false)
 }
 
 /// Publishes a background connect's outcome when it ends, also when the task is dropped
@@ -124,6 +175,16 @@ pub(super) fn classify(addr: &NodeAddr, e: &RedisError) -> NodeFailure {
         );
     }
     let msg = addr.scrub(&e.to_string());
+    // The database index of the address (`/99`) is one the server does not have.
+    if msg.contains("refused to switch database") {
+        return NodeFailure::new(
+            &addr.display,
+            FailureKind::Config,
+            "the server has no such database (the address's /N: the default server has \
+             0 to 15)"
+                .to_string(),
+        );
+    }
     let kind = match e.kind() {
         ErrorKind::AuthenticationFailed => FailureKind::Auth,
         _ if matches!(e.code(), Some("WRONGPASS" | "NOAUTH")) => FailureKind::Auth,

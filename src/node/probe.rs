@@ -32,7 +32,17 @@ impl Node {
         members_within: Duration,
     ) -> Result<NodeInfo, NodeFailure> {
         let home = self.home.clone();
-        let mut info = self.probe_one(&home, limit).await?;
+        let mut info = match self.probe_one(&home, limit).await {
+            Ok(info) => info,
+            // A `rediss://` node silent through the check may be a server without TLS: a
+            // configuration error to say, not a node to wait for.
+            Err(f) if f.kind() == FailureKind::Timeout => {
+                return Err(super::connection::tls_to_plain(&home.addr, limit)
+                    .await
+                    .unwrap_or(f))
+            }
+            Err(f) => return Err(f),
+        };
         if info.cluster.is_none() {
             return Ok(info);
         }

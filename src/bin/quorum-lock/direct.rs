@@ -90,11 +90,21 @@ pub async fn connect(
     .await
     {
         Ok(Ok(conn)) => Ok(conn),
+        // The driver's own timeout (of the TCP connect or the TLS handshake).
+        Ok(Err(e)) if e.is_timeout() => Err(NodeError::Failed(
+            match node.timed_out(connect_timeout).await {
+                Some(failure) => failure,
+                None => node.failure(&e),
+            },
+        )),
         Ok(Err(e)) => Err(NodeError::Failed(node.failure(&e))),
-        Err(_) => Err(NodeError::TimedOut(format!(
-            "no connection within {}",
-            format_duration(connect_timeout)
-        ))),
+        Err(_) => Err(match node.timed_out(connect_timeout).await {
+            Some(failure) => NodeError::Failed(failure),
+            None => NodeError::TimedOut(format!(
+                "no connection within {}",
+                format_duration(connect_timeout)
+            )),
+        }),
     }
 }
 

@@ -179,7 +179,11 @@ pub fn code(e: &Error, conflict: u8) -> u8 {
 pub fn misconfigured(kind: FailureKind) -> bool {
     matches!(
         kind,
-        FailureKind::Auth | FailureKind::Tls | FailureKind::UnknownHost | FailureKind::Protocol
+        FailureKind::Auth
+            | FailureKind::Tls
+            | FailureKind::UnknownHost
+            | FailureKind::Protocol
+            | FailureKind::Config
     )
 }
 
