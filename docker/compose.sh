@@ -3,16 +3,22 @@
 # plugin, v2, or the `docker-compose` program, v1), on movable ports, and says what to do
 # when the Redis image is missing:
 #
-#   docker/compose.sh up            # up -d, then waits until every node is healthy
-#   docker/compose.sh clusters      # the five nodes as five Redis Clusters (profile
-#                                   # `clusters`, host network, Linux), formed and ok,
-#                                   # and the demo's stock database
-#   docker/compose.sh down          # stop, and forget the data (down -v)
-#   docker/compose.sh ps | logs ... # anything else goes to Compose as it is
+#   eval "$(docker/compose.sh up)"        # up -d, wait until every node is healthy, and
+#                                         # set QUORUM_LOCK_NODES and QUORUM_LOCK_STOCK_DB
+#   eval "$(docker/compose.sh clusters)"  # the five nodes as five Redis Clusters (profile
+#                                         # `clusters`, host network, Linux), formed and
+#                                         # ok, and the demo's stock database
+#   docker/compose.sh down                # stop, and forget the data (down -v)
+#   docker/compose.sh ps | logs | start redis3 ...   # anything else goes to Compose
+#
+# `up` and `clusters` print only the `export` lines on stdout (their progress goes to
+# stderr), so that `eval` sets them.
 #
 # QUORUM_LOCK_PORT_BASE (default 7000): the nodes listen on 127.0.0.1 at BASE+1..BASE+5,
 # the demo's stock database at BASE+6 (the variables QUORUM_LOCK_PORT_1..6, which
-# docker-compose.yml reads, can also be set one by one).
+# docker-compose.yml reads, can also be set one by one); the clusters' members at
+# BASE+100+10c+m for cluster c = 1..5, member m = 1..3 (QUORUM_LOCK_CLUSTER_PORT_cm), their
+# bus ports 10000 above, so BASE is at most 55000.
 #
 # Why a script: `docker compose down -v` on a machine with Compose v1 only prints
 # docker's own help (it has no `compose` command), exits 0 and removes nothing; and
@@ -37,10 +43,25 @@ case "$base" in
     exit 2
     ;;
 esac
+if [ "$base" -gt 55000 ]; then
+  echo "compose.sh: QUORUM_LOCK_PORT_BASE must be at most 55000 (the clusters' bus ports are 10000 above their ports), got $base" >&2
+  exit 2
+fi
 for i in 1 2 3 4 5 6; do
   var=QUORUM_LOCK_PORT_$i
   export "$var=${!var:-$((base + i))}"
 done
+for c in 1 2 3 4 5; do
+  for m in 1 2 3; do
+    var=QUORUM_LOCK_CLUSTER_PORT_$c$m
+    export "$var=${!var:-$((base + 100 + 10 * c + m))}"
+  done
+done
+
+# What the demo needs besides the nodes: the stock database.
+print_stock_db() {
+  echo "export QUORUM_LOCK_STOCK_DB=redis://127.0.0.1:$QUORUM_LOCK_PORT_6"
+}
 
 # The image: as docker-compose.yml resolves it (environment, then .env, then redis:7.2).
 image=${QUORUM_LOCK_REDIS_IMAGE:-}
@@ -57,14 +78,15 @@ case "${1:-}" in
       echo "  Build one from this machine's redis-server first:  docker/build-image.sh" >&2
       exit 1
     fi
-    "${compose[@]}" up -d "$@"
-    COMPOSE="${compose[*]}" docker/wait-healthy.sh "${QUORUM_LOCK_HEALTHY_TIMEOUT:-120}"
+    "${compose[@]}" up -d "$@" >&2
+    COMPOSE="${compose[*]}" docker/wait-healthy.sh "${QUORUM_LOCK_HEALTHY_TIMEOUT:-120}" >&2
     nodes=""
     for i in 1 2 3 4 5; do
       var=QUORUM_LOCK_PORT_$i
       nodes="$nodes${nodes:+,}redis://127.0.0.1:${!var}"
     done
     echo "export QUORUM_LOCK_NODES=$nodes"
+    print_stock_db
     ;;
   clusters)
     shift
@@ -74,12 +96,13 @@ case "${1:-}" in
       exit 1
     fi
     # With the demo's stock database (not a lock node), as `up` starts it.
-    "${compose[@]}" --profile clusters up -d "$@" stock $("${compose[@]}" config --services | grep '^cluster')
-    WAIT_FOR=clusters COMPOSE="${compose[*]}" docker/wait-healthy.sh "${QUORUM_LOCK_HEALTHY_TIMEOUT:-120}"
+    "${compose[@]}" --profile clusters up -d "$@" stock $("${compose[@]}" --profile clusters config --services | grep '^cluster') >&2
+    WAIT_FOR=clusters COMPOSE="${compose[*]}" docker/wait-healthy.sh "${QUORUM_LOCK_HEALTHY_TIMEOUT:-120}" >&2
     # Each cluster is ok once its `create` job ran (or found it formed before).
     nodes=""
     for c in 1 2 3 4 5; do
-      port=$((7100 + 10 * c + 1))
+      var=QUORUM_LOCK_CLUSTER_PORT_${c}1
+      port=${!var}
       for _ in $(seq 1 120); do
         state=$("${compose[@]}" exec -T "cluster$c-1" redis-cli -p "$port" cluster info 2>/dev/null | tr -d '\r' | sed -n 's/^cluster_state://p')
         [ "$state" = "ok" ] && break
@@ -93,6 +116,7 @@ case "${1:-}" in
       nodes="$nodes${nodes:+,}redis://127.0.0.1:$port"
     done
     echo "export QUORUM_LOCK_NODES=$nodes"
+    print_stock_db
     ;;
   down)
     shift
