@@ -86,7 +86,17 @@
 //!
 //! The public API: `request` ([`LockRequest`]), `owner`, `client` ([`QuorumLock`]),
 //! `builder` ([`Builder`]), [`names`], [`safety`], [`quorum`], [`testkit`] (feature).
-
+//!
+// The feature-gated modules, linked to docs.rs where this build does not have them (the
+// default features' docs build without broken links).
+#![cfg_attr(
+    not(feature = "testkit"),
+    doc = "[`testkit`]: https://docs.rs/quorum-lock/latest/quorum_lock/testkit/index.html"
+)]
+#![cfg_attr(
+    not(feature = "containers"),
+    doc = "[`testkit::containers`]: https://docs.rs/quorum-lock/latest/quorum_lock/testkit/containers/index.html"
+)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![deny(unsafe_code)]
 
