@@ -508,6 +508,7 @@ fn exit_codes_for_usage_configuration_and_unreachable_nodes() {
         vec!["hold", "--max-hold", "0s", "k"],
         vec!["run", "--kill-grace", "0s", "k", "true"],
         vec!["run", "--hold-min", "3s", "--max-hold", "1s", "k", "true"],
+        vec!["status", "--permits", "0", "k"],
         vec!["run", "--lease", "0s", "k", "true"],
         vec!["acquire", "k", "--ttl", "0s"],
         vec!["status", "quorum-lock:fence:k"],
@@ -525,6 +526,15 @@ fn exit_codes_for_usage_configuration_and_unreachable_nodes() {
     assert_eq!(code, 0);
     assert!(help.contains("Exit codes") && help.contains("75"), "{help}");
     assert!(help.contains("valkey://"), "the node URLs: {help}");
+    // The library's `AtLeast(1)` is this tool's `--quorum 1`, in every subcommand.
+    for sub in [&["run", "k", "true"][..], &["status", "k"], &["check"]] {
+        let (code, _, stderr) = run(cli(&fleet).args(["--quorum", "1"]).args(sub));
+        assert_eq!(code, 78, "{sub:?}: {stderr}");
+        assert!(
+            stderr.contains("--quorum 1 is not a majority") && !stderr.contains("AtLeast"),
+            "{sub:?}: {stderr}"
+        );
+    }
     for sub in [
         "run", "hold", "status", "acquire", "extend", "release", "check",
     ] {
@@ -683,6 +693,44 @@ fn signals_go_to_the_command_group_and_the_command_dies_with_the_cli() {
         Duration::from_secs(10),
         "the command gone with the CLI",
         || gone(orphan),
+    );
+}
+
+/// `hold` says why it lost its lock: its `--max-hold` ended it, or renewals did not come
+/// (two of three nodes frozen); before, both said "no renewal ... (or --max-hold ended it)",
+/// also without a `--max-hold`.
+#[test]
+fn hold_says_whether_its_max_hold_or_the_nodes_ended_the_lock() {
+    let fleet = Fleet::start(3).expect("fleet");
+    let hold = |args: &[&str]| {
+        let mut running = Running::spawn(
+            cli(&fleet)
+                .arg("hold")
+                .args(args)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped()),
+        );
+        let lines = Lines::of(running.0.stdout.take().expect("stdout"));
+        lines.next(Duration::from_secs(20));
+        running
+    };
+    let mut limited = hold(&["--max-hold", "1s", "cli:why-max"]);
+    assert_eq!(limited.exit_code(Duration::from_secs(10)), 75);
+    let stderr = limited.stderr();
+    assert!(stderr.contains("--max-hold (1s) ended it"), "{stderr}");
+
+    let mut renewed = hold(&["--lease", "1s", "cli:why-nodes"]);
+    fleet.pause(1).expect("pause");
+    fleet.pause(2).expect("pause");
+    let code = renewed.exit_code(Duration::from_secs(10));
+    fleet.resume(1).expect("resume");
+    fleet.resume(2).expect("resume");
+    assert_eq!(code, 75);
+    let stderr = renewed.stderr();
+    assert!(
+        stderr.contains("no renewal was confirmed") && !stderr.contains("--max-hold"),
+        "{stderr}"
     );
 }
 
@@ -1521,7 +1569,7 @@ async fn status_names_the_kind_of_lock_it_finds() {
     let text = plain(&["--permits", "2", "cli:pool"]);
     assert!(text.contains("quorum 3 (every node"), "{text}");
     assert!(
-        text.contains("a permit of 2 is left on 3 of 3 nodes"),
+        text.contains("fewer than 2 permits taken on 3 of 3 nodes"),
         "{text}"
     );
     // Every node's row: the permit count, then the fence, apart (was "1-").
@@ -1842,6 +1890,18 @@ fn the_metrics_file_keeps_the_exit_code_and_is_written_when_the_lock_was_not_tak
     assert!(
         stderr.contains("warning") && stderr.contains("--metrics-textfile"),
         "{stderr}"
+    );
+    // A command that is not found: its 127 is in the file too.
+    let metrics = dir.path().join("not-found.prom");
+    let (code, _, _) = run(cli(&fleet)
+        .args(["run", "--metrics-textfile"])
+        .arg(&metrics)
+        .args(["cli:textfile-127", "--", "/no/such/command"]));
+    assert_eq!(code, 127);
+    let text = std::fs::read_to_string(&metrics).expect("a metrics file for a 127");
+    assert!(
+        text.contains("quorum_lock_cli_exit_code{command=\"run\"} 127"),
+        "{text}"
     );
     for command in ["run", "hold"] {
         let metrics = dir.path().join(format!("{command}.prom"));

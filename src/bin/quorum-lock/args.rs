@@ -173,23 +173,23 @@ Exit codes:
 const ACQUIRE_EXIT: &str = "\
 Exit codes:
   0 acquired (the holder value printed); 1 (-E) busy; 64 usage; 69 nodes unreachable; 71
-  stdout not writable; 78 configuration";
+  stdout not writable; 78 configuration; 128+N a signal N while waiting";
 
 const EXTEND_EXIT: &str = "\
 Exit codes:
-  0 extended; 64 usage; 69 nodes unreachable; 75 not held by a quorum (lost, or another
-  holder's); 78 configuration";
+  0 extended; 64 usage; 69 nodes unreachable; 71 stdout not writable (--json); 75 not held
+  by a quorum (lost, or another holder's); 78 configuration";
 
 const RELEASE_EXIT: &str = "\
 Exit codes:
   0 released; 64 usage; 69 nodes unreachable (the release may not have reached a quorum);
-  75 not held by a quorum; 78 configuration";
+  71 stdout not writable (--json); 75 not held by a quorum; 78 configuration";
 
 const CHECK_EXIT: &str = "\
 Exit codes:
   0 nothing found that weakens the lock (findings about availability may be listed); 64
-  usage; 69 fewer nodes answer than the quorum needs; 78 a node's configuration weakens the
-  lock, or the settings are wrong";
+  usage; 69 fewer nodes answer than the quorum needs; 71 stdout not writable; 78 a node's
+  configuration weakens the lock, or the settings are wrong";
 
 const RUN_HELP: &str = "\
 The command runs in its own process group, dies with quorum-lock (parent-death signal), and
@@ -399,7 +399,7 @@ pub struct StatusArgs {
 
     /// For a semaphore: its number of permits (the count is the clients', not stored on the
     /// nodes), to tell whether one is left.
-    #[arg(long, value_name = "P")]
+    #[arg(long, value_name = "P", value_parser = clap::value_parser!(u32).range(1..))]
     pub permits: Option<u32>,
 
     /// The lock key.

@@ -92,7 +92,12 @@ impl Failure {
                 format!("nodes unavailable: {e}")
             }
             Error::InvalidConfig { field, reason } => {
-                format!("{}: {}", option(field, cx.ttl), options_in(reason))
+                let (option, reason) = (option(field, cx.ttl), options_in(reason));
+                // "--quorum 1 is not a majority ..." names its option already.
+                match reason.starts_with(&option) {
+                    true => reason,
+                    false => format!("{option}: {reason}"),
+                }
             }
             Error::InvalidTtl { ttl, reason } => {
                 format!(
@@ -207,7 +212,7 @@ fn option(field: &str, ttl: &'static str) -> String {
 }
 
 /// A library reason that names settings, with this tool's options instead.
-fn options_in(reason: &str) -> String {
+pub fn options_in(reason: &str) -> String {
     let reason = reason
         .replace("node_timeout", "--node-timeout")
         .replace("min_validity", "the minimum validity")

@@ -107,15 +107,18 @@ fn print_holder(guard: &LockGuard, key: &str, json: bool) -> Result<(), Failure>
 /// As [`take`]; 75 when the lock is lost while held (or `--max-hold` ends it), or when the
 /// release finds it no longer held by a quorum.
 pub async fn hold(settings: &Settings, args: &HoldArgs) -> Result<u8, Failure> {
-    check_max_hold(&args.watch)?;
     let metrics = match (&args.metrics_addr, &args.watch.metrics_textfile) {
         (None, None) => None,
         _ => Some(exporter::install()?),
     };
+    let textfile = args.watch.metrics_textfile.as_deref();
+    if let Err(failure) = check_max_hold(&args.watch) {
+        exporter::write_at_end(textfile, metrics.as_ref(), "hold", failure.code);
+        return Err(failure);
+    }
     if let (Some(addr), Some(handle)) = (args.metrics_addr, &metrics) {
         exporter::serve(addr, handle.clone()).await?;
     }
-    let textfile = args.watch.metrics_textfile.as_deref();
     let client = match settings.connect().await {
         Ok(client) => client,
         Err(failure) => {
@@ -135,15 +138,21 @@ pub async fn hold(settings: &Settings, args: &HoldArgs) -> Result<u8, Failure> {
             return Err(failure);
         }
         let lost = guard.lost_signal();
+        let max_end = args.watch.max_hold.map(|max| Instant::now() + max);
         let margin = args
             .warn_before
             .unwrap_or_else(|| WARN_BEFORE.min(args.watch.first_lease() / 4));
         tokio::select! {
             () = lost.wait() => {
-                return Err(Failure::new(
-                    exit::LOST,
-                    format!("lock {:?} lost: no renewal was confirmed in time (or --max-hold ended it)", args.key),
-                ));
+                // The time limit's end, or a renewal that did not come (as `run` tells them).
+                let why = match max_end {
+                    Some(end) if Instant::now() + crate::run::MAX_HOLD_SLACK >= end => format!(
+                        "--max-hold ({}) ended it",
+                        crate::values::format_duration(args.watch.max_hold.unwrap_or_default())
+                    ),
+                    _ => "no renewal was confirmed in time (nodes unreachable or too slow)".to_string(),
+                };
+                return Err(Failure::new(exit::LOST, format!("lock {:?} lost: {why}", args.key)));
             }
             _ = signals.recv() => {}
             () = stdin_closed() => {}

@@ -50,7 +50,7 @@ enum Reason {
 /// How close to the end of `--max-hold` a deadline must be for the stop to be the time
 /// limit's (the watchdog caps the last renewal at the limit; a failed renewal leaves the
 /// deadline a third of a lease or more before it).
-const MAX_HOLD_SLACK: Duration = Duration::from_millis(500);
+pub const MAX_HOLD_SLACK: Duration = Duration::from_millis(500);
 
 /// The stop in progress: the kill signal was sent; KILL follows at `kill_at`.
 #[derive(Debug)]
@@ -61,6 +61,24 @@ struct Stop {
 }
 
 pub async fn run(settings: &Settings, args: &RunArgs) -> Result<u8, Failure> {
+    // Installed first: the metrics file says how the run ended, however it ended (a usage
+    // error, a command not found, nodes down).
+    let metrics = match &args.watch.metrics_textfile {
+        Some(_) => Some(crate::exporter::install()?),
+        None => None,
+    };
+    let result = supervised(settings, args).await;
+    let code = match &result {
+        Ok(code) => *code,
+        Err(failure) => failure.code,
+    };
+    let textfile = args.watch.metrics_textfile.as_deref();
+    crate::exporter::write_at_end(textfile, metrics.as_ref(), "run", code);
+    result
+}
+
+/// `run` once its metrics are set up.
+async fn supervised(settings: &Settings, args: &RunArgs) -> Result<u8, Failure> {
     crate::hold::check_max_hold(&args.watch)?;
     if args.kill_grace.is_some_and(|g| g.is_zero()) {
         return Err(Failure::usage(
@@ -88,22 +106,11 @@ pub async fn run(settings: &Settings, args: &RunArgs) -> Result<u8, Failure> {
             format_duration(grace),
         )));
     }
-    let metrics = match &args.watch.metrics_textfile {
-        Some(_) => Some(crate::exporter::install()?),
-        None => None,
-    };
     if args.hold_min.is_some_and(|d| d > quorum_lock::MAX_DURATION) {
         return Err(Failure::usage("--hold-min is longer than 365d"));
     }
     let command = Command::resolve(&args.cmd, args.shell_command.as_deref())?;
-    let textfile = args.watch.metrics_textfile.as_deref();
-    let client = match settings.connect().await {
-        Ok(client) => client,
-        Err(failure) => {
-            crate::exporter::write_at_end(textfile, metrics.as_ref(), "run", failure.code);
-            return Err(failure);
-        }
-    };
+    let client = settings.connect().await?;
     let result = async {
         // Installed before the wait, so that INT or TERM while waiting ends it cleanly.
         let mut signals = Signals::install()?;
@@ -184,11 +191,6 @@ pub async fn run(settings: &Settings, args: &RunArgs) -> Result<u8, Failure> {
     // The release (or acquire) returned at quorum: let its requests to the slower nodes
     // land before the process exits.
     client.finish_background().await;
-    let code = match &result {
-        Ok(code) => *code,
-        Err(failure) => failure.code,
-    };
-    crate::exporter::write_at_end(textfile, metrics.as_ref(), "run", code);
     result
 }
 

@@ -189,9 +189,12 @@ impl Settings {
     /// # Errors
     /// Exit 78 when the rule is not a majority of the nodes (or needs more than there are).
     pub fn required(&self) -> Result<usize, Failure> {
-        self.quorum
-            .required(self.nodes.len())
-            .map_err(|reason| Failure::config(format!("invalid configuration: quorum: {reason}")))
+        self.quorum.required(self.nodes.len()).map_err(|reason| {
+            Failure::config(format!(
+                "invalid configuration: {}",
+                crate::exit::options_in(&reason)
+            ))
+        })
     }
 
     /// The library's builder with these settings.

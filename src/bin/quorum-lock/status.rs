@@ -74,6 +74,9 @@ struct Report {
     /// The permit count given with `--permits` (semaphores).
     #[serde(skip_serializing_if = "Option::is_none")]
     permits: Option<u32>,
+    /// The quorum is every node because the key is a semaphore of more than one permit.
+    #[serde(skip)]
+    every_node: bool,
     node_status: Vec<NodeView>,
 }
 
@@ -202,6 +205,7 @@ pub async fn status(settings: &Settings, args: &StatusArgs) -> Result<u8, Failur
         held_by,
         free,
         permits: args.permits,
+        every_node: all_nodes,
         node_status: views,
     };
     if args.json {
@@ -353,9 +357,9 @@ fn text_name(name: Vec<u8>) -> String {
 
 fn plain(r: &Report) -> String {
     let mut out = String::new();
-    let every = match (r.kind, r.quorum == r.nodes) {
-        ("semaphore", true) => " (every node: a semaphore of more than one permit)",
-        _ => "",
+    let every = match r.every_node {
+        true => " (every node: a semaphore of more than one permit)",
+        false => "",
     };
     let _ = writeln!(
         out,
@@ -442,10 +446,10 @@ fn plain(r: &Report) -> String {
                 ""
             }
         ),
-        ("full", _) => format!(
-            "full (all {} permits taken on a quorum of nodes)",
-            r.permits.unwrap_or(0)
-        ),
+        ("full", _) => match r.permits.unwrap_or(0) {
+            1 => "full (its one permit taken on a quorum of nodes)".to_string(),
+            p => format!("full (all {p} permits taken on a quorum of nodes)"),
+        },
         ("taken", _) => "permits are taken on a quorum of nodes (give --permits P to tell \
                          whether one is left)"
             .to_string(),
@@ -459,7 +463,7 @@ fn plain(r: &Report) -> String {
         ),
         ("free", "semaphore") => match r.permits {
             Some(p) => format!(
-                "free (a permit of {p} is left on {} of {} nodes: an acquire can succeed)",
+                "free (fewer than {p} permits taken on {} of {} nodes: an acquire can succeed)",
                 r.free, r.nodes
             ),
             None => format!(
