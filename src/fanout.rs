@@ -288,16 +288,12 @@ where
             background,
             self.call.clone(),
             async move {
-                let rest = async { while pending.next().await.is_some() {} };
-                let mut rest = std::pin::pin!(rest);
-                let mut ran_out = tokio::time::timeout_at(deadline, rest.as_mut())
-                    .await
-                    .is_err();
+                let rest = std::pin::pin!(async { while pending.next().await.is_some() {} });
                 // Found passed long after it passed (a stalled thread): once more, as `next`.
-                if ran_out && crate::node::late(deadline, timeout) {
-                    ran_out = tokio::time::timeout(timeout, rest).await.is_err();
-                }
-                if ran_out {
+                if crate::node::until_or_late(deadline, timeout, rest)
+                    .await
+                    .is_err()
+                {
                     // Marked before the requests are dropped (with this future).
                     call.expire();
                 }

@@ -580,3 +580,16 @@ impl<F: Future<Output = Result<Value, NodeFailure>>> Future for Bounded<'_, F> {
 pub(crate) fn late(due: tokio::time::Instant, limit: Duration) -> bool {
     tokio::time::Instant::now().saturating_duration_since(due) > limit / 4
 }
+
+/// `work` until `due`; a deadline found passed long after it passed ([`late`]) gives it
+/// `limit` once more. `Err` when it did not finish.
+pub(crate) async fn until_or_late<F: Future + Unpin>(
+    due: tokio::time::Instant,
+    limit: Duration,
+    mut work: F,
+) -> Result<F::Output, tokio::time::error::Elapsed> {
+    match tokio::time::timeout_at(due, &mut work).await {
+        Err(_) if late(due, limit) => tokio::time::timeout(limit, work).await,
+        done => done,
+    }
+}

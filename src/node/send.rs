@@ -230,13 +230,9 @@ async fn follow_up_ping(
         ping_wait(timeout),
         conn.send_packed_command(&ping)
     ));
-    let due = tokio::time::Instant::now() + timeout;
-    let mut waited = tokio::time::timeout_at(due, answer.as_mut()).await;
     // Found passed long after it passed (a stalled thread): once more, as a call's deadline.
-    if waited.is_err() && super::late(due, timeout) {
-        waited = tokio::time::timeout(timeout, answer.as_mut()).await;
-    }
-    match waited {
+    let due = tokio::time::Instant::now() + timeout;
+    match super::until_or_late(due, timeout, answer.as_mut()).await {
         Ok(answer) => matches!(answer, Ok(Ok(_))),
         Err(_) => {
             backlog.waited_out();
