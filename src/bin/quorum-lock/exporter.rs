@@ -115,9 +115,13 @@ pub fn write_at_end(
     path: Option<&Path>,
     handle: Option<&PrometheusHandle>,
     command: &'static str,
-    code: u8,
+    result: &Result<u8, Failure>,
 ) {
     if let (Some(path), Some(handle)) = (path, handle) {
+        let code = match result {
+            Ok(code) => *code,
+            Err(failure) => failure.code,
+        };
         metrics::gauge!("quorum_lock_cli_exit_code", "command" => command).set(f64::from(code));
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

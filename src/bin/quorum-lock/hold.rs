@@ -2,6 +2,7 @@
 //! commands that hand the holder value to a script: `hold` (renewed until a signal or stdin
 //! closes) and `acquire` (a fixed TTL, left to expire or to `extend` / `release`).
 
+use metrics_exporter_prometheus::PrometheusHandle;
 use quorum_lock::{LockGuard, LockRequest, QuorumLock};
 use tokio::io::AsyncReadExt;
 
@@ -107,25 +108,28 @@ fn print_holder(guard: &LockGuard, key: &str, json: bool) -> Result<(), Failure>
 /// As [`take`]; 75 when the lock is lost while held (or `--max-hold` ends it), or when the
 /// release finds it no longer held by a quorum.
 pub async fn hold(settings: &Settings, args: &HoldArgs) -> Result<u8, Failure> {
+    // Installed first: the metrics file says how `hold` ended, however it ended.
     let metrics = match (&args.metrics_addr, &args.watch.metrics_textfile) {
         (None, None) => None,
         _ => Some(exporter::install()?),
     };
+    let result = held(settings, args, metrics.as_ref()).await;
     let textfile = args.watch.metrics_textfile.as_deref();
-    if let Err(failure) = check_max_hold(&args.watch) {
-        exporter::write_at_end(textfile, metrics.as_ref(), "hold", failure.code);
-        return Err(failure);
-    }
-    if let (Some(addr), Some(handle)) = (args.metrics_addr, &metrics) {
+    exporter::write_at_end(textfile, metrics.as_ref(), "hold", &result);
+    result
+}
+
+/// `hold` once its metrics are set up.
+async fn held(
+    settings: &Settings,
+    args: &HoldArgs,
+    metrics: Option<&PrometheusHandle>,
+) -> Result<u8, Failure> {
+    check_max_hold(&args.watch)?;
+    if let (Some(addr), Some(handle)) = (args.metrics_addr, metrics) {
         exporter::serve(addr, handle.clone()).await?;
     }
-    let client = match settings.connect().await {
-        Ok(client) => client,
-        Err(failure) => {
-            exporter::write_at_end(textfile, metrics.as_ref(), "hold", failure.code);
-            return Err(failure);
-        }
-    };
+    let client = settings.connect().await?;
     let result = async {
         let mut signals = Signals::install()?;
         let taken = take_watched(&client, &mut signals, &args.key, &args.watch);
@@ -145,12 +149,12 @@ pub async fn hold(settings: &Settings, args: &HoldArgs) -> Result<u8, Failure> {
         tokio::select! {
             () = lost.wait() => {
                 // The time limit's end, or a renewal that did not come (as `run` tells them).
-                let why = match max_end {
-                    Some(end) if Instant::now() + crate::run::MAX_HOLD_SLACK >= end => format!(
+                let why = match crate::run::max_hold_reached(max_end, guard.deadline()) {
+                    true => format!(
                         "--max-hold ({}) ended it",
                         crate::values::format_duration(args.watch.max_hold.unwrap_or_default())
                     ),
-                    _ => "no renewal was confirmed in time (nodes unreachable or too slow)".to_string(),
+                    false => "no renewal was confirmed in time (nodes unreachable or too slow)".to_string(),
                 };
                 return Err(Failure::new(exit::LOST, format!("lock {:?} lost: {why}", args.key)));
             }
@@ -168,11 +172,6 @@ pub async fn hold(settings: &Settings, args: &HoldArgs) -> Result<u8, Failure> {
     // The release (or acquire) returned at quorum: let its requests to the slower nodes
     // land before the process exits.
     client.finish_background().await;
-    let code = match &result {
-        Ok(code) => *code,
-        Err(failure) => failure.code,
-    };
-    exporter::write_at_end(textfile, metrics.as_ref(), "hold", code);
     result
 }
 

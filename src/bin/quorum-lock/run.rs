@@ -50,7 +50,13 @@ enum Reason {
 /// How close to the end of `--max-hold` a deadline must be for the stop to be the time
 /// limit's (the watchdog caps the last renewal at the limit; a failed renewal leaves the
 /// deadline a third of a lease or more before it).
-pub const MAX_HOLD_SLACK: Duration = Duration::from_millis(500);
+const MAX_HOLD_SLACK: Duration = Duration::from_millis(500);
+
+/// Whether a lock whose deadline is (or was, when it was lost) `deadline` ends at its
+/// `--max-hold` (`max_end`), rather than for a renewal that did not come.
+pub fn max_hold_reached(max_end: Option<Instant>, deadline: Instant) -> bool {
+    max_end.is_some_and(|end| deadline + MAX_HOLD_SLACK >= end)
+}
 
 /// The stop in progress: the kill signal was sent; KILL follows at `kill_at`.
 #[derive(Debug)]
@@ -68,12 +74,8 @@ pub async fn run(settings: &Settings, args: &RunArgs) -> Result<u8, Failure> {
         None => None,
     };
     let result = supervised(settings, args).await;
-    let code = match &result {
-        Ok(code) => *code,
-        Err(failure) => failure.code,
-    };
     let textfile = args.watch.metrics_textfile.as_deref();
-    crate::exporter::write_at_end(textfile, metrics.as_ref(), "run", code);
+    crate::exporter::write_at_end(textfile, metrics.as_ref(), "run", &result);
     result
 }
 
@@ -239,8 +241,10 @@ async fn supervise(
             () = tokio::time::sleep_until(wake) => match &mut stop {
                 // The deadline is read again: a confirmed renewal has moved it.
                 None if Instant::now() + grace >= guard.deadline() => {
-                    let limit = max_end.is_some_and(|end| guard.deadline() + MAX_HOLD_SLACK >= end);
-                    let reason = if limit { Reason::MaxHold } else { Reason::NotRenewed };
+                    let reason = match max_hold_reached(max_end, guard.deadline()) {
+                        true => Reason::MaxHold,
+                        false => Reason::NotRenewed,
+                    };
                     stop = Some(begin_stop(reason, guard, group, args.kill_signal, grace));
                 }
                 Some(s) if !s.killed && Instant::now() >= s.kill_at => {
