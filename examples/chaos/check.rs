@@ -152,6 +152,26 @@ struct HoldRecord {
     end: Option<u64>,
 }
 
+impl HoldRecord {
+    /// A report, at `time`, that the guard's deadline is `deadline`. A call with a kept
+    /// holder value (`stale`) may shorten the lease, never lengthen what the hold's client
+    /// believes.
+    fn reported(&mut self, time: u64, deadline: u64, stale: bool) {
+        if stale {
+            self.deadline = self.deadline.min(deadline);
+        } else if self.end.is_none() {
+            self.deadline = deadline;
+        }
+        if deadline < self.certain_until || stale {
+            self.certain_until = self.certain_until.min(deadline);
+        } else if !self.gap && time <= self.certain_until {
+            self.certain_until = deadline;
+        } else {
+            self.gap = true;
+        }
+    }
+}
+
 fn hold_of(word: &str) -> Option<Hold> {
     match word {
         "x" => Some(Hold::Exclusive),
@@ -305,21 +325,8 @@ pub fn check(mut ops: Vec<Op>, bound: u64) -> Report {
         // Every report of a guard's deadline is the guard's belief from then on.
         if let (Some(g), Some(deadline)) = (guard, op.u64("deadline")) {
             if let Some(h) = holds.get_mut(&g) {
-                // A call with a kept holder value (`stale`) may shorten the lease, never
-                // lengthen what the hold's client believes.
                 let stale = invoke.and_then(|i| i.bool("stale")) == Some(true);
-                if stale {
-                    h.deadline = h.deadline.min(deadline);
-                } else if h.end.is_none() {
-                    h.deadline = deadline;
-                }
-                if deadline < h.certain_until || stale {
-                    h.certain_until = h.certain_until.min(deadline);
-                } else if !h.gap && op.time <= h.certain_until {
-                    h.certain_until = deadline;
-                } else {
-                    h.gap = true;
-                }
+                h.reported(op.time, deadline, stale);
             }
         }
         if let ("acquire", Some(g), Some(invoke)) = (op.f.as_str(), guard, invoke) {

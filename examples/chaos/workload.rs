@@ -537,33 +537,13 @@ impl Client {
             Some(after) => tokio::time::timeout(after, acquire).await.ok(),
             None => Some(acquire.await),
         };
-        let guard = match result {
-            None => {
-                let info = json!({"guard": g, "error": "cancelled"});
-                self.complete("acquire", n, Outcome::Info(info));
-                return;
-            }
-            Some(Ok(None)) => {
-                self.complete(
-                    "acquire",
-                    n,
-                    Outcome::Fail(json!({"guard": g, "error": "busy"})),
-                );
-                return;
-            }
-            Some(Err(e)) => {
-                let failed = Self::failed(g, &e, all);
-                self.complete("acquire", n, failed);
+        let failed = matches!(result, Some(Err(_)));
+        let Some(guard) = self.acquired(g, n, result, all) else {
+            if failed {
                 tokio::time::sleep(Duration::from_millis(self.rng.random_range(0..20))).await;
-                return;
             }
-            Some(Ok(Some(guard))) => guard,
+            return;
         };
-        let ok = json!({
-            "guard": g, "token": guard.fencing_token(), "deadline": instant_nanos(guard.deadline()),
-        });
-        self.complete("acquire", n, Outcome::Ok(ok));
-        self.tally.holds += 1;
         let exclusive = matches!(kind.hold(), "x" | "p1");
         let steps = self.rng.random_range(0..6);
         for _ in 0..steps {
@@ -658,24 +638,31 @@ impl Client {
             .ttl(lease)
             .try_acquire()
             .await;
-        match result {
-            Ok(Some(guard)) => {
-                let ok = json!({"guard": g, "deadline": Self::deadline(&guard)});
-                self.complete("acquire", n, Outcome::Ok(ok));
+        Some((g, self.acquired(g, n, Some(result), false)?))
+    }
+
+    /// Completes acquire `n` of guard `g` (`None`: cancelled): ok with the guard's fencing
+    /// token and deadline, busy, or failed; the guard when it was taken.
+    fn acquired(
+        &mut self,
+        g: u64,
+        n: u64,
+        result: Option<Result<Option<LockGuard>, Error>>,
+        all: bool,
+    ) -> Option<LockGuard> {
+        let outcome = match &result {
+            None => Outcome::Info(json!({"guard": g, "error": "cancelled"})),
+            Some(Ok(None)) => Outcome::Fail(json!({"guard": g, "error": "busy"})),
+            Some(Err(e)) => Self::failed(g, e, all),
+            Some(Ok(Some(guard))) => {
                 self.tally.holds += 1;
-                Some((g, guard))
+                Outcome::Ok(json!({
+                    "guard": g, "token": guard.fencing_token(), "deadline": Self::deadline(guard),
+                }))
             }
-            Ok(None) => {
-                let busy = json!({"guard": g, "error": "busy"});
-                self.complete("acquire", n, Outcome::Fail(busy));
-                None
-            }
-            Err(e) => {
-                let failed = Self::failed(g, &e, false);
-                self.complete("acquire", n, failed);
-                None
-            }
-        }
+        };
+        self.complete("acquire", n, outcome);
+        result?.ok()?
     }
 
     /// A call by a holder value whose hold has ended, from another client, after a while.
