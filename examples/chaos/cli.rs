@@ -45,34 +45,20 @@ pub fn parse_from(argv: impl IntoIterator<Item = String>) -> Result<Args, String
         let run = &mut args.run;
         match flag.as_str() {
             "--seconds" => {
-                run.seconds = value()?
-                    .parse()
-                    .ok()
-                    .filter(|s| (1..=86_400).contains(s))
-                    .ok_or_else(|| "--seconds: a whole number, 1 to 86400".to_string())?
+                run.seconds = number(
+                    value()?,
+                    1..=86_400,
+                    "--seconds: a whole number, 1 to 86400",
+                )?
             }
-            "--seed" => {
-                run.seed = value()?
-                    .parse()
-                    .map_err(|_| "--seed: a whole number".to_string())?
-            }
+            "--seed" => run.seed = number(value()?, 0..=u64::MAX, "--seed: a whole number")?,
             "--history" => run.history = Some(value()?.into()),
             "--latency-ms" => {
-                let ms: u64 = value()?
-                    .parse()
-                    .ok()
-                    .filter(|ms| *ms <= 200)
-                    .ok_or_else(|| "--latency-ms: 0 to 200".to_string())?;
+                let ms = number(value()?, 0..=200, "--latency-ms: 0 to 200")?;
                 run.base_latency = (ms > 0).then(|| std::time::Duration::from_millis(ms));
             }
             "--check" => args.check = Some(value()?.into()),
-            "--clients" => {
-                run.clients = value()?
-                    .parse()
-                    .ok()
-                    .filter(|c| (1..=64).contains(c))
-                    .ok_or_else(|| "--clients: 1 to 64".to_string())?
-            }
+            "--clients" => run.clients = number(value()?, 1..=64, "--clients: 1 to 64")?,
             "--quorum" => match value()?.as_str() {
                 "majority" => run.quorum4 = false,
                 "4" => run.quorum4 = true,
@@ -101,13 +87,7 @@ pub fn parse_from(argv: impl IntoIterator<Item = String>) -> Result<Args, String
                 }
                 run.kinds = Some(kinds);
             }
-            "--shrink" => {
-                args.shrink = value()?
-                    .parse()
-                    .ok()
-                    .filter(|n| (1..=100).contains(n))
-                    .ok_or_else(|| "--shrink: runs, 1 to 100".to_string())?
-            }
+            "--shrink" => args.shrink = number(value()?, 1..=100, "--shrink: runs, 1 to 100")?,
             "--fail-point" => {
                 use quorum_lock::failpoints::FailPoint;
                 let name = value()?;
@@ -134,4 +114,16 @@ pub fn parse_from(argv: impl IntoIterator<Item = String>) -> Result<Args, String
         return Err("--latency-ms: cluster nodes have no proxies".into());
     }
     Ok(args)
+}
+
+/// `text` as a number within `range`, or the usage error `message`.
+fn number<T: std::str::FromStr + PartialOrd>(
+    text: String,
+    range: std::ops::RangeInclusive<T>,
+    message: &str,
+) -> Result<T, String> {
+    text.parse()
+        .ok()
+        .filter(|n| range.contains(n))
+        .ok_or_else(|| message.to_string())
 }
