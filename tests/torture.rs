@@ -19,7 +19,7 @@
 //! fault, and how often readers and permits actually shared their key. Negative controls
 //! prove that the checker fails when the assumptions are broken.
 //!
-//! Short mode (CI): 30 s per run. Long mode: `QUORUM_LOCK_TORTURE_SECS=600 cargo test
+//! Short mode (the README's test command, and CI): 20 s per run. Long mode: `QUORUM_LOCK_TORTURE_SECS=600 cargo test
 //! --all-features --test torture torture_ -- --nocapture --test-threads=1`. Re-run a schedule
 //! with `QUORUM_LOCK_TORTURE_SEED` (the fault schedule and the clients' choices are seeded;
 //! timing is not, so a re-run replays the same plan, not the same interleaving).
@@ -97,7 +97,7 @@ async fn torture(test: &str, at_least: Option<usize>, schedule: Schedule) {
         return;
     }
 
-    let secs = env_u64("QUORUM_LOCK_TORTURE_SECS").unwrap_or(30);
+    let secs = env_u64("QUORUM_LOCK_TORTURE_SECS").unwrap_or(20);
     let seed = env_u64("QUORUM_LOCK_TORTURE_SEED").unwrap_or_else(rand::random);
     println!("{test}: {secs} s, seed {seed} (re-run with QUORUM_LOCK_TORTURE_SEED={seed})");
     let fleet = Fleet::builder()
@@ -224,7 +224,7 @@ async fn torture(test: &str, at_least: Option<usize>, schedule: Schedule) {
         "too few faults: {:?}",
         faults.counts
     );
-    // The main paths ran (each is expected dozens of times in 30 s, so missing one means
+    // The main paths ran (each is expected dozens of times in 20 s, so missing one means
     // the plan is broken, not bad luck); the table above shows the rest.
     let ran: std::collections::BTreeSet<&str> = events.iter().map(|e| e.path).collect();
     // A semaphore under `Quorum::All` cannot be taken while a node is stopped: with one
