@@ -18,9 +18,6 @@
 //! - `testkit`: [`testkit`], real `redis-server` fleets with failure injection (kill, pause,
 //!   restart, fault proxy, clock jumps), and history recording and checking, for your own
 //!   tests too.
-//! - `containers` (alias `testcontainers`): [`testkit::containers`], fleets in Docker
-//!   containers (driven through the `docker` command) with network
-//!   partitions between two client sides (needs Docker and a local Redis image).
 //! - `metrics`: metrics through the [`metrics`](https://docs.rs/metrics) facade (names and
 //!   labels in the README's "Metrics" table; no exporter is chosen for you).
 //! - `cli`: the `quorum-lock` command (a binary; it turns on `tls` and `metrics`).
@@ -92,10 +89,6 @@
 #![cfg_attr(
     not(feature = "testkit"),
     doc = "[`testkit`]: https://docs.rs/quorum-lock/latest/quorum_lock/testkit/index.html"
-)]
-#![cfg_attr(
-    not(feature = "containers"),
-    doc = "[`testkit::containers`]: https://docs.rs/quorum-lock/latest/quorum_lock/testkit/containers/index.html"
 )]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![deny(unsafe_code)]

@@ -1,96 +1,14 @@
-//! The removal of what a container fleet created: by id when the fleet is dropped
-//! ([`Resources`]), or, should the process die first, by the reaper process ([`Reaper`]).
+//! Should the test process die without dropping its fleet (killed, aborted, or a fleet kept
+//! in a static, which is never dropped), the reaper process removes what the fleet created
+//! ([`Reaper`]); a fleet that is dropped removes its containers and networks itself (see
+//! `Inner`'s `Drop`) and stands its reaper down. testcontainers has no such reaper of its
+//! own: its containers are removed when dropped, and a process killed outright drops nothing.
 
 use std::io::{self, Write};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::{Mutex, MutexGuard};
 
-use super::docker::{self, docker, LABEL};
-
-/// Everything a fleet created, removed by id when it is dropped; the reaper holds the same
-/// ids in case the process dies first.
-#[derive(Debug)]
-pub(super) struct Resources {
-    /// Containers, then networks, in creation order.
-    created: Mutex<Vec<(&'static str, String)>>,
-    reaper: Mutex<Reaper>,
-    /// The fleet's label (`quorum-lock.testkit=<fleet id>`), on every container it runs.
-    label: String,
-}
-
-impl Resources {
-    pub(super) fn new(fleet: &str) -> io::Result<Resources> {
-        Ok(Resources {
-            created: Mutex::new(Vec::new()),
-            reaper: Mutex::new(Reaper::spawn(fleet)?),
-            label: format!("{}={fleet}", docker::LABEL),
-        })
-    }
-
-    pub(super) fn created(&self, kind: &'static str, id: &str) -> io::Result<()> {
-        self.list().push((kind, id.to_string()));
-        self.reaper
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .watch(kind, id)
-    }
-
-    pub(super) fn removed(&self, id: &str) {
-        self.list().retain(|(_, known)| known != id);
-    }
-
-    fn list(&self) -> MutexGuard<'_, Vec<(&'static str, String)>> {
-        self.created.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-impl Drop for Resources {
-    fn drop(&mut self) {
-        let created = std::mem::take(&mut *self.list());
-        let ids = |kind: &str| -> Vec<String> {
-            created
-                .iter()
-                .filter(|(k, _)| *k == kind)
-                .map(|(_, id)| id.clone())
-                .collect()
-        };
-        let (mut containers, networks) = (ids("container"), ids("network"));
-        // Also any container of this fleet whose id was never learnt: `docker run` creates
-        // it before starting it, and a start that fails prints no id. The label is this
-        // fleet's own (a fresh id), so nothing else matches.
-        if let Ok(listed) = docker(&[
-            "ps",
-            "--all",
-            "--quiet",
-            "--filter",
-            &format!("label={}", self.label),
-        ]) {
-            for id in listed.split_whitespace() {
-                if !containers.iter().any(|known| known.starts_with(id)) {
-                    containers.push(id.to_string());
-                }
-            }
-        }
-        // Containers first: a network with containers on it cannot be removed.
-        let mut removed = true;
-        if !containers.is_empty() {
-            let mut args = vec!["rm".to_string(), "--force".into(), "--volumes".into()];
-            args.extend(containers);
-            removed &= docker(&args).is_ok();
-        }
-        if !networks.is_empty() {
-            let mut args = vec!["network".to_string(), "rm".into()];
-            args.extend(networks);
-            removed &= docker(&args).is_ok();
-        }
-        let reaper = self.reaper.get_mut().unwrap_or_else(|p| p.into_inner());
-        if removed {
-            reaper.stand_down();
-        }
-        // Otherwise the reaper, whose pipe closes as it is dropped here, tries once more.
-    }
-}
+use super::engine::LABEL;
 
 /// A `sh` process that removes a fleet's containers and networks when the fleet's process
 /// dies without dropping the fleet (killed, aborted, or a fleet kept in a static): it reads

@@ -1,100 +1,149 @@
-//! The `docker` command for container fleets: running it, bridge networks on free subnets, and
-//! readiness from a container's log.
+//! The Docker engine as the fleets use it: a runtime of the fleet's own that every operation
+//! runs on, the engine's client (bollard, as the testcontainers crate re-exports it), images,
+//! bridge networks on free subnets, links made and cut at fixed addresses, kills, and a
+//! container's readiness and logs.
 //!
-//! The command, not an API client: it negotiates the API version with the engine (a client
-//! library pins one, and engines older than that version refuse every call), and it needs no
-//! async runtime, so fleets work from any test's runtime, from statics and from `Drop`.
+//! Containers are created, started, paused and removed through testcontainers; what the crate
+//! has no call for (a network with a fixed subnet, an address pinned on a network, a SIGKILL)
+//! goes to the same engine through bollard. bollard builds each request's path without an API
+//! version prefix, so the engine answers at its own version: tried on Docker Engine 20.10 (API
+//! 1.41), which refuses a client that names a later version in the path. That is how these
+//! crates work today, not a promise: the smoke test in tests/containers.rs says so loudly
+//! should a later bollard name a version this engine refuses.
 
-use std::io::{self, BufRead, BufReader};
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
 use std::net::Ipv4Addr;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use testcontainers::bollard::models::{
+    EndpointIpamConfig, EndpointSettings, Ipam, IpamConfig, NetworkConnectRequest,
+    NetworkCreateRequest, NetworkDisconnectRequest,
+};
+use testcontainers::bollard::query_parameters::{
+    InspectContainerOptions, KillContainerOptionsBuilder, ListContainersOptionsBuilder,
+    LogsOptionsBuilder, RemoveContainerOptionsBuilder,
+};
+use testcontainers::bollard::Docker;
 
 /// The label on every container and network a fleet creates; its value is the fleet's id.
 pub(crate) const LABEL: &str = "quorum-lock.testkit";
 
 /// What redis-server logs once it serves clients (after loading its AOF).
-const READY_LINE: &str = "Ready to accept connections";
+pub(crate) const READY_LINE: &str = "Ready to accept connections";
 
-/// Runs `docker` with `args` and returns its standard output, trimmed.
-///
-/// # Errors
-/// The command is missing (the message says so), or it failed (the message holds its
-/// standard error).
-pub(crate) fn docker<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> io::Result<String> {
-    let out = command()
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| {
-            if e.kind() == io::ErrorKind::NotFound {
-                io::Error::new(
-                    io::ErrorKind::NotFound,
-                    "the docker command is not on PATH: container fleets drive Docker through it",
-                )
-            } else {
-                e
+/// The engine's client and the runtime every operation of one fleet runs on. A runtime of the
+/// fleet's own: the caller's executor may be any (or a test's runtime that ends before a
+/// fleet kept in a static), and testcontainers removes a container it drops through the
+/// runtime it is dropped in.
+#[derive(Debug)]
+pub(crate) struct Engine {
+    runtime: Option<tokio::runtime::Runtime>,
+    pub(crate) docker: Docker,
+}
+
+/// An engine error as an `io::Error`, with what was being done.
+pub(crate) fn failed(what: &str, e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(format!("{what}: {e}"))
+}
+
+impl Engine {
+    /// A client for the engine `DOCKER_HOST` names (the local socket by default) and the
+    /// fleet's runtime.
+    pub(crate) fn new() -> io::Result<Engine> {
+        let docker = Docker::connect_with_defaults()
+            .map_err(|e| failed("connecting to the Docker engine", e))?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("quorum-lock-containers")
+            .enable_all()
+            .build()?;
+        Ok(Engine {
+            runtime: Some(runtime),
+            docker,
+        })
+    }
+
+    fn runtime(&self) -> &tokio::runtime::Runtime {
+        self.runtime
+            .as_ref()
+            .expect("the runtime lives until the fleet is dropped")
+    }
+
+    /// Runs `op` on the fleet's runtime and waits for it from any executor. If the waiting
+    /// future is dropped, `op` still runs to the end.
+    pub(crate) async fn run<T, F>(&self, op: F) -> io::Result<T>
+    where
+        F: Future<Output = io::Result<T>> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.runtime()
+            .spawn(op)
+            .await
+            .map_err(|e| io::Error::other(format!("a container operation panicked: {e}")))?
+    }
+
+    /// Runs `op` on the fleet's runtime and blocks this thread until it ends (from a thread of
+    /// its own: the caller may be inside a runtime, where blocking on another is refused).
+    pub(crate) fn block<T, F>(&self, op: F) -> T
+    where
+        F: Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let handle = self.runtime().handle().clone();
+        std::thread::spawn(move || handle.block_on(op))
+            .join()
+            .expect("a blocking container operation panicked")
+    }
+
+    /// Runs `op` on the fleet's runtime and blocks this thread until it ends: for `Drop`, from
+    /// a thread of its own (the caller may be inside a runtime, where blocking on another one
+    /// is refused), and then shuts the runtime down.
+    pub(crate) fn finish<F>(&mut self, op: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        if let Some(runtime) = self.runtime.take() {
+            let ended = std::thread::spawn(move || {
+                let _ = runtime.block_on(runtime.spawn(op));
+                drop(runtime);
+            })
+            .join();
+            if ended.is_err() {
+                eprintln!(
+                    "quorum-lock-containers: removing a fleet panicked; its reaper removes it"
+                );
             }
-        })?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-    } else {
-        let shown: Vec<String> = args
-            .iter()
-            .map(|a| a.as_ref().to_string_lossy().into_owned())
-            .take(4)
-            .collect();
-        Err(io::Error::other(format!(
-            "docker {} failed ({}): {}",
-            shown.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        )))
+        }
     }
 }
 
-/// The `docker` command, in a process group of its own: a Ctrl-C meant for the tests must
-/// not interrupt an operation half-way in the engine (a container created but never
-/// reported); the operation completes, and the fleet's reaper removes what it made.
-fn command() -> Command {
-    let mut cmd = Command::new("docker");
-    cmd.process_group(0);
-    cmd
-}
-
-/// Runs `f` on a thread of its own and waits for it without blocking the caller's executor
-/// (any executor: the answer comes through a channel). If the waiting future is dropped, `f`
-/// still runs to the end.
-pub(crate) async fn off_thread<T, F>(f: F) -> io::Result<T>
-where
-    F: FnOnce() -> io::Result<T> + Send + 'static,
-    T: Send + 'static,
-{
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name("quorum-lock-docker".into())
-        .spawn(move || {
-            let _ = tx.send(f());
-        })?;
-    rx.await
-        .map_err(|_| io::Error::other("a docker command's thread panicked"))?
+impl Drop for Engine {
+    /// A runtime not shut down by [`Engine::finish`] (a start that failed) stops in the
+    /// background: dropping it here could block inside the caller's runtime, which panics.
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 /// Checks that the engine answers and has `image`, without ever pulling it.
-pub(crate) fn check_image(image: &str) -> io::Result<()> {
-    match docker(&["image", "inspect", "--format", "{{.Id}}", image]) {
+pub(crate) async fn check_image(docker: &Docker, image: &str) -> io::Result<()> {
+    match docker.inspect_image(image).await {
         Ok(_) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(e),
-        Err(e) if e.to_string().contains("No such image") => Err(io::Error::new(
-            io::ErrorKind::NotFound,
-            format!(
-                "the image {image} is not on this machine, and the test kit never pulls one: \
-                 build it with docker/build-image.sh (it packs the machine's redis-server), or \
-                 set QUORUM_LOCK_REDIS_IMAGE to a Redis image that is present"
-            ),
-        )),
+        Err(e) if e.to_string().contains("No such image") || e.to_string().contains("404") => {
+            Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!(
+                    "the image {image} is not on this machine, and the test kit never pulls one: \
+                     build it with docker/build-image.sh (it packs the machine's redis-server), \
+                     or set QUORUM_LOCK_REDIS_IMAGE to a Redis image that is present"
+                ),
+            ))
+        }
         Err(e) => Err(io::Error::other(format!(
             "the Docker engine did not answer (is it running, and may this user use it?): {e}"
         ))),
@@ -113,8 +162,14 @@ pub(crate) fn address(subnet: Subnet, host: u8) -> Ipv4Addr {
 /// returns its id and subnet. Subnets are drawn at random from 172.28.0.0/14 (1,024 of them);
 /// one that a route of this machine covers is skipped, and one that Docker refuses because
 /// another network has it (another fleet, maybe in another process, drew it first) is
-/// retried with another draw.
-pub(crate) fn create_network(name: &str, fleet: &str) -> io::Result<(String, Subnet)> {
+/// retried with another draw. Addresses the engine hands out itself (a container's first
+/// address, before it is pinned) come from the upper half, [`DYNAMIC_RANGE`]; pinned ones
+/// are below it.
+pub(crate) async fn create_network(
+    docker: &Docker,
+    name: &str,
+    fleet: &str,
+) -> io::Result<(String, Subnet)> {
     let routes = host_routes();
     let mut last = None;
     for _ in 0..64 {
@@ -125,30 +180,124 @@ pub(crate) fn create_network(name: &str, fleet: &str) -> io::Result<(String, Sub
         {
             continue;
         }
-        let cidr = format!("{}/24", address(subnet, 0));
-        let gateway = address(subnet, 1).to_string();
-        let label = format!("{LABEL}={fleet}");
-        match docker(&[
-            "network",
-            "create",
-            "--driver",
-            "bridge",
-            "--subnet",
-            &cidr,
-            "--gateway",
-            &gateway,
-            "--label",
-            &label,
-            name,
-        ]) {
-            Ok(id) => return Ok((id, subnet)),
-            Err(e) if e.to_string().contains("overlaps") => last = Some(e),
-            Err(e) => return Err(e),
+        let request = NetworkCreateRequest {
+            name: name.to_string(),
+            driver: Some("bridge".into()),
+            ipam: Some(Ipam {
+                config: Some(vec![IpamConfig {
+                    subnet: Some(format!("{}/24", address(subnet, 0))),
+                    ip_range: Some(format!("{}/25", address(subnet, DYNAMIC_RANGE))),
+                    gateway: Some(address(subnet, 1).to_string()),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            labels: Some(HashMap::from([(LABEL.to_string(), fleet.to_string())])),
+            ..Default::default()
+        };
+        match docker.create_network(request).await {
+            Ok(created) => return Ok((created.id, subnet)),
+            Err(e) if e.to_string().contains("overlaps") => last = Some(e.to_string()),
+            Err(e) => return Err(failed("creating a network", e)),
         }
     }
-    Err(last.unwrap_or_else(|| {
-        io::Error::other("no free /24 in 172.28.0.0/14: this machine's routes cover them all")
-    }))
+    Err(io::Error::other(last.unwrap_or_else(|| {
+        "no free /24 in 172.28.0.0/14: this machine's routes cover them all".into()
+    })))
+}
+
+/// The first host number of the addresses the engine hands out itself (x.x.x.128/25).
+pub(crate) const DYNAMIC_RANGE: u8 = 128;
+
+/// Joins `container` to `network` at `ip`.
+pub(crate) async fn connect(
+    docker: &Docker,
+    network: &str,
+    container: &str,
+    ip: Ipv4Addr,
+) -> io::Result<()> {
+    let request = NetworkConnectRequest {
+        container: container.to_string(),
+        endpoint_config: Some(EndpointSettings {
+            ipam_config: Some(EndpointIpamConfig {
+                ipv4_address: Some(ip.to_string()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+    };
+    docker.connect_network(network, request).await.map_err(|e| {
+        failed(
+            &format!("joining {} to its network at {ip}", short(container)),
+            e,
+        )
+    })
+}
+
+/// Takes `container` off `network`.
+pub(crate) async fn disconnect(docker: &Docker, network: &str, container: &str) -> io::Result<()> {
+    let request = NetworkDisconnectRequest {
+        container: container.to_string(),
+        force: Some(true),
+    };
+    docker
+        .disconnect_network(network, request)
+        .await
+        .map_err(|e| failed(&format!("cutting {} from a network", short(container)), e))
+}
+
+/// SIGKILLs `container` (also when paused) and waits until the engine says it has stopped.
+pub(crate) async fn kill(docker: &Docker, container: &str) -> io::Result<()> {
+    let options = KillContainerOptionsBuilder::new().signal("KILL").build();
+    docker
+        .kill_container(container, Some(options))
+        .await
+        .map_err(|e| failed(&format!("killing {}", short(container)), e))?;
+    let started = Instant::now();
+    loop {
+        let state = docker
+            .inspect_container(container, None::<InspectContainerOptions>)
+            .await
+            .map_err(|e| failed(&format!("inspecting {}", short(container)), e))?
+            .state;
+        if !state.and_then(|s| s.running).unwrap_or(false) {
+            return Ok(());
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            return Err(io::Error::other(format!(
+                "container {} still runs 30 s after SIGKILL",
+                short(container)
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Removes the containers and the networks of the fleet whose label value is `fleet` (the
+/// containers first: a network with containers on it cannot be removed). Whether all went.
+pub(crate) async fn remove_fleet(docker: &Docker, fleet: &str, networks: &[String]) -> bool {
+    let filters = HashMap::from([("label", vec![format!("{LABEL}={fleet}")])]);
+    let listed = docker
+        .list_containers(Some(
+            ListContainersOptionsBuilder::new()
+                .all(true)
+                .filters(&filters)
+                .build(),
+        ))
+        .await;
+    let mut removed = listed.is_ok();
+    for container in listed.unwrap_or_default() {
+        let Some(id) = container.id else { continue };
+        let options = RemoveContainerOptionsBuilder::new()
+            .force(true)
+            .v(true)
+            .build();
+        removed &= docker.remove_container(&id, Some(options)).await.is_ok();
+    }
+    for network in networks {
+        removed &= docker.remove_network(network).await.is_ok();
+    }
+    removed
 }
 
 /// The destinations and masks of this machine's routes other than the default one (none
@@ -184,65 +333,68 @@ fn overlaps(subnet: Subnet, dest: u32, mask: u32) -> bool {
     net & shorter == dest & shorter
 }
 
-/// Waits until container `id` has logged the ready line `starts` times in all (once per run),
+/// Waits until `container` has logged the ready line `starts` times in all (once per run),
 /// i.e. its latest start serves clients.
 ///
 /// # Errors
 /// The container stopped first, or `limit` passed; the message holds its log.
-pub(crate) fn wait_ready(id: &str, starts: usize, limit: Duration) -> io::Result<()> {
-    let mut follower = command()
-        .args(["logs", "--follow", id])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()?;
-    let (tx, rx) = mpsc::channel();
-    let stdout = follower.stdout.take().expect("piped");
-    std::thread::spawn(move || {
-        let mut seen = 0;
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if line.contains(READY_LINE) {
-                seen += 1;
-                if seen == starts {
-                    let _ = tx.send(true);
-                }
+pub(crate) async fn wait_ready(
+    docker: &Docker,
+    container: &str,
+    starts: usize,
+    limit: Duration,
+) -> io::Result<()> {
+    let options = LogsOptionsBuilder::new()
+        .follow(true)
+        .stdout(true)
+        .stderr(true)
+        .build();
+    let mut log = docker.logs(container, Some(options));
+    let started = Instant::now();
+    let mut text = String::new();
+    let ready = tokio::time::timeout(limit, async {
+        while let Some(Ok(chunk)) = log.next().await {
+            text.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
+            if text.matches(READY_LINE).count() >= starts {
+                return true;
             }
         }
-        // End of the log: the container stopped (or the follower was killed).
-        let _ = tx.send(false);
-    });
-    let started = Instant::now();
-    let outcome = rx.recv_timeout(limit);
-    let _ = follower.kill();
-    let _ = follower.wait();
-    match outcome {
+        // End of the log: the container stopped.
+        false
+    })
+    .await;
+    match ready {
         Ok(true) => Ok(()),
-        Ok(false) | Err(_) => {
+        outcome => {
             let why = match outcome {
                 Ok(_) => "stopped before it was ready",
                 Err(_) => "was not ready in time",
             };
             Err(io::Error::other(format!(
                 "container {} {why} ({:?}); its log:\n{}",
-                short(id),
+                short(container),
                 started.elapsed(),
-                logs(id)
+                logs(docker, container).await
             )))
         }
     }
 }
 
-/// Container `id`'s log (standard output and error), or why it could not be read.
-pub(crate) fn logs(id: &str) -> String {
-    match command().args(["logs", id]).stdin(Stdio::null()).output() {
-        Ok(out) => format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-        Err(e) => format!("(docker logs failed: {e})\n"),
+/// `container`'s log (standard output and error), or why it could not be read.
+pub(crate) async fn logs(docker: &Docker, container: &str) -> String {
+    let options = LogsOptionsBuilder::new().stdout(true).stderr(true).build();
+    let mut log = docker.logs(container, Some(options));
+    let mut text = String::new();
+    while let Some(chunk) = log.next().await {
+        match chunk {
+            Ok(chunk) => text.push_str(&String::from_utf8_lossy(&chunk.into_bytes())),
+            Err(e) => {
+                text.push_str(&format!("(reading the log failed: {e})\n"));
+                break;
+            }
+        }
     }
+    text
 }
 
 /// The first 12 characters of an id, as `docker ps` shows it.

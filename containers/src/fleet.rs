@@ -1,13 +1,13 @@
 //! The container fleet as tests see it: [`ContainerFleet`], its operations (all `async`, each
-//! on a thread of its own), and [`ContainerFleetBuilder`], which makes one.
+//! on the fleet's own runtime), and [`ContainerFleetBuilder`], which makes one.
 
 use std::io;
 use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex};
 
-use super::cleanup::Resources;
-use super::docker;
-use super::nodes::{Inner, Network, Node, Spec};
+use super::cleanup::Reaper;
+use super::engine::{self, Engine};
+use super::nodes::{Action, Inner, Network, Spec, View};
 use super::{Side, DEFAULT_IMAGE, DURABLE, IMAGE_VAR, MAX_NODES, PORT};
 
 /// Options for a container fleet.
@@ -52,16 +52,9 @@ impl ContainerFleetBuilder {
     /// reach the containers' addresses. Whatever was created is removed.
     ///
     /// # Cancel safety
-    /// Dropping the future does not stop the start: it completes on its own thread, and the
-    /// fleet it made is then removed.
+    /// Dropping the future stops the start; the fleet's reaper removes what it made (once its
+    /// pipe closes, within seconds).
     pub async fn start(self) -> io::Result<ContainerFleet> {
-        let inner = docker::off_thread(move || self.start_blocking()).await?;
-        Ok(ContainerFleet {
-            inner: Arc::new(inner),
-        })
-    }
-
-    fn start_blocking(self) -> io::Result<Inner> {
         if self.nodes == 0 || self.nodes > MAX_NODES {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -75,48 +68,125 @@ impl ContainerFleetBuilder {
             .image
             .or_else(|| std::env::var(IMAGE_VAR).ok().filter(|v| !v.is_empty()))
             .unwrap_or_else(|| DEFAULT_IMAGE.to_string());
-        docker::check_image(&image)?;
         let fleet = uuid::Uuid::new_v4().simple().to_string();
-        let resources = Resources::new(&fleet)?;
-        let mut networks = Vec::with_capacity(Side::ALL.len());
-        for side in Side::ALL {
-            let name = format!("quorum-lock-{}-{}", &fleet[..12], side.letter());
-            let (id, subnet) = docker::create_network(&name, &fleet)?;
-            resources.created("network", &id)?;
-            networks.push(Network { id, subnet });
-        }
+        let engine = Engine::new()?;
+        let docker = engine.docker.clone();
+        let reaper = Arc::new(Mutex::new(Reaper::spawn(&fleet)?));
         let mut args: Vec<String> = DURABLE.iter().map(|s| (*s).to_string()).collect();
         args.extend(self.args);
-        let spec = Spec {
-            fleet,
-            image,
-            args,
-            networks,
-        };
-        // The nodes start in parallel: most of a start is the engine's work, not ours.
-        let nodes = std::thread::scope(|scope| {
-            let starting: Vec<_> = (0..self.nodes)
-                .map(|i| {
-                    let (spec, resources) = (&spec, &resources);
-                    scope.spawn(move || spec.create_node(resources, i, [true; 2]))
+        let count = self.nodes;
+        // Until the fleet exists, a failure removes what was made (its label names it all).
+        let made = {
+            let (docker, reaper, fleet) = (docker.clone(), reaper.clone(), fleet.clone());
+            engine
+                .run(async move {
+                    engine::check_image(&docker, &image).await?;
+                    let mut networks = Vec::with_capacity(Side::ALL.len());
+                    let mut made = Made {
+                        networks: Vec::new(),
+                        nodes: Vec::new(),
+                    };
+                    let result = async {
+                        for side in Side::ALL {
+                            let name = format!("quorum-lock-{}-{}", &fleet[..12], side.letter());
+                            let (id, subnet) =
+                                engine::create_network(&docker, &name, &fleet).await?;
+                            watch(&reaper, "network", &id)?;
+                            made.networks.push(id.clone());
+                            networks.push(Network { id, subnet });
+                        }
+                        let spec = Arc::new(Spec {
+                            fleet: fleet.clone(),
+                            image,
+                            args,
+                            networks,
+                        });
+                        // The nodes start in parallel: most of a start is the engine's work.
+                        let starting = (0..count).map(|i| {
+                            let (spec, docker, reaper) =
+                                (spec.clone(), docker.clone(), reaper.clone());
+                            tokio::spawn(async move {
+                                let watch = |id: &str| watch(&reaper, "container", id);
+                                spec.create_node(docker, watch, i, [true; 2]).await
+                            })
+                        });
+                        let mut first_error = None;
+                        for started in futures::future::join_all(starting).await {
+                            match started.map_err(|e| {
+                                io::Error::other(format!("starting a node panicked: {e}"))
+                            }) {
+                                Ok(Ok(node)) => made.nodes.push(node),
+                                Ok(Err(e)) | Err(e) => {
+                                    first_error.get_or_insert(e);
+                                }
+                            }
+                        }
+                        if let Some(e) = first_error {
+                            return Err(e);
+                        }
+                        Inner::check_reachable(&spec, count).await?;
+                        Ok(spec)
+                    }
+                    .await;
+                    match result {
+                        Ok(spec) => Ok((spec, made.nodes, made.networks)),
+                        Err(e) => {
+                            for mut node in made.nodes {
+                                node.remove().await;
+                            }
+                            engine::remove_fleet(&docker, &fleet, &made.networks).await;
+                            Err(e)
+                        }
+                    }
                 })
-                .collect();
-            starting
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(io::Error::other("starting a node panicked")))
-                })
-                .collect::<io::Result<Vec<Node>>>()
-        })?;
-        let inner = Inner {
-            spec,
-            nodes: nodes.into_iter().map(Mutex::new).collect(),
-            resources,
+                .await
         };
-        inner.check_reachable()?;
-        Ok(inner)
+        let (spec, nodes, _) = match made {
+            Ok(made) => made,
+            Err(e) => {
+                if let Ok(mut reaper) = reaper.lock() {
+                    reaper.stand_down();
+                }
+                return Err(e);
+            }
+        };
+        let views = nodes
+            .iter()
+            .map(|node| {
+                Arc::new(Mutex::new(View {
+                    container: node.id.clone(),
+                    connected: node.connected,
+                    earlier_logs: String::new(),
+                }))
+            })
+            .collect();
+        Ok(ContainerFleet {
+            inner: Arc::new(Inner {
+                engine,
+                spec,
+                nodes: nodes
+                    .into_iter()
+                    .map(|n| Arc::new(tokio::sync::Mutex::new(n)))
+                    .collect(),
+                views,
+                reaper,
+            }),
+        })
     }
+}
+
+/// What a start made so far (removed if it fails).
+struct Made {
+    networks: Vec<String>,
+    nodes: Vec<super::nodes::Node>,
+}
+
+/// Hands an id to the reaper.
+fn watch(reaper: &Mutex<Reaper>, kind: &str, id: &str) -> io::Result<()> {
+    reaper
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .watch(kind, id)
 }
 
 /// A fleet of Redis masters in Docker containers, reachable from two sides.
@@ -194,7 +264,7 @@ impl ContainerFleet {
     /// If `i` is out of range.
     pub fn container_id(&self, i: usize) -> String {
         self.check(i);
-        self.inner.node(i).container.clone()
+        self.inner.view(i).container
     }
 
     /// Whether node `i` is on `side`'s network (not [`partition`](Self::partition)ed from it).
@@ -203,7 +273,7 @@ impl ContainerFleet {
     /// If `i` is out of range.
     pub fn is_connected(&self, i: usize, side: Side) -> bool {
         self.check(i);
-        self.inner.node(i).connected[side.index()]
+        self.inner.view(i).connected[side.index()]
     }
 
     /// Kills node `i` (SIGKILL, also when paused) and waits until its container has stopped.
@@ -214,12 +284,12 @@ impl ContainerFleet {
     /// The engine refused.
     ///
     /// # Cancel safety
-    /// Dropping the future does not stop the operation: it completes on its own thread.
+    /// Dropping the future does not stop the operation: it completes on the fleet's runtime.
     ///
     /// # Panics
     /// If `i` is out of range.
     pub async fn kill(&self, i: usize) -> io::Result<()> {
-        self.run(i, move |inner| inner.kill(i)).await
+        self.run(i, Action::Kill).await
     }
 
     /// Freezes node `i` (`docker pause`): it keeps its connections and accepts new ones, but
@@ -230,12 +300,12 @@ impl ContainerFleet {
     /// complete is asked for again a few times first).
     ///
     /// # Cancel safety
-    /// Dropping the future does not stop the operation: it completes on its own thread.
+    /// Dropping the future does not stop the operation: it completes on the fleet's runtime.
     ///
     /// # Panics
     /// If `i` is out of range.
     pub async fn pause(&self, i: usize) -> io::Result<()> {
-        self.run(i, move |inner| inner.pause(i)).await
+        self.run(i, Action::Pause).await
     }
 
     /// Thaws node `i`; the requests it held are answered. A node not paused is left as it is.
@@ -244,12 +314,12 @@ impl ContainerFleet {
     /// The node is not running, or the engine refused.
     ///
     /// # Cancel safety
-    /// Dropping the future does not stop the operation: it completes on its own thread.
+    /// Dropping the future does not stop the operation: it completes on the fleet's runtime.
     ///
     /// # Panics
     /// If `i` is out of range.
     pub async fn resume(&self, i: usize) -> io::Result<()> {
-        self.run(i, move |inner| inner.resume(i)).await
+        self.run(i, Action::Resume).await
     }
 
     /// Kills node `i` if it runs, starts the same container again and waits until it serves
@@ -259,12 +329,12 @@ impl ContainerFleet {
     /// The node did not start again (the message holds its log).
     ///
     /// # Cancel safety
-    /// Dropping the future does not stop the operation: it completes on its own thread.
+    /// Dropping the future does not stop the operation: it completes on the fleet's runtime.
     ///
     /// # Panics
     /// If `i` is out of range.
     pub async fn restart(&self, i: usize) -> io::Result<()> {
-        self.run(i, move |inner| inner.restart(i)).await
+        self.run(i, Action::Restart).await
     }
 
     /// Replaces node `i` by a new container on the same addresses and partitions, with no
@@ -274,12 +344,12 @@ impl ContainerFleet {
     /// The new node did not start (the message holds its log).
     ///
     /// # Cancel safety
-    /// Dropping the future does not stop the operation: it completes on its own thread.
+    /// Dropping the future does not stop the operation: it completes on the fleet's runtime.
     ///
     /// # Panics
     /// If `i` is out of range.
     pub async fn restart_empty(&self, i: usize) -> io::Result<()> {
-        self.run(i, move |inner| inner.restart_empty(i)).await
+        self.run(i, Action::RestartEmpty).await
     }
 
     /// Cuts node `i` from `side`'s network: that side's clients can no longer reach it (their
@@ -290,12 +360,12 @@ impl ContainerFleet {
     /// The engine refused.
     ///
     /// # Cancel safety
-    /// Dropping the future does not stop the operation: it completes on its own thread.
+    /// Dropping the future does not stop the operation: it completes on the fleet's runtime.
     ///
     /// # Panics
     /// If `i` is out of range.
     pub async fn partition(&self, i: usize, side: Side) -> io::Result<()> {
-        self.run(i, move |inner| inner.partition(i, side)).await
+        self.run(i, Action::Partition(side)).await
     }
 
     /// Reconnects node `i` to `side`'s network at its address; stalled connections resume.
@@ -305,12 +375,12 @@ impl ContainerFleet {
     /// The engine refused.
     ///
     /// # Cancel safety
-    /// Dropping the future does not stop the operation: it completes on its own thread.
+    /// Dropping the future does not stop the operation: it completes on the fleet's runtime.
     ///
     /// # Panics
     /// If `i` is out of range.
     pub async fn heal(&self, i: usize, side: Side) -> io::Result<()> {
-        self.run(i, move |inner| inner.heal(i, side)).await
+        self.run(i, Action::Heal(side)).await
     }
 
     /// Cuts `side` from every node in `nodes` at once (in parallel; it returns when all are
@@ -320,7 +390,7 @@ impl ContainerFleet {
     /// The engine refused one of the cuts (the others are made).
     ///
     /// # Cancel safety
-    /// Dropping the future does not stop the operation: it completes on its own thread.
+    /// Dropping the future does not stop the operation: it completes on the fleet's runtime.
     ///
     /// # Panics
     /// If a node is out of range.
@@ -331,12 +401,11 @@ impl ContainerFleet {
     ) -> io::Result<()> {
         let nodes: Vec<usize> = nodes.into_iter().collect();
         nodes.iter().for_each(|&i| self.check(i));
-        let inner = self.inner.clone();
-        docker::off_thread(move || {
-            let links: Vec<(usize, Side)> = nodes.into_iter().map(|i| (i, side)).collect();
-            inner.in_parallel(&links, |inner, i, side| inner.partition(i, side))
-        })
-        .await
+        let links = nodes
+            .into_iter()
+            .map(|i| (i, Action::Partition(side)))
+            .collect();
+        self.run_all(links).await
     }
 
     /// Reconnects every cut link, in parallel.
@@ -345,17 +414,14 @@ impl ContainerFleet {
     /// The engine refused one of them (the others are made).
     ///
     /// # Cancel safety
-    /// Dropping the future does not stop the operation: it completes on its own thread.
+    /// Dropping the future does not stop the operation: it completes on the fleet's runtime.
     pub async fn heal_all(&self) -> io::Result<()> {
-        let inner = self.inner.clone();
-        docker::off_thread(move || {
-            let links: Vec<(usize, Side)> = (0..inner.nodes.len())
-                .flat_map(|i| Side::ALL.into_iter().map(move |side| (i, side)))
-                .filter(|&(i, side)| !inner.node(i).connected[side.index()])
-                .collect();
-            inner.in_parallel(&links, |inner, i, side| inner.heal(i, side))
-        })
-        .await
+        let links = (0..self.len())
+            .flat_map(|i| Side::ALL.into_iter().map(move |side| (i, side)))
+            .filter(|&(i, side)| !self.is_connected(i, side))
+            .map(|(i, side)| (i, Action::Heal(side)))
+            .collect();
+        self.run_all(links).await
     }
 
     /// Node `i`'s log: all its containers, all their runs. Blocks for a `docker logs`.
@@ -364,8 +430,13 @@ impl ContainerFleet {
     /// If `i` is out of range.
     pub fn logs(&self, i: usize) -> String {
         self.check(i);
-        let node = self.inner.node(i);
-        format!("{}{}", node.earlier_logs, docker::logs(&node.container))
+        let view = self.inner.view(i);
+        let docker = self.inner.engine.docker.clone();
+        let log = self
+            .inner
+            .engine
+            .block(async move { engine::logs(&docker, &view.container).await });
+        format!("{}{log}", self.inner.view(i).earlier_logs)
     }
 
     /// All nodes' logs, headed by node index, container and addresses: for failing tests to
@@ -375,7 +446,7 @@ impl ContainerFleet {
         for i in 0..self.len() {
             out.push_str(&format!(
                 "--- node {i} (container {}, A {}, B {}) ---\n{}",
-                docker::short(&self.container_id(i)),
+                engine::short(&self.container_id(i)),
                 self.address(i, Side::A),
                 self.address(i, Side::B),
                 self.logs(i)
@@ -392,12 +463,29 @@ impl ContainerFleet {
         );
     }
 
-    async fn run<F>(&self, i: usize, op: F) -> io::Result<()>
-    where
-        F: FnOnce(&Inner) -> io::Result<()> + Send + 'static,
-    {
+    async fn run(&self, i: usize, action: Action) -> io::Result<()> {
         self.check(i);
-        let inner = self.inner.clone();
-        docker::off_thread(move || op(&inner)).await
+        let op = self.inner.op(i);
+        self.inner.engine.run(op.act(action)).await
+    }
+
+    /// The actions at once; the first error, after all have run.
+    async fn run_all(&self, actions: Vec<(usize, Action)>) -> io::Result<()> {
+        let ops: Vec<_> = actions
+            .into_iter()
+            .map(|(i, action)| self.inner.op(i).act(action))
+            .collect();
+        self.inner
+            .engine
+            .run(async move {
+                futures::future::join_all(ops.into_iter().map(tokio::spawn))
+                    .await
+                    .into_iter()
+                    .map(|joined| joined.unwrap_or_else(|e| Err(io::Error::other(e.to_string()))))
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .collect()
+            })
+            .await
     }
 }

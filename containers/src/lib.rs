@@ -1,5 +1,10 @@
-//! Redis fleets in Docker containers, with network partitions (feature `containers`, alias
-//! `testcontainers`).
+//! Redis fleets in Docker containers for quorum-lock's tests, with network partitions, through
+//! the [testcontainers](https://docs.rs/testcontainers) crate.
+//!
+//! A crate of its own beside `quorum-lock` (whose test kit, `quorum_lock::testkit`, runs fleets
+//! of local `redis-server` processes): testcontainers brings an HTTP stack and Docker's API
+//! types with it (79 crates, about three minutes of CPU to build), which the library's own
+//! test command should not pay for.
 //!
 //! A [`ContainerFleet`] runs N durable Redis masters (AOF with `appendfsync always`,
 //! `noeviction`), each attached to two bridge networks of its own, one per [`Side`]. A side
@@ -12,7 +17,7 @@
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
-//! use quorum_lock::testkit::containers::{ContainerFleet, Side};
+//! use quorum_lock_containers::{ContainerFleet, Side};
 //! use quorum_lock::QuorumLock;
 //!
 //! let fleet = ContainerFleet::start(5).await?;
@@ -38,41 +43,50 @@
 //! and both resume when the link heals.
 //!
 //! **Requirements.** A local Docker engine whose bridge networks this machine routes to (Linux;
-//! the fleet checks that every address answers and says so if not), the `docker` command on
-//! `PATH`, and the image `$QUORUM_LOCK_REDIS_IMAGE`, by default [`DEFAULT_IMAGE`], which
+//! the fleet checks that every address answers and says so if not; tried on Docker Engine
+//! 20.10, API 1.41), reached where `DOCKER_HOST` says (the local socket by default), and the
+//! image `$QUORUM_LOCK_REDIS_IMAGE`, by default [`DEFAULT_IMAGE`], which
 //! `docker/build-image.sh` builds from the machine's own `redis-server`. Images are never
-//! pulled: a missing one is an error naming the script. Without Docker, [`ContainerFleet::start`]
-//! fails with the reason; it never passes silently.
+//! pulled: a missing one is an error naming the script. Without Docker,
+//! [`ContainerFleet::start`] fails with the reason; it never passes silently.
 //!
-//! **Cleanup.** Containers and networks are removed by id when the fleet is dropped, also
-//! when a test panics. Should the process die first (killed, aborted, or a fleet kept in a
-//! static, which is never dropped), a small reaper process that holds the fleet's ids
-//! removes them as soon as the process is gone. Everything a fleet creates carries the label
+//! **How.** testcontainers creates and starts each node's container (waiting for its ready
+//! line), pauses and resumes it, starts it again, and removes it. The bollard client it
+//! re-exports does what it has no call for: bridge networks with a fixed subnet, an address
+//! pinned on each network (a container first gets one the engine hands out, from the upper
+//! half of the /24, and then takes its own), a cut link and a link made again, a SIGKILL, and
+//! the log read for a restart's readiness.
+//!
+//! **Cleanup.** Containers and networks are removed when the fleet is dropped, also when a
+//! test panics. Should the process die first (killed, aborted, or a fleet kept in a static,
+//! which is never dropped), a small reaper process that holds the fleet's ids removes them as
+//! soon as the process is gone (testcontainers has no reaper of its own; this one runs the
+//! `docker` command). Everything a fleet creates carries the label
 //! `quorum-lock.testkit=<fleet id>`; after a machine crash,
 //! `docker rm -f $(docker ps -aq --filter label=quorum-lock.testkit)` and
 //! `docker network prune --filter label=quorum-lock.testkit` remove what is left.
 //!
 //! **Cost.** Docker operations take a tenth of a second to a second each, so every operation
-//! is `async` and runs the `docker` command on a thread of its own (any executor will do; the
-//! fleet is not tied to the runtime that started it, so a shared fleet may live in a static).
-//! A fleet of five starts in about two seconds. Subnets are /24s drawn at random from
-//! 172.28.0.0/14, skipping this machine's routes and retrying when another fleet, in this
+//! is `async`. They run on a small runtime of the fleet's own, so any executor will do, and
+//! the fleet is not tied to the runtime that started it (a shared fleet may live in a
+//! static). A fleet of five starts in about two seconds. Subnets are /24s drawn at random
+//! from 172.28.0.0/14, skipping this machine's routes and retrying when another fleet, in this
 //! process or another, holds the one drawn: fleets may start in parallel.
 //!
 //! # Layout
 //!
 //! - `fleet`: [`ContainerFleet`], the handle tests hold, and [`ContainerFleetBuilder`], which
 //!   creates the networks and starts the nodes.
-//! - `nodes`: what every node is made from, and each node's container: start, kill, pause,
-//!   restart, and its links to the two sides' networks (partitions).
-//! - `cleanup`: the removal of what a fleet created, when it is dropped or, should the
-//!   process die first, by the reaper process.
-//! - `docker`: the `docker` command and what the fleets ask of it: images, bridge networks
-//!   on free subnets, a container's readiness and logs.
+//! - `nodes`: what every node is made from, each node's container, and the operations on a
+//!   node: kill, pause, restart, and its links to the two sides' networks (partitions).
+//! - `engine`: the fleet's runtime and the engine's client: images, bridge networks on free
+//!   subnets, links at fixed addresses, kills, a container's readiness and logs, and the
+//!   removal of a fleet.
+//! - `cleanup`: the reaper process, for a fleet its process never dropped.
 //! - here: [`Side`] and the constants.
 
 mod cleanup;
-mod docker;
+mod engine;
 mod fleet;
 mod nodes;
 
@@ -95,8 +109,9 @@ const FIRST_HOST: usize = 10;
 /// for.
 const PAUSE_TRIES: u32 = 5;
 
-/// The most nodes a fleet may have (the addresses left in a /24).
-pub const MAX_NODES: usize = 240;
+/// The most nodes a fleet may have (the fixed addresses below the engine's own range in a
+/// /24: `.10` to `.127`).
+pub const MAX_NODES: usize = 118;
 
 /// The settings that make a node durable: every acknowledged write is on disk before the
 /// answer, and a full node refuses writes instead of evicting locks.

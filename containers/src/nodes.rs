@@ -4,13 +4,17 @@
 
 use std::io;
 use std::net::Ipv4Addr;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::cleanup::Resources;
-use super::docker::{self, docker, Subnet};
+use quorum_lock::testkit::START_TIMEOUT;
+use testcontainers::core::WaitFor;
+use testcontainers::runners::AsyncRunner;
+use testcontainers::{ContainerAsync, GenericImage, ImageExt};
+
+use super::cleanup::Reaper;
+use super::engine::{self, Engine, Subnet, LABEL, READY_LINE};
 use super::{Side, FIRST_HOST, PAUSE_TRIES, PORT};
-use crate::testkit::START_TIMEOUT;
 
 /// What every node is made from.
 #[derive(Debug)]
@@ -28,22 +32,37 @@ pub(super) struct Network {
     pub(super) subnet: Subnet,
 }
 
+/// The fleet: its engine, its nodes, and the reaper that removes it should the process die
+/// without dropping it.
 #[derive(Debug)]
 pub(super) struct Inner {
-    pub(super) spec: Spec,
-    pub(super) nodes: Vec<Mutex<Node>>,
-    pub(super) resources: Resources,
+    pub(super) engine: Engine,
+    pub(super) spec: Arc<Spec>,
+    /// Each node's container, locked for the length of an operation on it.
+    pub(super) nodes: Vec<Arc<tokio::sync::Mutex<Node>>>,
+    /// What the fleet's synchronous getters read: updated as each operation ends.
+    pub(super) views: Vec<Arc<std::sync::Mutex<View>>>,
+    pub(super) reaper: Arc<std::sync::Mutex<Reaper>>,
 }
 
 /// One node: its current container and what was done to it.
 #[derive(Debug)]
 pub(super) struct Node {
-    pub(super) container: String,
+    /// `None` only while a `restart_empty` replaces it.
+    container: Option<ContainerAsync<GenericImage>>,
+    pub(super) id: String,
     /// How many times this container has started (each start logs one ready line).
     starts: usize,
     running: bool,
     paused: bool,
     /// Whether the container is on each side's network.
+    pub(super) connected: [bool; 2],
+}
+
+/// A node as the getters see it.
+#[derive(Debug, Clone, Default)]
+pub(super) struct View {
+    pub(super) container: String,
     pub(super) connected: [bool; 2],
     /// The logs of the containers this node had before (see `restart_empty`).
     pub(super) earlier_logs: String,
@@ -52,120 +71,155 @@ pub(super) struct Node {
 impl Spec {
     pub(super) fn address(&self, i: usize, side: Side) -> Ipv4Addr {
         let host = u8::try_from(FIRST_HOST + i).expect("at most MAX_NODES nodes");
-        docker::address(self.networks[side.index()].subnet, host)
+        engine::address(self.networks[side.index()].subnet, host)
     }
 
-    /// Runs node `i`'s container on the networks of the sides in `connected`, and waits
-    /// until it serves clients.
-    pub(super) fn create_node(
-        &self,
-        resources: &Resources,
+    /// The image as testcontainers names it: a name and a tag.
+    fn image(&self) -> GenericImage {
+        // A tag follows the last ':' unless a '/' comes after it (a registry's port).
+        let (name, tag) = match self.image.rsplit_once(':') {
+            Some((name, tag)) if !tag.contains('/') => (name, tag),
+            _ => (self.image.as_str(), "latest"),
+        };
+        GenericImage::new(name, tag).with_wait_for(WaitFor::message_on_stdout(READY_LINE))
+    }
+
+    /// Starts node `i`'s container on the networks of the sides in `connected` at its fixed
+    /// addresses, and waits until it serves clients. Its id goes to the reaper before
+    /// anything else is done with it.
+    pub(super) async fn create_node(
+        self: Arc<Self>,
+        docker: testcontainers::bollard::Docker,
+        reaper: impl Fn(&str) -> io::Result<()>,
         i: usize,
         connected: [bool; 2],
     ) -> io::Result<Node> {
-        // The container is created on network A (an address can only be pinned on a network
-        // named at creation or connected later), joins B, then leaves the networks of the
-        // sides it is cut from.
-        let label = format!("{}={}", docker::LABEL, self.fleet);
-        let ip_a = self.address(i, Side::A).to_string();
-        let mut args: Vec<&str> = vec![
-            "run",
-            "--detach",
-            "--pull",
-            "never",
-            "--label",
-            &label,
-            "--network",
-            &self.networks[0].id,
-            "--ip",
-            &ip_a,
-            &self.image,
-        ];
-        args.extend(self.args.iter().map(String::as_str));
-        let container = docker(&args)?;
-        resources.created("container", &container)?;
+        // testcontainers starts the container on network A at an address the engine hands
+        // out (from the upper half of the /24) and waits for its ready line; it then takes
+        // its fixed address on A, joins B at its fixed address, and leaves the networks of
+        // the sides it is cut from. Each fixed address is kept across restarts.
+        let network_a = self.networks[0].id.clone();
+        let container = self
+            .image()
+            .with_cmd(self.args.clone())
+            .with_network(network_a.clone())
+            .with_label(LABEL, self.fleet.clone())
+            .with_startup_timeout(START_TIMEOUT)
+            .start()
+            .await
+            .map_err(|e| engine::failed(&format!("starting node {i} ({})", self.image), e))?;
+        let id = container.id().to_string();
+        reaper(&id)?;
+        engine::disconnect(&docker, &network_a, &id).await?;
         let mut node = Node {
-            container,
+            container: Some(container),
+            id,
             starts: 1,
             running: true,
             paused: false,
-            connected: [true, false],
-            earlier_logs: String::new(),
+            connected: [false, false],
         };
         for side in Side::ALL {
             if connected[side.index()] {
-                self.connect(&mut node, i, side)?;
+                self.connect(&docker, &mut node, i, side).await?;
             }
         }
-        for side in Side::ALL {
-            if !connected[side.index()] {
-                self.disconnect(&mut node, side)?;
-            }
-        }
-        docker::wait_ready(&node.container, node.starts, START_TIMEOUT)?;
         Ok(node)
     }
 
-    fn connect(&self, node: &mut Node, i: usize, side: Side) -> io::Result<()> {
+    async fn connect(
+        &self,
+        docker: &testcontainers::bollard::Docker,
+        node: &mut Node,
+        i: usize,
+        side: Side,
+    ) -> io::Result<()> {
         if !node.connected[side.index()] {
-            let ip = self.address(i, side).to_string();
             let network = &self.networks[side.index()].id;
-            docker(&["network", "connect", "--ip", &ip, network, &node.container])?;
+            engine::connect(docker, network, &node.id, self.address(i, side)).await?;
             node.connected[side.index()] = true;
         }
         Ok(())
     }
 
-    fn disconnect(&self, node: &mut Node, side: Side) -> io::Result<()> {
+    async fn disconnect(
+        &self,
+        docker: &testcontainers::bollard::Docker,
+        node: &mut Node,
+        side: Side,
+    ) -> io::Result<()> {
         if node.connected[side.index()] {
             let network = &self.networks[side.index()].id;
-            docker(&["network", "disconnect", network, &node.container])?;
+            engine::disconnect(docker, network, &node.id).await?;
             node.connected[side.index()] = false;
         }
         Ok(())
     }
 }
 
-impl Inner {
-    pub(super) fn node(&self, i: usize) -> MutexGuard<'_, Node> {
-        self.nodes[i].lock().unwrap_or_else(|p| p.into_inner())
+/// What can be done to a node.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Action {
+    Kill,
+    Pause,
+    Resume,
+    Restart,
+    RestartEmpty,
+    Partition(Side),
+    Heal(Side),
+}
+
+/// One node and what an operation on it acts with. It holds no handle on the fleet itself:
+/// an operation left running by a dropped future must not keep the fleet (and its runtime)
+/// alive from inside that runtime.
+pub(super) struct Op {
+    pub(super) spec: Arc<Spec>,
+    pub(super) docker: testcontainers::bollard::Docker,
+    pub(super) node: Arc<tokio::sync::Mutex<Node>>,
+    pub(super) view: Arc<std::sync::Mutex<View>>,
+    pub(super) reaper: Arc<std::sync::Mutex<Reaper>>,
+    pub(super) i: usize,
+}
+
+impl Op {
+    /// Does `action`, then publishes where the node is now for the getters.
+    pub(super) async fn act(self, action: Action) -> io::Result<()> {
+        let mut node = self.node.lock().await;
+        let result = match action {
+            Action::Kill => kill(&self.docker, &mut node).await,
+            Action::Pause => self.pause(&mut node).await,
+            Action::Resume => self.resume(&mut node).await,
+            Action::Restart => self.restart(&mut node).await,
+            Action::RestartEmpty => self.restart_empty(&mut node).await,
+            Action::Partition(side) => self.spec.disconnect(&self.docker, &mut node, side).await,
+            Action::Heal(side) => {
+                self.spec
+                    .connect(&self.docker, &mut node, self.i, side)
+                    .await
+            }
+        };
+        let mut view = self.view.lock().unwrap_or_else(|p| p.into_inner());
+        view.container = node.id.clone();
+        view.connected = node.connected;
+        result
     }
 
-    pub(super) fn kill(&self, i: usize) -> io::Result<()> {
-        let mut node = self.node(i);
-        if node.running {
-            docker(&["kill", &node.container])?;
-            docker(&["wait", &node.container])?;
-            node.running = false;
-            node.paused = false;
-        }
-        Ok(())
-    }
-
-    fn running(&self, i: usize) -> io::Result<MutexGuard<'_, Node>> {
-        let node = self.node(i);
-        if node.running {
-            Ok(node)
-        } else {
-            Err(io::Error::other(format!("node {i} is not running")))
-        }
-    }
-
-    pub(super) fn pause(&self, i: usize) -> io::Result<()> {
-        let mut node = self.running(i)?;
+    async fn pause(&self, node: &mut Node) -> io::Result<()> {
+        let i = self.i;
+        let container = running(node, i)?;
         if !node.paused {
             // The runtime freezes the container's cgroup and, when that does not settle in
             // its own time limit (a loaded host), thaws it again and reports "unable to
             // freeze": nothing was paused, so the pause is asked for again, a few times.
             let mut tries = 0;
             loop {
-                match docker(&["pause", &node.container]) {
+                match container.pause().await {
                     Err(e) if tries < PAUSE_TRIES && e.to_string().contains("unable to freeze") => {
                         tries += 1;
-                        std::thread::sleep(Duration::from_millis(100));
+                        tokio::time::sleep(Duration::from_millis(100)).await;
                     }
                     result => {
-                        result?;
+                        result.map_err(|e| engine::failed(&format!("pausing node {i}"), e))?;
                         break;
                     }
                 }
@@ -175,103 +229,170 @@ impl Inner {
         Ok(())
     }
 
-    pub(super) fn resume(&self, i: usize) -> io::Result<()> {
-        let mut node = self.running(i)?;
+    async fn resume(&self, node: &mut Node) -> io::Result<()> {
+        let i = self.i;
+        let container = running(node, i)?;
         if node.paused {
-            docker(&["unpause", &node.container])?;
+            container
+                .unpause()
+                .await
+                .map_err(|e| engine::failed(&format!("resuming node {i}"), e))?;
             node.paused = false;
         }
         Ok(())
     }
 
-    pub(super) fn restart(&self, i: usize) -> io::Result<()> {
-        self.kill(i)?;
-        let mut node = self.node(i);
-        docker(&["start", &node.container])?;
+    async fn restart(&self, node: &mut Node) -> io::Result<()> {
+        kill(&self.docker, node).await?;
+        let i = self.i;
+        let container = node
+            .container
+            .as_ref()
+            .ok_or_else(|| io::Error::other(format!("node {i} has no container")))?;
+        container
+            .start()
+            .await
+            .map_err(|e| engine::failed(&format!("starting node {i} again"), e))?;
         node.running = true;
         node.starts += 1;
-        docker::wait_ready(&node.container, node.starts, START_TIMEOUT)
+        engine::wait_ready(&self.docker, &node.id, node.starts, START_TIMEOUT).await
     }
 
-    pub(super) fn restart_empty(&self, i: usize) -> io::Result<()> {
-        let mut node = self.node(i);
-        let old = node.container.clone();
-        let mut earlier = std::mem::take(&mut node.earlier_logs);
-        earlier.push_str(&format!(
+    /// Replaces the node's container by a new one on the same addresses and links; the old
+    /// container's log goes to the node's earlier logs.
+    async fn restart_empty(&self, node: &mut Node) -> io::Result<()> {
+        let old = node.id.clone();
+        let log = format!(
             "--- (container {}, removed: the node restarted empty) ---\n{}",
-            docker::short(&old),
-            docker::logs(&old)
-        ));
-        docker(&["rm", "--force", "--volumes", &old])?;
-        self.resources.removed(&old);
+            engine::short(&old),
+            engine::logs(&self.docker, &old).await
+        );
+        self.view
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .earlier_logs
+            .push_str(&log);
+        if let Some(container) = node.container.take() {
+            container
+                .rm()
+                .await
+                .map_err(|e| engine::failed(&format!("removing node {}", self.i), e))?;
+        }
         node.running = false;
-        node.earlier_logs = earlier;
-        let fresh = self.spec.create_node(&self.resources, i, node.connected)?;
-        *node = Node {
-            earlier_logs: std::mem::take(&mut node.earlier_logs),
-            ..fresh
+        let reaper = self.reaper.clone();
+        let watch = move |id: &str| {
+            reaper
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .watch("container", id)
         };
+        let fresh = self
+            .spec
+            .clone()
+            .create_node(self.docker.clone(), watch, self.i, node.connected)
+            .await?;
+        *node = fresh;
         Ok(())
     }
+}
 
-    pub(super) fn partition(&self, i: usize, side: Side) -> io::Result<()> {
-        let mut node = self.node(i);
-        self.spec.disconnect(&mut node, side)
+async fn kill(docker: &testcontainers::bollard::Docker, node: &mut Node) -> io::Result<()> {
+    if node.running {
+        engine::kill(docker, &node.id).await?;
+        node.running = false;
+        node.paused = false;
+    }
+    Ok(())
+}
+
+fn running(node: &Node, i: usize) -> io::Result<&ContainerAsync<GenericImage>> {
+    match &node.container {
+        Some(container) if node.running => Ok(container),
+        _ => Err(io::Error::other(format!("node {i} is not running"))),
+    }
+}
+
+impl Node {
+    /// Removes the container now (testcontainers would on drop, through the runtime it is
+    /// dropped in).
+    pub(super) async fn remove(&mut self) {
+        if let Some(container) = self.container.take() {
+            let _ = container.rm().await;
+        }
+    }
+}
+
+impl Inner {
+    /// An operation on node `i`.
+    pub(super) fn op(&self, i: usize) -> Op {
+        Op {
+            spec: self.spec.clone(),
+            docker: self.engine.docker.clone(),
+            node: self.nodes[i].clone(),
+            view: self.views[i].clone(),
+            reaper: self.reaper.clone(),
+            i,
+        }
     }
 
-    pub(super) fn heal(&self, i: usize, side: Side) -> io::Result<()> {
-        let mut node = self.node(i);
-        self.spec.connect(&mut node, i, side)
-    }
-
-    /// Runs `op` on every link at once; the first error, after all have run.
-    pub(super) fn in_parallel<F>(&self, links: &[(usize, Side)], op: F) -> io::Result<()>
-    where
-        F: Fn(&Inner, usize, Side) -> io::Result<()> + Sync,
-    {
-        std::thread::scope(|scope| {
-            let running: Vec<_> = links
-                .iter()
-                .map(|&(i, side)| {
-                    let op = &op;
-                    scope.spawn(move || op(self, i, side))
-                })
-                .collect();
-            running
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(io::Error::other("panicked")))
-                })
-                .collect::<Vec<_>>()
-                .into_iter()
-                .collect()
-        })
+    /// Node `i` as the getters see it.
+    pub(super) fn view(&self, i: usize) -> View {
+        self.views[i]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Every node answers PING at each of its addresses: the engine's bridge networks are
     /// routed from here (not so under Docker Desktop's virtual machine, or a remote engine).
-    pub(super) fn check_reachable(&self) -> io::Result<()> {
-        for i in 0..self.nodes.len() {
+    pub(super) async fn check_reachable(spec: &Spec, nodes: usize) -> io::Result<()> {
+        for i in 0..nodes {
             for side in Side::ALL {
-                let ip = self.spec.address(i, side);
+                let ip = spec.address(i, side);
                 let url = format!("redis://{ip}:{PORT}");
-                let answered = redis::Client::open(url.as_str())
-                    .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(5)))
-                    .and_then(|mut c| {
-                        c.set_read_timeout(Some(Duration::from_secs(5)))?;
-                        redis::cmd("PING").query::<String>(&mut c)
-                    });
-                if let Err(e) = answered {
-                    return Err(io::Error::other(format!(
-                        "node {i} is ready but does not answer at {ip}:{PORT} ({e}): container \
-                         fleets need a local Docker engine whose bridge networks this machine \
-                         routes to (Linux; not Docker Desktop's virtual machine or a remote \
-                         engine)"
-                    )));
-                }
+                let answered = tokio::time::timeout(Duration::from_secs(5), async {
+                    let client = redis::Client::open(url.as_str())?;
+                    let mut conn = client.get_multiplexed_async_connection().await?;
+                    redis::cmd("PING").query_async::<String>(&mut conn).await
+                })
+                .await;
+                let why = match answered {
+                    Ok(Ok(_)) => continue,
+                    Ok(Err(e)) => e.to_string(),
+                    Err(_) => "no answer in 5 s".to_string(),
+                };
+                return Err(io::Error::other(format!(
+                    "node {i} is ready but does not answer at {ip}:{PORT} ({why}): container \
+                     fleets need a local Docker engine whose bridge networks this machine \
+                     routes to (Linux; not Docker Desktop's virtual machine or a remote \
+                     engine)"
+                )));
             }
         }
         Ok(())
+    }
+}
+
+impl Drop for Inner {
+    /// Removes the containers, then anything else of the fleet's (by its label), then the
+    /// networks; the reaper stands down once all went (otherwise it tries again as its pipe
+    /// closes).
+    fn drop(&mut self) {
+        let nodes = self.nodes.clone();
+        let docker = self.engine.docker.clone();
+        let fleet = self.spec.fleet.clone();
+        let networks: Vec<String> = self.spec.networks.iter().map(|n| n.id.clone()).collect();
+        let reaper = self.reaper.clone();
+        self.engine.finish(async move {
+            for node in nodes {
+                node.lock().await.remove().await;
+            }
+            if engine::remove_fleet(&docker, &fleet, &networks).await {
+                reaper
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .stand_down();
+            }
+        });
     }
 }

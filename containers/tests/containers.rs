@@ -1,4 +1,4 @@
-//! Fleets in Docker containers (feature `containers`), where two clients can see the
+//! Fleets in Docker containers (this crate, on testcontainers), where two clients can see the
 //! nodes differently: each side reaches the nodes over a network of its own, and a node cut
 //! from one network is still reached from the other. Exclusion under kills, pauses and
 //! split-view partitions of a minority; a holder cut off from a majority loses its lock
@@ -6,27 +6,31 @@
 //! with and without data; a short torture run with container faults.
 //!
 //! Ignored by default: they need Docker and the image `docker/build-image.sh` builds. Run
-//! them with `cargo test --features containers --test containers -- --ignored`; without
-//! Docker they fail, saying why.
+//! them with `cargo test -p quorum-lock-containers -- --ignored`; without Docker they fail,
+//! saying why.
 
+/// The torture suite's clients (the library's tests/torture/clients.rs).
 #[allow(dead_code)]
-#[path = "torture/clients.rs"]
+#[path = "../../tests/torture/clients.rs"]
 mod clients;
-mod common;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clients::{ClientPlan, Keys};
-use common::unique_key;
-use quorum_lock::testkit::containers::{ContainerFleet, Side};
 use quorum_lock::testkit::history::{check, Interval};
 use quorum_lock::testkit::monotonic_nanos;
 use quorum_lock::{Builder, Error, Quorum, QuorumLock};
+use quorum_lock_containers::{ContainerFleet, Side};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
+
+/// A key no other test uses.
+fn unique_key(name: &str) -> String {
+    format!("test:{name}:{}", uuid::Uuid::new_v4().simple())
+}
 
 /// A five-node fleet shared by the tests of this binary that inject no faults (unique
 /// keys). Kept in a static, it is never dropped: the test kit's reaper removes it when the
@@ -912,4 +916,89 @@ async fn a_missing_image_is_an_error_naming_the_build_script() {
         .expect_err("no such image");
     assert_eq!(err.kind(), std::io::ErrorKind::NotFound, "{err}");
     assert!(err.to_string().contains("docker/build-image.sh"), "{err}");
+}
+
+/// The smoke test of the crates between the fleet and the engine: testcontainers' bollard
+/// client asks this engine for its version, and a one-node fleet starts, answers, is paused
+/// (no answer) and resumed, is cut from side A (no answer there, an answer from B) and joined
+/// again, and is killed and restarted with its data. bollard names a later API version than
+/// Docker 20.10 speaks (1.41) but builds each path without it, so the engine answers at its
+/// own: should a later bollard send a version this engine refuses, this fails first, saying so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Docker: run with --ignored"]
+async fn smoke_testcontainers_drives_this_engine() {
+    let docker = testcontainers::bollard::Docker::connect_with_defaults().expect("a client");
+    let version = docker.version().await.unwrap_or_else(|e| {
+        panic!(
+            "the engine refused testcontainers' client ({e}): a bollard that names an API \
+             version this engine does not speak? (tried: Docker 20.10, API 1.41)"
+        )
+    });
+    println!(
+        "engine {} (API {}, oldest {})",
+        version.version.unwrap_or_default(),
+        version.api_version.unwrap_or_default(),
+        version.min_api_version.unwrap_or_default()
+    );
+    let fleet = ContainerFleet::start(1).await.expect("a one-node fleet");
+    let key = unique_key("smoke");
+    let answers = |side: Side| {
+        let client = fleet.client(0, side);
+        let key = key.clone();
+        async move {
+            tokio::time::timeout(Duration::from_millis(1500), async move {
+                let mut conn = client.get_multiplexed_async_connection().await?;
+                redis::cmd("GET")
+                    .arg(&key)
+                    .query_async::<Option<String>>(&mut conn)
+                    .await
+            })
+            .await
+        }
+    };
+    let mut conn = fleet
+        .client(0, Side::A)
+        .get_multiplexed_async_connection()
+        .await
+        .expect("a connection");
+    let () = redis::cmd("SET")
+        .arg(&key)
+        .arg("kept")
+        .query_async(&mut conn)
+        .await
+        .expect("SET");
+    drop(conn);
+    assert_eq!(
+        answers(Side::A).await.expect("in time").unwrap().as_deref(),
+        Some("kept")
+    );
+
+    fleet.pause(0).await.expect("pause");
+    assert!(
+        !matches!(answers(Side::B).await, Ok(Ok(_))),
+        "a paused node answered"
+    );
+    fleet.resume(0).await.expect("resume");
+    assert!(matches!(answers(Side::B).await, Ok(Ok(Some(_)))));
+
+    fleet.partition(0, Side::A).await.expect("partition");
+    assert!(!fleet.is_connected(0, Side::A) && fleet.is_connected(0, Side::B));
+    assert!(
+        !matches!(answers(Side::A).await, Ok(Ok(_))),
+        "a cut link answered"
+    );
+    assert!(matches!(answers(Side::B).await, Ok(Ok(Some(_)))));
+    fleet.heal(0, Side::A).await.expect("heal");
+    assert!(matches!(answers(Side::A).await, Ok(Ok(Some(_)))));
+
+    let before = fleet.container_id(0);
+    fleet.kill(0).await.expect("kill");
+    fleet.restart(0).await.expect("restart");
+    assert_eq!(fleet.container_id(0), before, "restart keeps the container");
+    assert_eq!(
+        answers(Side::A).await.expect("in time").unwrap().as_deref(),
+        Some("kept"),
+        "the AOF kept the write"
+    );
+    assert!(fleet.logs(0).contains("Ready to accept connections"));
 }

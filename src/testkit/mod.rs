@@ -29,9 +29,9 @@
 //! tests that share one fleet and inject no faults run against it when
 //! `QUORUM_LOCK_NODES` is set.
 //!
-//! With the feature `containers` (alias `testcontainers`), [`containers`] runs fleets in
-//! Docker containers instead, seen from two sides (two networks), so that one client can be
-//! cut off from nodes that another still reaches.
+//! Fleets in Docker containers, seen from two sides (two networks) so that one client can be
+//! cut off from nodes that another still reaches, are the companion crate
+//! `quorum-lock-containers` (containers/ in the repository, through testcontainers).
 //!
 //! # Layout
 //!
@@ -46,13 +46,10 @@
 //!   ([`fair_attempt_on_node`] and the like).
 //! - [`history`]: lock histories and their checker.
 //! - `fenced_store`: [`FencedStore`], a store that honours fencing tokens.
-//! - `containers` (feature `containers`): fleets in Docker containers, with partitions.
 //! - here: the helpers for negative tests ([`unchecked_quorum`], [`unchecked_semaphore`])
 //!   and [`monotonic_nanos`].
 
 mod cluster;
-#[cfg(feature = "containers")]
-pub mod containers;
 mod fenced_store;
 mod fleet;
 pub mod history;
