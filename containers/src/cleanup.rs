@@ -13,10 +13,10 @@ use super::engine::LABEL;
 /// A `sh` process that removes a fleet's containers and networks when the fleet's process
 /// dies without dropping the fleet (killed, aborted, or a fleet kept in a static): it reads
 /// the ids from a pipe whose other end only this process holds, and removes them when the
-/// pipe closes without the word `done`. A `docker run` still under way when the process died
-/// makes a container whose id never reached the pipe: after the known ids, the reaper waits
-/// for such commands to finish and removes what carries the fleet's own label (a fresh id,
-/// so nothing of anyone else's). It runs in a session of its own, so that a Ctrl-C meant for
+/// pipe closes without the word `done`. A container or network the engine was still making
+/// when the process died has an id that never reached the pipe: after the known ids, the
+/// reaper waits for such requests to finish and removes the containers and networks that
+/// carry the fleet's own label (a fresh id, so nothing of anyone else's). It runs in a session of its own, so that a Ctrl-C meant for
 /// the tests does not stop it too.
 #[derive(Debug)]
 pub(crate) struct Reaper {
@@ -39,7 +39,8 @@ if [ -n "$containers" ]; then docker rm --force --volumes $containers; fi
 sleep 5
 late=$(docker ps --all --quiet --filter "label=$1")
 if [ -n "$late" ]; then docker rm --force --volumes $late; fi
-if [ -n "$networks" ]; then docker network rm $networks; fi
+late=$(docker network ls --quiet --filter "label=$1")
+if [ -n "$networks$late" ]; then docker network rm $networks $late; fi
 "#;
 
 impl Reaper {

@@ -85,6 +85,15 @@ impl Engine {
             .map_err(|e| io::Error::other(format!("a container operation panicked: {e}")))?
     }
 
+    /// Runs `op` on the fleet's runtime from this thread, which must be outside any runtime
+    /// (the thread that starts a fleet).
+    pub(crate) fn block_on<T, F>(&self, op: F) -> T
+    where
+        F: Future<Output = T>,
+    {
+        self.runtime().block_on(op)
+    }
+
     /// Runs `op` on the fleet's runtime and blocks this thread until it ends (from a thread of
     /// its own: the caller may be inside a runtime, where blocking on another is refused).
     pub(crate) fn block<T, F>(&self, op: F) -> T
@@ -144,6 +153,10 @@ pub(crate) async fn check_image(docker: &Docker, image: &str) -> io::Result<()> 
                 ),
             ))
         }
+        Err(e) if e.to_string().contains("invalid reference format") => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{image:?} is not a valid image name: {e}"),
+        )),
         Err(e) => Err(io::Error::other(format!(
             "the Docker engine did not answer (is it running, and may this user use it?): {e}"
         ))),

@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 
 use super::cleanup::Reaper;
 use super::engine::{self, Engine};
-use super::nodes::{Action, Inner, Network, Spec, View};
+use testcontainers::bollard::Docker;
+
+use super::nodes::{Action, Inner, Network, Node, Spec, View};
 use super::{Side, DEFAULT_IMAGE, DURABLE, IMAGE_VAR, MAX_NODES, PORT};
 
 /// Options for a container fleet.
@@ -52,8 +54,8 @@ impl ContainerFleetBuilder {
     /// reach the containers' addresses. Whatever was created is removed.
     ///
     /// # Cancel safety
-    /// Dropping the future stops the start; the fleet's reaper removes what it made (once its
-    /// pipe closes, within seconds).
+    /// Dropping the future does not stop the start: it completes on a thread of its own,
+    /// and the fleet it made is then removed.
     pub async fn start(self) -> io::Result<ContainerFleet> {
         if self.nodes == 0 || self.nodes > MAX_NODES {
             return Err(io::Error::new(
@@ -68,86 +70,59 @@ impl ContainerFleetBuilder {
             .image
             .or_else(|| std::env::var(IMAGE_VAR).ok().filter(|v| !v.is_empty()))
             .unwrap_or_else(|| DEFAULT_IMAGE.to_string());
+        if image.trim().is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the image name is empty",
+            ));
+        }
         let fleet = uuid::Uuid::new_v4().simple().to_string();
         let engine = Engine::new()?;
-        let docker = engine.docker.clone();
         let reaper = Arc::new(Mutex::new(Reaper::spawn(&fleet)?));
         let mut args: Vec<String> = DURABLE.iter().map(|s| (*s).to_string()).collect();
         args.extend(self.args);
-        let count = self.nodes;
-        // Until the fleet exists, a failure removes what was made (its label names it all).
-        let made = {
-            let (docker, reaper, fleet) = (docker.clone(), reaper.clone(), fleet.clone());
-            engine
-                .run(async move {
-                    engine::check_image(&docker, &image).await?;
-                    let mut networks = Vec::with_capacity(Side::ALL.len());
-                    let mut made = Made {
-                        networks: Vec::new(),
-                        nodes: Vec::new(),
-                    };
-                    let result = async {
-                        for side in Side::ALL {
-                            let name = format!("quorum-lock-{}-{}", &fleet[..12], side.letter());
-                            let (id, subnet) =
-                                engine::create_network(&docker, &name, &fleet).await?;
-                            watch(&reaper, "network", &id)?;
-                            made.networks.push(id.clone());
-                            networks.push(Network { id, subnet });
-                        }
-                        let spec = Arc::new(Spec {
-                            fleet: fleet.clone(),
-                            image,
-                            args,
-                            networks,
-                        });
-                        // The nodes start in parallel: most of a start is the engine's work.
-                        let starting = (0..count).map(|i| {
-                            let (spec, docker, reaper) =
-                                (spec.clone(), docker.clone(), reaper.clone());
-                            tokio::spawn(async move {
-                                let watch = |id: &str| watch(&reaper, "container", id);
-                                spec.create_node(docker, watch, i, [true; 2]).await
-                            })
-                        });
-                        let mut first_error = None;
-                        for started in futures::future::join_all(starting).await {
-                            match started.map_err(|e| {
-                                io::Error::other(format!("starting a node panicked: {e}"))
-                            }) {
-                                Ok(Ok(node)) => made.nodes.push(node),
-                                Ok(Err(e)) | Err(e) => {
-                                    first_error.get_or_insert(e);
-                                }
-                            }
-                        }
-                        if let Some(e) = first_error {
-                            return Err(e);
-                        }
-                        Inner::check_reachable(&spec, count).await?;
-                        Ok(spec)
-                    }
-                    .await;
-                    match result {
-                        Ok(spec) => Ok((spec, made.nodes, made.networks)),
-                        Err(e) => {
-                            for mut node in made.nodes {
-                                node.remove().await;
-                            }
-                            engine::remove_fleet(&docker, &fleet, &made.networks).await;
-                            Err(e)
-                        }
-                    }
-                })
-                .await
+        let making = make(
+            engine.docker.clone(),
+            reaper.clone(),
+            fleet,
+            image,
+            args,
+            self.nodes,
+        );
+        // The start runs to its end on a thread of its own, which owns the fleet's runtime
+        // until the fleet is handed over: a caller that gives up (its future dropped) must
+        // not shut the runtime down under a half-made fleet (testcontainers' bookkeeping
+        // would wait for it for good). Whoever finds the made fleet not taken, the thread or
+        // the dropped caller's handover, removes it on a thread.
+        let handover = Handover {
+            slot: Arc::new(Mutex::new(None)),
+            reaper: reaper.clone(),
         };
-        let (spec, nodes, _) = match made {
-            Ok(made) => made,
-            Err(e) => {
-                if let Ok(mut reaper) = reaper.lock() {
-                    reaper.stand_down();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let (slot, reaper_left) = (handover.slot.clone(), reaper.clone());
+        std::thread::Builder::new()
+            .name("quorum-lock-containers-start".into())
+            .spawn(move || {
+                let made = engine.block_on(making);
+                *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some((engine, made));
+                if tx.send(()).is_err() {
+                    let left = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+                    if let Some(started) = left {
+                        discard(started, &reaper_left);
+                    }
                 }
-                return Err(e);
+            })?;
+        let _ = rx.await;
+        let (engine, made) = handover
+            .take()
+            .ok_or_else(|| io::Error::other("starting the container fleet panicked"))?;
+        let (spec, nodes) = match made {
+            Ok(made) => made,
+            Err(Failed { error, removed }) => {
+                if removed {
+                    stand_down(&reaper);
+                }
+                return Err(error);
             }
         };
         let views = nodes
@@ -175,10 +150,136 @@ impl ContainerFleetBuilder {
     }
 }
 
+/// What a start made, on the way from its thread to its caller.
+type Started = (Engine, Result<(Arc<Spec>, Vec<Node>), Failed>);
+
+/// The caller's end of a start: the made fleet, once there. Dropped with the fleet still in
+/// it (the caller's future dropped after the start ended), it removes the fleet.
+struct Handover {
+    slot: Arc<Mutex<Option<Started>>>,
+    reaper: Arc<Mutex<Reaper>>,
+}
+
+impl Handover {
+    fn take(&self) -> Option<Started> {
+        self.slot.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+impl Drop for Handover {
+    fn drop(&mut self) {
+        if let Some(started) = self.take() {
+            let reaper = self.reaper.clone();
+            // On a thread: the caller may be inside a runtime, or outside any.
+            let _ = std::thread::Builder::new()
+                .name("quorum-lock-containers-discard".into())
+                .spawn(move || discard(started, &reaper));
+        }
+    }
+}
+
+/// Removes a fleet nobody took, from a thread outside any runtime.
+fn discard((engine, made): Started, reaper: &Mutex<Reaper>) {
+    if let Ok((spec, nodes)) = made {
+        let networks = spec.networks.iter().map(|n| n.id.clone()).collect();
+        let docker = engine.docker.clone();
+        let removed = engine.block_on(remove(docker, spec.fleet.clone(), nodes, networks));
+        if removed {
+            stand_down(reaper);
+        }
+    }
+}
+
+/// A start that failed: why, and whether what it made was all removed again.
+struct Failed {
+    error: io::Error,
+    removed: bool,
+}
+
+/// Makes a fleet: the image checked, the networks, the nodes (in parallel), every address
+/// answering. Until the fleet exists, a failure removes what was made (its label names it
+/// all).
+async fn make(
+    docker: Docker,
+    reaper: Arc<Mutex<Reaper>>,
+    fleet: String,
+    image: String,
+    args: Vec<String>,
+    count: usize,
+) -> Result<(Arc<Spec>, Vec<Node>), Failed> {
+    let mut made = Made {
+        networks: Vec::new(),
+        nodes: Vec::new(),
+    };
+    let result = async {
+        engine::check_image(&docker, &image).await?;
+        let mut networks = Vec::with_capacity(Side::ALL.len());
+        for side in Side::ALL {
+            let name = format!("quorum-lock-{}-{}", &fleet[..12], side.letter());
+            let (id, subnet) = engine::create_network(&docker, &name, &fleet).await?;
+            watch(&reaper, "network", &id)?;
+            made.networks.push(id.clone());
+            networks.push(Network { id, name, subnet });
+        }
+        let spec = Arc::new(Spec {
+            fleet: fleet.clone(),
+            image,
+            args,
+            networks,
+        });
+        // The nodes start in parallel: most of a start is the engine's work.
+        let starting = (0..count).map(|i| {
+            let (spec, docker, reaper) = (spec.clone(), docker.clone(), reaper.clone());
+            tokio::spawn(async move {
+                let watch = |id: &str| watch(&reaper, "container", id);
+                spec.create_node(docker, watch, i, [true; 2]).await
+            })
+        });
+        let mut first_error = None;
+        for started in futures::future::join_all(starting).await {
+            match started.map_err(|e| io::Error::other(format!("starting a node panicked: {e}"))) {
+                Ok(Ok(node)) => made.nodes.push(node),
+                Ok(Err(e)) | Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        Inner::check_reachable(&spec, count).await?;
+        Ok(spec)
+    }
+    .await;
+    match result {
+        Ok(spec) => Ok((spec, made.nodes)),
+        Err(error) => {
+            let removed = remove(docker, fleet, made.nodes, made.networks).await;
+            Err(Failed { error, removed })
+        }
+    }
+}
+
+/// Removes nodes, anything else of the fleet's, and its networks; whether all went.
+async fn remove(docker: Docker, fleet: String, nodes: Vec<Node>, networks: Vec<String>) -> bool {
+    for mut node in nodes {
+        node.remove().await;
+    }
+    engine::remove_fleet(&docker, &fleet, &networks).await
+}
+
+/// The fleet removed itself: the reaper has nothing left to do.
+fn stand_down(reaper: &Mutex<Reaper>) {
+    reaper
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .stand_down();
+}
+
 /// What a start made so far (removed if it fails).
 struct Made {
     networks: Vec<String>,
-    nodes: Vec<super::nodes::Node>,
+    nodes: Vec<Node>,
 }
 
 /// Hands an id to the reaper.

@@ -55,7 +55,9 @@
 //! re-exports does what it has no call for: bridge networks with a fixed subnet, an address
 //! pinned on each network (a container first gets one the engine hands out, from the upper
 //! half of the /24, and then takes its own), a cut link and a link made again, a SIGKILL, and
-//! the log read for a restart's readiness.
+//! the log read for readiness (the ready line, counted per start; a server that stops first
+//! fails the start with its log). No port is published on the host: the nodes are reached at
+//! their networks' addresses only.
 //!
 //! **Cleanup.** Containers and networks are removed when the fleet is dropped, also when a
 //! test panics. Should the process die first (killed, aborted, or a fleet kept in a static,

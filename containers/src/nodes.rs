@@ -8,12 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use quorum_lock::testkit::START_TIMEOUT;
-use testcontainers::core::WaitFor;
 use testcontainers::runners::AsyncRunner;
 use testcontainers::{ContainerAsync, GenericImage, ImageExt};
 
 use super::cleanup::Reaper;
-use super::engine::{self, Engine, Subnet, LABEL, READY_LINE};
+use super::engine::{self, Engine, Subnet, LABEL};
 use super::{Side, FIRST_HOST, PAUSE_TRIES, PORT};
 
 /// What every node is made from.
@@ -29,6 +28,10 @@ pub(super) struct Spec {
 #[derive(Debug)]
 pub(super) struct Network {
     pub(super) id: String,
+    /// The name testcontainers is given: it finds a network of that name, so it neither
+    /// creates one nor removes it with its last container (given an id, which it does not
+    /// look up, it would create a network named after it and remove "that" one later).
+    pub(super) name: String,
     pub(super) subnet: Subnet,
 }
 
@@ -74,14 +77,15 @@ impl Spec {
         engine::address(self.networks[side.index()].subnet, host)
     }
 
-    /// The image as testcontainers names it: a name and a tag.
+    /// The image as testcontainers names it: a name and a tag. No readiness condition: the
+    /// fleet waits for the ready line itself (see `create_node`).
     fn image(&self) -> GenericImage {
         // A tag follows the last ':' unless a '/' comes after it (a registry's port).
         let (name, tag) = match self.image.rsplit_once(':') {
             Some((name, tag)) if !tag.contains('/') => (name, tag),
             _ => (self.image.as_str(), "latest"),
         };
-        GenericImage::new(name, tag).with_wait_for(WaitFor::message_on_stdout(READY_LINE))
+        GenericImage::new(name, tag)
     }
 
     /// Starts node `i`'s container on the networks of the sides in `connected` at its fixed
@@ -95,22 +99,32 @@ impl Spec {
         connected: [bool; 2],
     ) -> io::Result<Node> {
         // testcontainers starts the container on network A at an address the engine hands
-        // out (from the upper half of the /24) and waits for its ready line; it then takes
-        // its fixed address on A, joins B at its fixed address, and leaves the networks of
-        // the sides it is cut from. Each fixed address is kept across restarts.
-        let network_a = self.networks[0].id.clone();
+        // out (from the upper half of the /24); once its ready line is logged it takes its
+        // fixed address on A, joins B at its fixed address, and leaves the networks of the
+        // sides it is cut from. Each fixed address is kept across restarts. Its ports are
+        // published nowhere (testcontainers would publish them on every interface of the
+        // host): the fleet is reached at its networks' addresses only.
         let container = self
             .image()
             .with_cmd(self.args.clone())
-            .with_network(network_a.clone())
+            .with_network(self.networks[0].name.clone())
             .with_label(LABEL, self.fleet.clone())
-            .with_startup_timeout(START_TIMEOUT)
+            .with_host_config_modifier(|host| {
+                host.publish_all_ports = Some(false);
+                host.port_bindings = None;
+            })
             .start()
             .await
             .map_err(|e| engine::failed(&format!("starting node {i} ({})", self.image), e))?;
         let id = container.id().to_string();
         reaper(&id)?;
-        engine::disconnect(&docker, &network_a, &id).await?;
+        // Readiness from the log, as for a restart; a server that stops (a bad argument)
+        // fails here with its log, and its container goes.
+        if let Err(e) = engine::wait_ready(&docker, &id, 1, START_TIMEOUT).await {
+            let _ = container.rm().await;
+            return Err(io::Error::new(e.kind(), format!("node {i}: {e}")));
+        }
+        engine::disconnect(&docker, &self.networks[0].id, &id).await?;
         let mut node = Node {
             container: Some(container),
             id,
@@ -362,10 +376,11 @@ impl Inner {
                     Err(_) => "no answer in 5 s".to_string(),
                 };
                 return Err(io::Error::other(format!(
-                    "node {i} is ready but does not answer at {ip}:{PORT} ({why}): container \
-                     fleets need a local Docker engine whose bridge networks this machine \
-                     routes to (Linux; not Docker Desktop's virtual machine or a remote \
-                     engine)"
+                    "node {i} is ready but does not answer at {ip}:{PORT} ({why}): server \
+                     arguments that move its port, bind it elsewhere or ask for a password \
+                     keep the fleet out; otherwise, container fleets need a local Docker \
+                     engine whose bridge networks this machine routes to (Linux; not Docker \
+                     Desktop's virtual machine or a remote engine)"
                 )));
             }
         }

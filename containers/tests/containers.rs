@@ -1002,3 +1002,73 @@ async fn smoke_testcontainers_drives_this_engine() {
     );
     assert!(fleet.logs(0).contains("Ready to accept connections"));
 }
+
+/// A one-node fleet restarts empty, twice: its networks stay (the container that goes is the
+/// last one on them), and the new node serves at the same address, with no data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Docker: run with --ignored"]
+async fn a_one_node_fleet_restarts_empty_at_the_same_address() {
+    let fleet = ContainerFleet::start(1).await.expect("a one-node fleet");
+    let address = fleet.address(0, Side::A);
+    for round in 0..2 {
+        let mut conn = fleet
+            .client(0, Side::A)
+            .get_multiplexed_async_connection()
+            .await
+            .expect("a connection");
+        let () = redis::cmd("SET")
+            .arg("k")
+            .arg("v")
+            .query_async(&mut conn)
+            .await
+            .expect("SET");
+        let before = fleet.container_id(0);
+        fleet
+            .restart_empty(0)
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert_ne!(fleet.container_id(0), before, "a new container");
+        assert_eq!(fleet.address(0, Side::A), address);
+        let mut conn = fleet
+            .client(0, Side::A)
+            .get_multiplexed_async_connection()
+            .await
+            .expect("a connection to the new node");
+        let got: Option<String> = redis::cmd("GET")
+            .arg("k")
+            .query_async(&mut conn)
+            .await
+            .expect("GET");
+        assert_eq!(got, None, "round {round}: the new node forgot");
+    }
+    fleet.pause(0).await.expect("pause");
+    fleet.resume(0).await.expect("resume");
+}
+
+/// Start errors name what is wrong: an argument the server refuses (its log, with the
+/// server's own words), a malformed image name, an empty one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Docker: run with --ignored"]
+async fn start_errors_name_the_cause() {
+    let err = ContainerFleet::builder()
+        .nodes(2)
+        .server_args(["--no-such-option", "yes"])
+        .start()
+        .await
+        .expect_err("a refused argument");
+    let text = err.to_string();
+    assert!(text.contains("stopped before it was ready"), "{text}");
+    assert!(text.contains("no-such-option"), "the server's log: {text}");
+    for (image, kind) in [
+        ("Not A Valid::ref", std::io::ErrorKind::InvalidInput),
+        ("", std::io::ErrorKind::InvalidInput),
+    ] {
+        let err = ContainerFleet::builder()
+            .nodes(1)
+            .image(image)
+            .start()
+            .await
+            .expect_err("a bad image name");
+        assert_eq!(err.kind(), kind, "{image:?}: {err}");
+    }
+}
