@@ -3,8 +3,8 @@
 //!
 //! A crate of its own beside `quorum-lock` (whose test kit, `quorum_lock::testkit`, runs fleets
 //! of local `redis-server` processes): testcontainers brings an HTTP stack and Docker's API
-//! types with it (79 crates, about three minutes of CPU to build), which the library's own
-//! test command should not pay for.
+//! types with it (67 crates that neither the library nor its tests use), which the library's
+//! own test command should not pay for.
 //!
 //! A [`ContainerFleet`] runs N durable Redis masters (AOF with `appendfsync always`,
 //! `noeviction`), each attached to two bridge networks of its own, one per [`Side`]. A side
@@ -50,8 +50,8 @@
 //! pulled: a missing one is an error naming the script. Without Docker,
 //! [`ContainerFleet::start`] fails with the reason; it never passes silently.
 //!
-//! **How.** testcontainers creates and starts each node's container (waiting for its ready
-//! line), pauses and resumes it, starts it again, and removes it. The bollard client it
+//! **How.** testcontainers creates and starts each node's container, pauses and resumes it,
+//! starts it again, and removes it. The bollard client it
 //! re-exports does what it has no call for: bridge networks with a fixed subnet, an address
 //! pinned on each network (a container first gets one the engine hands out, from the upper
 //! half of the /24, and then takes its own), a cut link and a link made again, a SIGKILL, and
@@ -63,7 +63,8 @@
 //! test panics. Should the process die first (killed, aborted, or a fleet kept in a static,
 //! which is never dropped), a small reaper process that holds the fleet's ids removes them as
 //! soon as the process is gone (testcontainers has no reaper of its own; this one runs the
-//! `docker` command). Everything a fleet creates carries the label
+//! `docker` command). A start whose future is dropped completes on a thread of its own and
+//! removes what it made. Everything a fleet creates carries the label
 //! `quorum-lock.testkit=<fleet id>`; after a machine crash,
 //! `docker rm -f $(docker ps -aq --filter label=quorum-lock.testkit)` and
 //! `docker network prune --filter label=quorum-lock.testkit` remove what is left.
