@@ -1,6 +1,6 @@
 //! Exhaustive model check of the fair lock (`QuorumLock::fair_lock`), with `stateright`.
 //!
-//! The mutex and the read-write lock are checked in `tests/model.rs`; this file checks what the
+//! The mutex and the read-write lock are checked in `tests/model/`; this file checks what the
 //! fair lock adds: the line, tickets, grants (whole and short), claims and the same-client
 //! hand-off, with holder values that tell a request's attempts and its grants apart. It
 //! borrows that file's approach (a `Copy` state, packed requests, a byte encoding for hashing,
@@ -137,7 +137,7 @@
 //!
 //! Not modelled (docs/SAFETY.md, "Model check", "The fair lock", lists every simplification
 //! and why): extend, watchdog, repair and fencing of a fair guard (the mutex's own calls,
-//! checked in `tests/model.rs`); release by token; `try_acquire` (a single attempt without a
+//! checked in `tests/model/`); release by token; `try_acquire` (a single attempt without a
 //! ticket); the notices, wake-ups, lapse timers, backoff and `after_local_releases` (a request
 //! may take its next step at any moment, which includes every order those allow); the wait's
 //! deadline (a request gives up only when its attempts are used up); eviction of one of the
@@ -1907,7 +1907,7 @@ impl Protocol {
         }
     }
 
-    /// Renames the nodes so that equivalent states become one (see `tests/model.rs`).
+    /// Renames the nodes so that equivalent states become one (see `tests/model/`).
     /// Returns the renaming: new node `i` is old node `order[i]`.
     fn canonicalize(&self, s: &mut State) -> [usize; MAX_N] {
         let (n, clients, requests) = (self.n(), self.cfg.clients(), self.requests());
@@ -2236,7 +2236,7 @@ fn assert_finds(name: &str, cfg: Config, property: &'static str) {
 }
 
 /// The path as readable lines, replayed on real states with each action's node translated
-/// through the symmetry renamings so far (as `tests/model.rs` does), up to the first state
+/// through the symmetry renamings so far (as `tests/model/` does), up to the first state
 /// where `holds` is false, then that state's facts.
 fn narrate(model: &Protocol, path: Path<State, Action>, holds: Option<Condition>) -> Vec<String> {
     let mut lines = Vec::new();
