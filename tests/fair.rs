@@ -1531,7 +1531,7 @@ async fn a_grant_split_between_waiters_is_mended_without_waiting_the_grants_out(
 /// grant, and a rollback deletes only its own attempt's value. A request cut off from
 /// a quorum goes on under a new identity, which its old withdrawal cannot touch. (When all
 /// attempts shared one holder value, the late rollback deleted the next attempt's entry;
-/// `tests/model_fair.rs` finds the two holders that follows.) The library's own scripts,
+/// `tests/model_fair/` finds the two holders that follows.) The library's own scripts,
 /// on one node, in the order a late delivery gives them.
 #[tokio::test]
 async fn late_rollbacks_and_withdrawals_touch_nothing_a_later_attempt_or_grant_counts_on() {
