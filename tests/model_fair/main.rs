@@ -131,7 +131,7 @@
 //! the value; a hand-off sets `G` for the whole TTL) was checked safe by the previous version
 //! of this file, but has a liveness defect: a claim whose attempt then fails leaves `G`
 //! extended to the whole TTL, and with grants split between waiters the line stalls until it
-//! expires (`tests/fair.rs`,
+//! expires (`tests/fair/`,
 //! `a_grant_split_between_waiters_is_mended_without_waiting_the_grants_out`, fails under it).
 //! The library and this model use F.
 //!
