@@ -1,6 +1,5 @@
 //! The model's actions, their effects and their narration.
 
-#[allow(unused_imports)]
 use super::*;
 
 // ---------------------------------------------------------------------------------------------

@@ -1,64 +1,20 @@
 //! Running the checker: a configuration is safe, or a negative control is caught, with its
 //! counterexample narrated.
 
-#[allow(unused_imports)]
 use super::*;
 
 // ---------------------------------------------------------------------------------------------
 // Running the checker
 // ---------------------------------------------------------------------------------------------
 
-/// Explores every reachable state and asserts every property: no counterexample to an
-/// `always` or `eventually` property, an example for every `sometimes` one.
+/// Explores every reachable state and asserts every property (`tests/common/model_check.rs`).
 pub(super) fn assert_safe(name: &str, cfg: Config) {
-    let started = Instant::now();
-    let checker = Protocol::new(cfg).checker().spawn_bfs().join();
-    println!(
-        "{name}: {} states, {} transitions, depth {}, {:.1?}",
-        checker.unique_state_count(),
-        checker.state_count(),
-        checker.max_depth(),
-        started.elapsed()
-    );
-    let model = checker.model();
-    for (property, path) in checker.discoveries() {
-        let p = model.property(property);
-        if p.expectation.discovery_is_failure() {
-            println!("COUNTEREXAMPLE to \"{property}\" in {name}:");
-            let violated = (p.expectation == Expectation::Always).then_some(p.condition);
-            for line in narrate(model, path, violated) {
-                println!("  {line}");
-            }
-        }
-    }
-    checker.assert_properties();
+    model_check::assert_safe(name, Protocol::new(cfg), narrate);
 }
 
 /// A negative control: the search must find a counterexample to `property`; prints it.
 pub(super) fn assert_finds(name: &str, cfg: Config, property: &'static str) {
-    let started = Instant::now();
-    let checker = Protocol::new(cfg)
-        .checker()
-        .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])))
-        .spawn_bfs()
-        .join();
-    let path = checker
-        .discovery(property)
-        .unwrap_or_else(|| panic!("{name}: no counterexample to \"{property}\""));
-    let model = checker.model();
-    // An `always` property's trace ends where it first fails; an `eventually` one's runs to
-    // the end of the path, where nothing more can happen.
-    let p = model.property(property);
-    let violated = (p.expectation == Expectation::Always).then_some(p.condition);
-    let lines = narrate(model, path, violated);
-    println!(
-        "{name}: counterexample to \"{property}\" after {} states, {:.1?}:",
-        checker.unique_state_count(),
-        started.elapsed(),
-    );
-    for line in &lines {
-        println!("  {line}");
-    }
+    model_check::assert_finds(name, Protocol::new(cfg), property, narrate);
 }
 
 /// The path as readable lines: the initial counters (if any), what each step did, and the

@@ -1,7 +1,6 @@
 //! The model check's configuration: who does what, under which faults, and the bugs put back
 //! for the negative controls.
 
-#[allow(unused_imports)]
 use super::*;
 
 // ---------------------------------------------------------------------------------------------

@@ -121,10 +121,7 @@
 //! - `checks`: running the checker on a configuration, and narrating a counterexample.
 //! - here: the configurations, each a test.
 
-use std::collections::BTreeSet;
-use std::time::Instant;
-
-use stateright::{Checker, Expectation, HasDiscoveries, Model, Path, Property};
+use stateright::{Model, Path, Property};
 
 /// Fixed capacities, so that a state is a plain `Copy` value.
 const MAX_N: usize = 5;
@@ -140,6 +137,8 @@ fn bit(n: usize) -> u8 {
 mod actions;
 mod checks;
 mod config;
+#[path = "../common/model_check.rs"]
+mod model_check;
 mod protocol;
 mod state;
 

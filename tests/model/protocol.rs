@@ -1,6 +1,5 @@
 //! The model itself: the protocol's steps as the library takes them, and its properties.
 
-#[allow(unused_imports)]
 use super::*;
 
 // ---------------------------------------------------------------------------------------------

@@ -1,6 +1,5 @@
 //! The model's state: the nodes' entries, the clients and their requests, and its encoding.
 
-#[allow(unused_imports)]
 use super::*;
 
 // ---------------------------------------------------------------------------------------------

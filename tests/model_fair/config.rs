@@ -1,7 +1,6 @@
 //! The fair lock's model check configuration: the clients' plans, the faults, and the bugs
 //! put back for the negative controls.
 
-#[allow(unused_imports)]
 use super::*;
 
 // ---------------------------------------------------------------------------------------------

@@ -1,7 +1,6 @@
 //! The model's state: the nodes' fair-lock entries, lines and counters, the clients and their
 //! requests, and its encoding.
 
-#[allow(unused_imports)]
 use super::*;
 
 // ---------------------------------------------------------------------------------------------
