@@ -7,6 +7,7 @@
 use std::io::{self, Write};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::Mutex;
 
 use super::engine::LABEL;
 
@@ -83,4 +84,20 @@ impl Reaper {
         }
         let _ = self.child.wait();
     }
+}
+
+/// Hands an id to a fleet's reaper (shared by the fleet's start and its operations).
+pub(crate) fn watch(reaper: &Mutex<Reaper>, kind: &str, id: &str) -> io::Result<()> {
+    reaper
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .watch(kind, id)
+}
+
+/// The fleet removed itself: its reaper has nothing left to do.
+pub(crate) fn stand_down(reaper: &Mutex<Reaper>) {
+    reaper
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .stand_down();
 }

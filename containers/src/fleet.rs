@@ -5,11 +5,11 @@ use std::io;
 use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex};
 
-use super::cleanup::Reaper;
+use super::cleanup::{stand_down, watch, Reaper};
 use super::engine::{self, Engine};
 use testcontainers::bollard::Docker;
 
-use super::nodes::{Action, Inner, Network, Node, Spec, View};
+use super::nodes::{remove, Action, Inner, Network, Node, Spec, View};
 use super::{Side, DEFAULT_IMAGE, DURABLE, IMAGE_VAR, MAX_NODES, PORT};
 
 /// Options for a container fleet.
@@ -180,10 +180,14 @@ impl Drop for Handover {
 
 /// Removes a fleet nobody took, from a thread outside any runtime.
 fn discard((engine, made): Started, reaper: &Mutex<Reaper>) {
-    if let Ok((spec, nodes)) = made {
-        let networks = spec.networks.iter().map(|n| n.id.clone()).collect();
-        let docker = engine.docker.clone();
-        let removed = engine.block_on(remove(docker, spec.fleet.clone(), nodes, networks));
+    if let Ok((spec, mut nodes)) = made {
+        let networks = spec.network_ids();
+        let removed = engine.block_on(remove(
+            &engine.docker,
+            &spec.fleet,
+            nodes.iter_mut(),
+            &networks,
+        ));
         if removed {
             stand_down(reaper);
         }
@@ -230,10 +234,7 @@ async fn make(
         // The nodes start in parallel: most of a start is the engine's work.
         let starting = (0..count).map(|i| {
             let (spec, docker, reaper) = (spec.clone(), docker.clone(), reaper.clone());
-            tokio::spawn(async move {
-                let watch = |id: &str| watch(&reaper, "container", id);
-                spec.create_node(docker, watch, i, [true; 2]).await
-            })
+            tokio::spawn(async move { spec.create_node(docker, &reaper, i, [true; 2]).await })
         });
         let mut first_error = None;
         for started in futures::future::join_all(starting).await {
@@ -254,40 +255,16 @@ async fn make(
     match result {
         Ok(spec) => Ok((spec, made.nodes)),
         Err(error) => {
-            let removed = remove(docker, fleet, made.nodes, made.networks).await;
+            let removed = remove(&docker, &fleet, made.nodes.iter_mut(), &made.networks).await;
             Err(Failed { error, removed })
         }
     }
-}
-
-/// Removes nodes, anything else of the fleet's, and its networks; whether all went.
-async fn remove(docker: Docker, fleet: String, nodes: Vec<Node>, networks: Vec<String>) -> bool {
-    for mut node in nodes {
-        node.remove().await;
-    }
-    engine::remove_fleet(&docker, &fleet, &networks).await
-}
-
-/// The fleet removed itself: the reaper has nothing left to do.
-fn stand_down(reaper: &Mutex<Reaper>) {
-    reaper
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .stand_down();
 }
 
 /// What a start made so far (removed if it fails).
 struct Made {
     networks: Vec<String>,
     nodes: Vec<Node>,
-}
-
-/// Hands an id to the reaper.
-fn watch(reaper: &Mutex<Reaper>, kind: &str, id: &str) -> io::Result<()> {
-    reaper
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .watch(kind, id)
 }
 
 /// A fleet of Redis masters in Docker containers, reachable from two sides.

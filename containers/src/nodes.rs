@@ -4,6 +4,7 @@
 
 use std::io;
 use std::net::Ipv4Addr;
+use std::ops::DerefMut;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use quorum_lock::testkit::START_TIMEOUT;
 use testcontainers::runners::AsyncRunner;
 use testcontainers::{ContainerAsync, GenericImage, ImageExt};
 
-use super::cleanup::Reaper;
+use super::cleanup::{stand_down, watch, Reaper};
 use super::engine::{self, Engine, Subnet, LABEL};
 use super::{Side, FIRST_HOST, PAUSE_TRIES, PORT};
 
@@ -72,6 +73,11 @@ pub(super) struct View {
 }
 
 impl Spec {
+    /// The ids of the fleet's networks, in [`Side::ALL`] order.
+    pub(super) fn network_ids(&self) -> Vec<String> {
+        self.networks.iter().map(|n| n.id.clone()).collect()
+    }
+
     pub(super) fn address(&self, i: usize, side: Side) -> Ipv4Addr {
         let host = u8::try_from(FIRST_HOST + i).expect("at most MAX_NODES nodes");
         engine::address(self.networks[side.index()].subnet, host)
@@ -94,7 +100,7 @@ impl Spec {
     pub(super) async fn create_node(
         self: Arc<Self>,
         docker: testcontainers::bollard::Docker,
-        reaper: impl Fn(&str) -> io::Result<()>,
+        reaper: &std::sync::Mutex<Reaper>,
         i: usize,
         connected: [bool; 2],
     ) -> io::Result<Node> {
@@ -117,7 +123,7 @@ impl Spec {
             .await
             .map_err(|e| engine::failed(&format!("starting node {i} ({})", self.image), e))?;
         let id = container.id().to_string();
-        reaper(&id)?;
+        watch(reaper, "container", &id)?;
         // Readiness from the log, as for a restart; a server that stops (a bad argument)
         // fails here with its log, and its container goes.
         if let Err(e) = engine::wait_ready(&docker, &id, 1, START_TIMEOUT).await {
@@ -293,17 +299,10 @@ impl Op {
                 .map_err(|e| engine::failed(&format!("removing node {}", self.i), e))?;
         }
         node.running = false;
-        let reaper = self.reaper.clone();
-        let watch = move |id: &str| {
-            reaper
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .watch("container", id)
-        };
         let fresh = self
             .spec
             .clone()
-            .create_node(self.docker.clone(), watch, self.i, node.connected)
+            .create_node(self.docker.clone(), &self.reaper, self.i, node.connected)
             .await?;
         *node = fresh;
         Ok(())
@@ -326,14 +325,21 @@ fn running(node: &Node, i: usize) -> io::Result<&ContainerAsync<GenericImage>> {
     }
 }
 
-impl Node {
-    /// Removes the container now (testcontainers would on drop, through the runtime it is
-    /// dropped in).
-    pub(super) async fn remove(&mut self) {
-        if let Some(container) = self.container.take() {
+/// Removes a fleet: its nodes' containers (now, as testcontainers would on drop, through the
+/// runtime they are dropped in), anything else of the fleet's (by its label), then its
+/// networks. Whether all went.
+pub(super) async fn remove(
+    docker: &testcontainers::bollard::Docker,
+    fleet: &str,
+    nodes: impl IntoIterator<Item = impl DerefMut<Target = Node>>,
+    networks: &[String],
+) -> bool {
+    for mut node in nodes {
+        if let Some(container) = node.container.take() {
             let _ = container.rm().await;
         }
     }
+    engine::remove_fleet(docker, fleet, networks).await
 }
 
 impl Inner {
@@ -396,17 +402,15 @@ impl Drop for Inner {
         let nodes = self.nodes.clone();
         let docker = self.engine.docker.clone();
         let fleet = self.spec.fleet.clone();
-        let networks: Vec<String> = self.spec.networks.iter().map(|n| n.id.clone()).collect();
+        let networks = self.spec.network_ids();
         let reaper = self.reaper.clone();
         self.engine.finish(async move {
+            let mut locked = Vec::with_capacity(nodes.len());
             for node in nodes {
-                node.lock().await.remove().await;
+                locked.push(node.lock_owned().await);
             }
-            if engine::remove_fleet(&docker, &fleet, &networks).await {
-                reaper
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .stand_down();
+            if remove(&docker, &fleet, locked, &networks).await {
+                stand_down(&reaper);
             }
         });
     }
