@@ -24,65 +24,31 @@
 //!
 //! # Where things are
 //!
-//! One file per concept (a folder where a concept has parts). Listed bottom up: each module
-//! imports only from those above it, with one exception, `builder` and `client`, which name
-//! each other as a builder and what it builds do.
+//! A folder per layer, listed bottom up: each imports only from those above it (the files at
+//! the root serve every layer). Each folder's `mod.rs` lists its files.
 //!
-//! Pure rules, no I/O:
-//! - `quorum`: quorum sizes, drift, validity arithmetic, the tally of node answers.
-//! - `human`: durations as messages show them.
-//! - `error`: the error enum and the per-node failure.
-//! - `key`: the key check, the names derived from a key ([`names`]), the reserved namespace.
-//! - `config`: validated settings; `Config::validity`, the one deadline
-//!   rule (TTL less elapsed time and drift, against the minimum validity).
-//! - `backoff`: the retry pause, of a waiting acquire and of the watchdog.
-//! - `progress`: the stop-or-wait handshake of in-flight requests (also checked by loom).
-//!
-//! What runs on the nodes:
-//! - `scripts`: the plumbing: a script, one call shared by all nodes, EVALSHA or EVAL.
-//! - `family/`: one file per lock kind, each with its calls, reply readers and key layout:
-//!   `mutex.rs`, `set.rs` (multi-key), `permit.rs` (semaphore), `rw.rs` (read-write),
-//!   `fair.rs`; their Lua in `family/lua/` (one file per script, named after it, shared
-//!   fragments included); `family/mod.rs` dispatches a request's shape to its kind once.
-//!
-//! Talking to the nodes:
-//! - `address`, `tls` (feature): node URLs, passwords kept out of sight, TLS settings.
-//! - `safety`: the node checks shared by `build()` and `quorum-lock check`.
-//! - `startup`: `build()`'s probes of the nodes, returning at a quorum; the late ones checked
-//!   in the background.
-//! - `telemetry`: metrics through the `metrics` facade (empty without the feature).
-//! - `node/`: one node, a master or a whole cluster: a server's connection and reconnect
-//!   (`shard.rs`, `connection.rs`), a cluster's slot map and its primaries (`cluster.rs`),
-//!   one request (`send.rs`), the circuit breaker and the bound on what a silent server is
-//!   sent (`backlog.rs`), [`NodeClient`].
-//! - `ordering`: the rules that keep a lease's later call behind its earlier ones.
-//! - `fanout`: one call to every node, decided at quorum (RedLock steps 2 and 4).
-//!
-//! A client:
-//! - `arbiter`: the ordered approach of a waiter that lost (the key's arbiter first), and the
-//!   courtesy of a client that just released a key others wait for.
-//! - `fair`: the fair lock's line within a client, and a release's hand-off to a waiter.
-//! - `wakeup/`: pub/sub release notices (`channel.rs` counts them per release and node, and
-//!   grants per waiter; its unit tests are `channel_tests.rs`; `subscriber.rs` keeps one
-//!   connection per node) and the waiters they wake.
-//! - `state`: a client's shared state, and one record per outcome (stats and metrics).
-//!
-//! Holding a lock:
-//! - `lease`: one acquisition: deadline, loss, renew, repair, release; `lost_signal`: the
-//!   loss signal the guarded work waits on.
-//! - `watchdog`: renewals of a lock kept without a fixed TTL.
-//! - `reentry`, `guard`, `holder`: an owner's held leases; the caller's guard; calls by
-//!   holder value, without a guard.
-//!
-//! Taking a lock:
-//! - `plan`: a request checked into the plan of its attempts.
-//! - `acquire`: one attempt (RedLock steps 1 to 5: start time, fan-out, validity, quorum,
-//!   rollback), fencing tokens, a fair request's claim of a key handed to it.
-//! - `waiting`: the waiting loop: attempts, pauses, wake-ups, a fair request's place and
-//!   ticket.
-//!
-//! The public API: `request` ([`LockRequest`]), `owner`, `client` ([`QuorumLock`]),
-//! `builder` ([`Builder`]), [`names`], [`safety`], [`quorum`], [`testkit`] (feature).
+//! - `rules/`: pure rules, no I/O: quorum sizes and the tally, validated settings and the one
+//!   deadline rule (`Config::validity`), keys and their derived names ([`names`]), the retry
+//!   pause, the stop-or-wait handshake (also checked by loom), the node checks ([`safety`]).
+//! - `family/`: what runs on the nodes, one file per lock kind (calls, reply readers, key
+//!   layout; the Lua in `family/lua/`), and the seam (`Kind`) through which every layer
+//!   above reaches a kind.
+//! - `node/`: one node, a master or a whole cluster: its address and TLS, connection and
+//!   reconnect, one request, the circuit breaker and backlog, the cluster's slot map, the
+//!   probe, [`NodeClient`].
+//! - `fanout/`: one call to every node, decided at quorum (RedLock steps 2 and 4), and the
+//!   ordering invariants that keep a lease's later calls behind its earlier ones.
+//! - `wakeup/`: pub/sub release notices and the waiters they wake, the fair lock's hand-off
+//!   to a waiter of the same client, and the courtesy of a client that just released.
+//! - `take/`: taking a lock: a request's plan, one attempt (RedLock steps 1 to 5), the fair
+//!   request's place, tickets and claim, the ordered approach, the waiting loop.
+//! - `hold/`: holding a lock: the lease (deadline, loss, renew, repair, release), the guard,
+//!   the watchdog, the loss signal, reentry, the calls by holder value.
+//! - `client/`: the public handles: [`QuorumLock`], [`Builder`] with `build()`'s probes,
+//!   [`LockRequest`], [`Owner`].
+//! - At the root: `error`, `human` (durations as messages show them), `scripts` (a script
+//!   call shared by all nodes, EVALSHA or EVAL), `telemetry` (metrics through the `metrics`
+//!   facade), `state` (a client's shared state and its stats), `failpoints`.
 //!
 // The feature-gated modules, linked to docs.rs where this build does not have them (the
 // default features' docs build without broken links).
@@ -93,51 +59,25 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![deny(unsafe_code)]
 
-mod acquire;
-mod address;
-mod arbiter;
-mod backoff;
-mod builder;
 mod client;
-mod config;
 mod error;
-mod fair;
-mod family;
-mod fanout;
-mod guard;
-mod key;
-mod lease;
-mod lost_signal;
-mod node;
-mod ordering;
-mod owner;
-mod plan;
-mod reentry;
-mod request;
-pub mod safety;
-/// The handshake of ordering invariant 4 (see `ordering`). Its code is in `progress.rs`,
-/// included here with the standard atomics and, by the loom test (tests/loom_progress.rs),
-/// with loom's, so that the code checked is the code that runs.
-mod progress {
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    include!("progress.rs");
-}
 #[cfg(feature = "failpoints")]
 pub mod failpoints;
 #[cfg(not(feature = "failpoints"))]
 mod failpoints;
-mod holder;
+mod family;
+mod fanout;
+mod hold;
 mod human;
-pub mod quorum;
+mod node;
+mod rules;
 mod scripts;
-mod startup;
 mod state;
+mod take;
 mod telemetry;
-#[cfg(feature = "tls")]
-mod tls;
-mod waiting;
 mod wakeup;
-mod watchdog;
+
+pub use rules::{quorum, safety};
 
 #[cfg(feature = "testkit")]
 #[allow(unsafe_code)]
@@ -147,7 +87,7 @@ pub mod testkit;
 /// diagnostics (`quorum-lock status` reads them) and ACL rules. Part of the stable interface:
 /// a change of these names is a breaking change, said so in the release notes.
 pub mod names {
-    use crate::key::{derived, kept};
+    use crate::rules::key::{derived, kept};
 
     /// The fencing counter (every kind of lock on the key shares it; no TTL).
     pub fn fencing_counter(key: &[u8]) -> Vec<u8> {
@@ -196,13 +136,13 @@ pub mod names {
     /// # Errors
     /// [`Error::InvalidKey`](crate::Error::InvalidKey), saying why and what to do.
     pub fn check_cluster_key(key: &[u8]) -> crate::Result<()> {
-        crate::plan::one_slot_key(key)
+        crate::take::plan::one_slot_key(key)
     }
 
     /// The Redis Cluster hash slot of `key` (`CLUSTER KEYSLOT`): on a cluster node, every
     /// name above for `key` is in this slot too.
     pub fn hash_slot(key: &[u8]) -> u16 {
-        crate::key::slot(key)
+        crate::rules::key::slot(key)
     }
 }
 
@@ -229,19 +169,14 @@ pub mod docs {
     pub mod benchmarks {}
 }
 
-pub use builder::Builder;
-pub use client::QuorumLock;
-pub use config::{MAX_DURATION, MAX_TTL};
+pub use client::{Builder, LockRequest, Owner, QuorumLock, Scoped};
 pub use error::{Error, FailureKind, NodeFailure, Op, Result, Unsent};
 pub use family::MAX_SET_KEYS;
-pub use guard::LockGuard;
-pub use holder::MAX_HOLDER_LEN;
-pub use key::{MAX_KEY_LEN, RESERVED_PREFIX};
-pub use lost_signal::LostSignal;
+pub use hold::{LockGuard, LostSignal, MAX_HOLDER_LEN};
 pub use node::NodeClient;
-pub use owner::Owner;
-pub use quorum::Quorum;
-pub use request::{LockRequest, Scoped};
+pub use rules::config::{MAX_DURATION, MAX_TTL};
+pub use rules::key::{MAX_KEY_LEN, RESERVED_PREFIX};
+pub use rules::quorum::Quorum;
 pub use state::Stats;
 #[cfg(feature = "metrics")]
 pub use telemetry::describe_metrics;

@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use redis::Cmd;
 
-use crate::progress::Progress;
+use crate::rules::progress::Progress;
 
 /// A script with its SHA1, loaded on every node connection. Its Lua is written with comments
 /// (`family/lua/*.lua`); what is loaded, hashed and sent is the same without its comment lines
@@ -77,7 +77,7 @@ pub(crate) struct Call {
     polled: AtomicU64,
 }
 
-/// The most nodes a client may have: [`Progress`](crate::progress::Progress) keeps one bit per
+/// The most nodes a client may have: [`Progress`](crate::rules::progress::Progress) keeps one bit per
 /// node.
 pub(crate) const MAX_NODES: usize = 64;
 

@@ -6,12 +6,12 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use crate::arbiter::Courtesy;
-use crate::config::Config;
-use crate::fair::FairWaiters;
+use crate::fanout::ordering::BackgroundWork;
 use crate::node::Nodes;
-use crate::ordering::BackgroundWork;
+use crate::rules::config::Config;
 use crate::telemetry::{self, AttemptEnd, LossReason, ReleasedBy, RenewalEnd, RenewedBy};
+use crate::wakeup::courtesy::Courtesy;
+use crate::wakeup::handoff::FairWaiters;
 use crate::wakeup::Wakeups;
 
 /// State shared by a client's clones and its guards.

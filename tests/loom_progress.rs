@@ -1,5 +1,5 @@
 //! Permutation test (loom) of the handshake that keeps a lease's later call from overtaking
-//! its earlier calls' stragglers on a node (ordering invariant 4 in src/ordering.rs).
+//! its earlier calls' stragglers on a node (ordering invariant 4 in src/fanout/ordering.rs).
 //!
 //! A straggler is a request of an earlier call still on its way when the next call of the same
 //! lease starts: it calls `may_send`, writes itself to the connection (its place in the
@@ -8,14 +8,14 @@
 //! waits for the stragglers to finish before writing itself. Loom runs every interleaving of
 //! the two threads under the C11 memory model and checks that the next call's write always
 //! comes after every write of the straggler. The code checked is the library's own
-//! (`src/progress.rs`, compiled here with loom's atomics).
+//! (`src/rules/progress.rs`, compiled here with loom's atomics).
 
 use loom::sync::{Arc, Mutex};
 use loom::thread;
 
 mod progress {
     use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    include!("../src/progress.rs");
+    include!("../src/rules/progress.rs");
 }
 use progress::Progress;
 

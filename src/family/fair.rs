@@ -9,7 +9,7 @@ use std::sync::Arc;
 use redis::Value;
 
 use super::{mutex, read_counter, read_flag, refs, script, Answer, Kind, Notice, Reader};
-use crate::key::{kept, Key};
+use crate::rules::key::{kept, Key};
 use crate::scripts::{Call, LockScript};
 
 /// A request for a fair lock: what its attempts, its place in line and a release's hand-off

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use redis::Value;
 
-use crate::key::Key;
+use crate::rules::key::Key;
 use crate::scripts::{Call, LockScript};
 
 pub(crate) use fair::Fair;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use redis::Value;
 
 use super::{read_counter, script, Answer, Kind, Notice, Reader};
-use crate::key::Key;
+use crate::rules::key::Key;
 use crate::scripts::{Call, LockScript};
 
 /// One key's lock.

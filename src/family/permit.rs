@@ -8,9 +8,9 @@ use std::sync::Arc;
 use redis::Value;
 
 use super::{read_flag, script, Kind, Notice, Reader, Shape};
-use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::key::Key;
+use crate::rules::config::Config;
+use crate::rules::key::Key;
 use crate::scripts::{Call, LockScript};
 
 /// One permit of a semaphore of `permits` on `key`.

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use redis::Value;
 
 use super::{mutex, read_flag, script, Kind, Notice, Reader};
-use crate::key::{kept, Key};
+use crate::rules::key::{kept, Key};
 use crate::scripts::{Call, LockScript};
 
 /// A reader.

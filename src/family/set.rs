@@ -9,7 +9,7 @@ use redis::Value;
 
 use super::{read_counter, read_flag, refs, script, Kind, Notice, Reader, Shape};
 use crate::error::{Error, Result};
-use crate::key::Key;
+use crate::rules::key::Key;
 use crate::scripts::{Call, LockScript};
 
 /// The most keys a multi-key lock may take at once (every key travels in each request).

@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use redis::RedisError;
 
-use crate::address::NodeAddr;
 #[cfg(doc)]
 use crate::error::FailureKind;
 use crate::error::NodeFailure;
+use crate::node::address::NodeAddr;
 
 use super::connection::classify;
 
@@ -67,9 +67,9 @@ impl NodeClient {
     /// reports it: `INFO` and `CONFIG GET appendfsync`; for a cluster, its shape and state
     /// (`CLUSTER SLOTS`, `CLUSTER NODES`, `CLUSTER INFO`), the weakest persistence of its
     /// primaries, and every member that does not answer (named in
-    /// [`ClusterInfo::not_answering`](crate::safety::ClusterInfo::not_answering)). Each
+    /// [`ClusterInfo::not_answering`](crate::rules::safety::ClusterInfo::not_answering)). Each
     /// server is given `limit`, connecting included. Hand the answers of every node to
-    /// [`safety::findings`](crate::safety::findings).
+    /// [`safety::findings`](crate::rules::safety::findings).
     ///
     /// # Errors
     /// The node (for a cluster, the member given) did not answer within `limit`, or answered
@@ -77,7 +77,10 @@ impl NodeClient {
     ///
     /// # Cancel safety
     /// Cancel safe: the connections it made are dropped with the future.
-    pub async fn probe(&self, limit: Duration) -> Result<crate::safety::NodeInfo, NodeFailure> {
+    pub async fn probe(
+        &self,
+        limit: Duration,
+    ) -> Result<crate::rules::safety::NodeInfo, NodeFailure> {
         super::Node::shared(self.addr.clone(), limit, limit)
             .probe(limit, limit)
             .await

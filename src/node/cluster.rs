@@ -24,7 +24,7 @@ use redis::{RedisError, ServerErrorKind, Value};
 use tokio::sync::Notify;
 
 use crate::error::{FailureKind, NodeFailure};
-use crate::key::SLOTS;
+use crate::rules::key::SLOTS;
 
 use super::shard::Shard;
 
@@ -545,7 +545,7 @@ fn text(v: &Value) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::address::NodeAddr;
+    use crate::node::address::NodeAddr;
 
     fn cluster() -> Cluster {
         let seed = NodeAddr::parse("redis://127.0.0.1:7000").expect("an address");

@@ -6,8 +6,8 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ErrorKind, RedisError};
 
-use crate::address::NodeAddr;
 use crate::error::{FailureKind, NodeFailure};
+use crate::node::address::NodeAddr;
 
 use super::backlog::Backlog;
 use super::send::top_level_error;
@@ -159,8 +159,8 @@ pub(super) async fn open(addr: &NodeAddr) -> Result<MultiplexedConnection, Redis
 
 pub(super) fn classify(addr: &NodeAddr, e: &RedisError) -> NodeFailure {
     #[cfg(feature = "tls")]
-    if let Some(tls) = crate::tls::rustls_error(e) {
-        let msg = addr.scrub(&crate::tls::explain(tls));
+    if let Some(tls) = crate::node::tls::rustls_error(e) {
+        let msg = addr.scrub(&crate::node::tls::explain(tls));
         return NodeFailure::new(&addr.display, FailureKind::Tls, msg);
     }
     // What a non-Redis endpoint "answered" is the parser's complaint about its bytes: say

@@ -9,7 +9,9 @@
 //! - `probe`: the check of a node, for `build()` and `quorum-lock check` alike.
 //! - `redirect`: a compare-and-delete follows a `MOVED` or `ASK` once.
 //! - `client`: [`NodeClient`], a configured node for connections of the application's own.
+//! - `address`, `tls` (feature): node URLs, passwords kept out of sight, TLS settings.
 
+pub(crate) mod address;
 mod backlog;
 mod client;
 mod cluster;
@@ -18,6 +20,8 @@ mod probe;
 mod redirect;
 mod send;
 mod shard;
+#[cfg(feature = "tls")]
+pub(crate) mod tls;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -27,8 +31,8 @@ use std::time::Duration;
 use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 use tracing::Instrument;
 
-use crate::address::NodeAddr;
 use crate::error::{FailureKind, NodeFailure, Unsent};
+use crate::node::address::NodeAddr;
 use crate::scripts::{Call, SendBy};
 use crate::telemetry::{NodeRequest, NodeResult};
 
@@ -195,7 +199,11 @@ impl Node {
     /// the wait.
     async fn shard(&self, call: Option<&Call>) -> Result<Arc<Shard>, NodeFailure> {
         match (self.cluster.get(), call.and_then(Call::route)) {
-            (Some(cluster), Some(key)) => cluster.shard(crate::key::slot(key), self.name()).await,
+            (Some(cluster), Some(key)) => {
+                cluster
+                    .shard(crate::rules::key::slot(key), self.name())
+                    .await
+            }
             _ => Ok(self.home.clone()),
         }
     }
@@ -242,7 +250,7 @@ impl Node {
     fn no_answer_to(&self, limit: Duration, call: Option<&Call>) -> NodeFailure {
         let failure = self.no_answer_within(limit);
         let serving = match (self.cluster.get(), call.and_then(Call::route)) {
-            (Some(cluster), Some(key)) => cluster.serving(crate::key::slot(key)),
+            (Some(cluster), Some(key)) => cluster.serving(crate::rules::key::slot(key)),
             _ => None,
         };
         match serving {
@@ -274,7 +282,7 @@ impl Node {
         match self.cluster.get() {
             None => self.home.answering(self.timeout),
             Some(cluster) => cluster
-                .serving(crate::key::slot(key))?
+                .serving(crate::rules::key::slot(key))?
                 .answering(self.timeout),
         }
     }

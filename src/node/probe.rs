@@ -9,7 +9,7 @@ use std::time::Duration;
 use redis::{Cmd, Value};
 
 use crate::error::{FailureKind, NodeFailure};
-use crate::safety::{ClusterInfo, NodeInfo};
+use crate::rules::safety::{ClusterInfo, NodeInfo};
 
 use super::send::{answered, SendError};
 use super::shard::Shard;

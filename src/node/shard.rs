@@ -8,8 +8,8 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use tokio::sync::Notify;
 
-use crate::address::NodeAddr;
 use crate::error::{FailureKind, NodeFailure};
+use crate::node::address::NodeAddr;
 
 use super::backlog::Backlog;
 use super::connection::connect;

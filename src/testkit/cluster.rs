@@ -277,7 +277,7 @@ impl ClusterFleet {
                 .query::<()>(&mut self.connect(c, m)?)
                 .map_err(io::Error::other)?;
         }
-        let slots = usize::from(crate::key::SLOTS);
+        let slots = usize::from(crate::rules::key::SLOTS);
         for p in 0..self.primaries {
             let start = slots * p / self.primaries;
             let end = slots * (p + 1) / self.primaries - 1;

@@ -175,7 +175,7 @@ pub struct Fleet {
 impl std::fmt::Debug for Fleet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let nodes: Vec<String> = (0..self.len())
-            .map(|i| crate::address::redact(&self.url(i)))
+            .map(|i| crate::node::address::redact(&self.url(i)))
             .collect();
         f.debug_struct("Fleet")
             .field("nodes", &nodes)
@@ -223,7 +223,10 @@ impl Fleet {
             redis::Client::open(url.as_str()).map_err(|e| {
                 io::Error::new(
                     io::ErrorKind::InvalidInput,
-                    format!("external node {i} ({}): {e}", crate::address::redact(url)),
+                    format!(
+                        "external node {i} ({}): {e}",
+                        crate::node::address::redact(url)
+                    ),
                 )
             })?;
         }
@@ -325,7 +328,7 @@ impl Fleet {
     pub fn client(&self, i: usize) -> redis::Client {
         #[cfg(feature = "tls")]
         if let Some(tls) = &self.tls {
-            crate::tls::ensure_crypto_provider();
+            crate::node::tls::ensure_crypto_provider();
             return redis::Client::build_with_tls(self.direct_url(i), tls.certificates())
                 .expect("fleet URLs and certificates are valid");
         }
@@ -405,7 +408,7 @@ impl Fleet {
                 format!(
                     "node {i} ({}) belongs to an external fleet: the test kit cannot kill, \
                      pause or restart it (use docker kill / docker pause)",
-                    crate::address::redact(&urls[i])
+                    crate::node::address::redact(&urls[i])
                 ),
             )),
             None => Ok(&self.nodes[i]),
@@ -423,7 +426,10 @@ impl Fleet {
     /// All nodes' logs, headed by node index and port: for failing tests to print.
     pub fn all_logs(&self) -> String {
         if let Some(urls) = &self.external {
-            let urls: Vec<String> = urls.iter().map(|u| crate::address::redact(u)).collect();
+            let urls: Vec<String> = urls
+                .iter()
+                .map(|u| crate::node::address::redact(u))
+                .collect();
             return format!("(external fleet {urls:?}: no logs here)\n");
         }
         let mut out = String::new();

@@ -106,7 +106,7 @@ pub async fn read_release_on_node(
     key: &[u8],
     holder: &str,
 ) -> redis::RedisResult<bool> {
-    let key = crate::key::Key::new(key).map_err(|e| invalid(e.to_string()))?;
+    let key = crate::rules::key::Key::new(key).map_err(|e| invalid(e.to_string()))?;
     let call = crate::family::Shape::Read(crate::family::Read { key })
         .release(holder, crate::family::Notice::Release);
     let answer: redis::Value = call.eval().query_async(node).await?;
@@ -137,7 +137,7 @@ fn fair_shape(
     // The request's base, as the library keeps it: the holder value but its last part.
     let base = crate::family::Fair::waiter_of(holder).map_or(holder, |(_, base)| base);
     Ok(crate::family::Shape::Fair(crate::family::Fair {
-        key: crate::key::Key::new(key).map_err(|e| invalid(e.to_string()))?,
+        key: crate::rules::key::Key::new(key).map_err(|e| invalid(e.to_string()))?,
         waiter: waiter.into(),
         holder: base.into(),
         ticket,

@@ -272,7 +272,7 @@ impl Channel {
                     let claim = Duration::from_millis(claim);
                     heard.lapse = Some(Timed {
                         notify: named.lapse,
-                        after: claim + crate::quorum::drift(claim, LAPSE_DRIFT_FACTOR),
+                        after: claim + crate::rules::quorum::drift(claim, LAPSE_DRIFT_FACTOR),
                         timer: named.timer,
                         clears: None,
                     });

@@ -9,9 +9,13 @@
 //! - `channel`: one key's release channel: counting notices per release and node, and who
 //!   wakes (the longest waiting, or the fair waiter a grant names).
 //! - `subscriber`: one node's pub/sub connection, made and re-made off the callers' path.
+//! - `handoff`: the fair lock's waiters within a client, and a release's hand-off to one.
+//! - `courtesy`: a client that just released a key others wait for lets them go first.
 //! - here: the client's registry of channels, and a waiter's subscription to one.
 
 mod channel;
+pub(crate) mod courtesy;
+pub(crate) mod handoff;
 mod subscriber;
 
 use std::collections::HashMap;

@@ -14,7 +14,7 @@ impl ClusterFleet {
     /// # Errors
     /// No running member answered, or none serves the slot.
     pub fn primary_of(&self, c: usize, key: &[u8]) -> io::Result<usize> {
-        self.primary_of_slot(c, crate::key::slot(key))
+        self.primary_of_slot(c, crate::rules::key::slot(key))
     }
 
     /// Member `m` of cluster `c`, a replica, takes over from its primary (`CLUSTER FAILOVER`,

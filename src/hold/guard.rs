@@ -8,10 +8,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::lease::Lease;
-use crate::lost_signal::LostSignal;
-use crate::quorum::Decision;
-use crate::reentry::HoldTable;
+use crate::hold::lease::Lease;
+use crate::hold::lost_signal::LostSignal;
+use crate::hold::reentry::HoldTable;
+use crate::rules::quorum::Decision;
 use crate::telemetry::ReleasedBy;
 
 /// A held lock. Dropping it releases the lock in the background (best effort: after a renewal

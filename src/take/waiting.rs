@@ -11,21 +11,21 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::acquire::{attempt, claim, reenter, Approach, Miss};
-use crate::arbiter::COURTESY;
-use crate::backoff::Backoff;
 use crate::error::{Error, Op, Result};
-use crate::fair::Registration;
 use crate::family::{Fair, Shape};
+use crate::fanout::ordering::write_now_finish_later;
 use crate::fanout::{broadcast, fan_out};
-use crate::guard::LockGuard;
-use crate::lease::Lease;
-use crate::ordering::write_now_finish_later;
-use crate::plan::{plan, Plan, Spec};
-use crate::quorum::Decision;
+use crate::hold::guard::LockGuard;
+use crate::hold::lease::Lease;
+use crate::rules::backoff::Backoff;
+use crate::rules::quorum::Decision;
 use crate::scripts::{Call, SendBy};
 use crate::state::ClientState;
+use crate::take::attempt::{attempt, claim, reenter, Approach, Miss};
+use crate::take::plan::{plan, Plan, Spec};
 use crate::telemetry::{self, AcquireEnd, Started};
+use crate::wakeup::courtesy::COURTESY;
+use crate::wakeup::handoff::Registration;
 use crate::wakeup::{Named, Waiter};
 
 /// Attempts until success or the wait ends. Between attempts the waiter sleeps until the key's

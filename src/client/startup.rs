@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 
-use crate::config::Config;
 use crate::error::{Error, FailureKind, NodeFailure, Result};
 use crate::node::Node;
-use crate::safety::{self, NodeInfo};
+use crate::rules::config::Config;
+use crate::rules::safety::{self, NodeInfo};
 
 /// Probes every node at once (connect, `INFO`): returns the answers and the failures once every
 /// probe ended, or a node timeout after a quorum of probes answered. The probes still running

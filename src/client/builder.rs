@@ -4,19 +4,19 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::address::{redact, NodeAddr};
-use crate::client::QuorumLock;
-use crate::config::{check_duration, Config};
+use crate::client::quorum_lock::QuorumLock;
+use crate::client::startup::probe_until_quorum;
 use crate::error::{Error, Result};
 use crate::human::Human;
-use crate::node::{Node, NodeClient};
-use crate::quorum::Quorum;
-use crate::safety;
-use crate::scripts::MAX_NODES;
-use crate::startup::probe_until_quorum;
-use crate::state::ClientState;
+use crate::node::address::{redact, NodeAddr};
 #[cfg(feature = "tls")]
-use crate::tls::TlsSettings;
+use crate::node::tls::TlsSettings;
+use crate::node::{Node, NodeClient};
+use crate::rules::config::{check_duration, Config};
+use crate::rules::quorum::Quorum;
+use crate::rules::safety;
+use crate::scripts::MAX_NODES;
+use crate::state::ClientState;
 
 /// Builds a [`QuorumLock`]: nodes, quorum rule, timeouts and retry policy.
 ///
@@ -384,14 +384,14 @@ impl Builder {
             lock_delay: self.lock_delay,
             pubsub: self.pubsub,
         };
-        if self.watchdog_lease.saturating_add(self.lock_delay) > crate::config::MAX_TTL {
+        if self.watchdog_lease.saturating_add(self.lock_delay) > crate::rules::config::MAX_TTL {
             return invalid(
                 "lock_delay",
                 format!(
                     "{} with the watchdog lease ({}) exceeds the longest TTL, {}",
                     Human(self.lock_delay),
                     Human(self.watchdog_lease),
-                    Human(crate::config::MAX_TTL)
+                    Human(crate::rules::config::MAX_TTL)
                 ),
             );
         }

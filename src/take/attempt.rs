@@ -9,21 +9,21 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::arbiter::{approach as approach_nodes, arbiter, Approached};
 use crate::error::{Error, Op, Result};
-use crate::fair::Grant;
 use crate::family::fair::granted_to;
 use crate::family::{read_flag, Notice, Shape, Write};
+use crate::fanout::ordering::{write_now_finish_later, Stragglers};
 use crate::fanout::{broadcast, fan_out};
-use crate::guard::LockGuard;
-use crate::lease::Lease;
-use crate::ordering::{write_now_finish_later, Stragglers};
-use crate::plan::{plan, Plan, Spec};
-use crate::quorum::Decision;
-use crate::reentry::HoldTable;
+use crate::hold::guard::LockGuard;
+use crate::hold::lease::Lease;
+use crate::hold::reentry::HoldTable;
+use crate::rules::quorum::Decision;
 use crate::scripts::SendBy;
 use crate::state::ClientState;
+use crate::take::arbiter::{approach as approach_nodes, arbiter, Approached};
+use crate::take::plan::{plan, Plan, Spec};
 use crate::telemetry::{self, AcquireEnd, AttemptEnd, Started};
+use crate::wakeup::handoff::Grant;
 
 /// What a contended attempt learned.
 pub(crate) struct Contention {
@@ -391,7 +391,11 @@ fn hold(
     ));
     lease.register();
     if plan.watchdog {
-        tokio::spawn(crate::watchdog::run(lease.clone(), plan.ttl, plan.max_hold));
+        tokio::spawn(crate::hold::watchdog::run(
+            lease.clone(),
+            plan.ttl,
+            plan.max_hold,
+        ));
     }
     let owner = plan.owner.map(|o| {
         o.register(&lease);

@@ -4,14 +4,14 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::builder::Builder;
+use crate::client::builder::Builder;
+use crate::client::owner::Owner;
+use crate::client::request::{LockRequest, Scoped};
 use crate::error::Result;
-use crate::guard::LockGuard;
-use crate::lost_signal::LostSignal;
-use crate::owner::Owner;
-use crate::plan::Target;
-use crate::request::{LockRequest, Scoped};
+use crate::hold::guard::LockGuard;
+use crate::hold::lost_signal::LostSignal;
 use crate::state::{ClientState, Stats};
+use crate::take::plan::Target;
 
 /// A client for locks held across N independent Redis masters (RedLock, or MultiLock with
 /// [`Quorum::All`](crate::Quorum::All)).
@@ -440,7 +440,7 @@ impl QuorumLock {
         holder: &str,
         ttl: Duration,
     ) -> Result<Duration> {
-        crate::holder::extend(&self.state, key.as_ref(), holder, ttl).await
+        crate::hold::by_holder::extend(&self.state, key.as_ref(), holder, ttl).await
     }
 
     /// Releases the lock on `key` held with the holder value `holder`, without its guard: for a
@@ -473,7 +473,7 @@ impl QuorumLock {
     /// the nodes (its requests not yet sent are never sent); the entries expire with their TTL
     /// in any case.
     pub async fn release_by_holder(&self, key: impl AsRef<[u8]>, holder: &str) -> Result<()> {
-        crate::holder::release(&self.state, key.as_ref(), holder).await
+        crate::hold::by_holder::release(&self.state, key.as_ref(), holder).await
     }
 
     /// Runs `work` while holding `key` under the watchdog, and releases at the end.

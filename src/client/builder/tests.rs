@@ -1,8 +1,8 @@
 //! The builder's checks of its settings, without nodes.
 
 use super::*;
-use crate::config::MAX_TTL;
 use crate::error::FailureKind;
+use crate::rules::config::MAX_TTL;
 
 fn field(r: Result<Config>) -> &'static str {
     match r {

@@ -14,13 +14,13 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::config::Config;
 use crate::error::{Error, Op, Result};
 use crate::family::{read_flag, Notice, Shape};
+use crate::fanout::ordering::{BackgroundWork, InFlight, Stragglers};
 use crate::fanout::{broadcast, fan_out, FanOut, NodeAnswer, Outcome};
-use crate::key::Key;
-use crate::ordering::{BackgroundWork, InFlight, Stragglers};
-use crate::quorum::Decision;
+use crate::rules::config::Config;
+use crate::rules::key::Key;
+use crate::rules::quorum::Decision;
 use crate::scripts::SendBy;
 use crate::state::{AnyLease, ClientState};
 use crate::telemetry::{Hold, HoldEnd, LossReason, ReleasedBy, RenewalEnd, RenewedBy};

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::lease::Lease;
+use crate::hold::lease::Lease;
 use crate::telemetry::LossReason;
 
 /// Completes when a lock can no longer be trusted: lost (a renewal or extend could not confirm

@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::Result;
-use crate::guard::LockGuard;
-use crate::lost_signal::LostSignal;
-use crate::plan::{LeaseMode, Spec, Target};
-use crate::reentry::HoldTable;
+use crate::hold::guard::LockGuard;
+use crate::hold::lost_signal::LostSignal;
+use crate::hold::reentry::HoldTable;
 use crate::state::ClientState;
+use crate::take::plan::{LeaseMode, Spec, Target};
 
 /// What [`QuorumLock::with_lock`](crate::QuorumLock::with_lock) and [`LockRequest::run`] report.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,7 +155,7 @@ impl<'a> LockRequest<'a> {
     /// # Cancel safety
     /// As [`QuorumLock::acquire`](crate::QuorumLock::acquire).
     pub async fn acquire(self) -> Result<LockGuard> {
-        crate::waiting::waiting(self.state, self.spec).await
+        crate::take::waiting::waiting(self.state, self.spec).await
     }
 
     /// One attempt; `Ok(None)` when another holder has the lock. See
@@ -167,7 +167,7 @@ impl<'a> LockRequest<'a> {
     /// # Cancel safety
     /// As [`QuorumLock::acquire`](crate::QuorumLock::acquire).
     pub async fn try_acquire(self) -> Result<Option<LockGuard>> {
-        crate::acquire::once(self.state, self.spec).await
+        crate::take::attempt::once(self.state, self.spec).await
     }
 
     /// Acquires the lock (waiting), runs `work` while holding it, and releases it. See

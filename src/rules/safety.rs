@@ -69,7 +69,7 @@ impl ClusterInfo {
                 {
                     // Odd answers (out of range, reversed) count for nothing.
                     let span = (*end)
-                        .min(i64::from(crate::key::SLOTS - 1))
+                        .min(i64::from(crate::rules::key::SLOTS - 1))
                         .checked_sub((*start).max(0))
                         .and_then(|d| d.checked_add(1))
                         .and_then(|n| usize::try_from(n).ok())
@@ -89,7 +89,7 @@ impl ClusterInfo {
                 info.replicas += parts.len().saturating_sub(3);
             }
         }
-        info.uncovered_slots = usize::from(crate::key::SLOTS).saturating_sub(covered);
+        info.uncovered_slots = usize::from(crate::rules::key::SLOTS).saturating_sub(covered);
         let listing = string(nodes).unwrap_or_default();
         info.members = listing
             .lines()

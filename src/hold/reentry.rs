@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use crate::key::Key;
-use crate::lease::Lease;
+use crate::hold::lease::Lease;
+use crate::rules::key::Key;
 
 /// An owner's live holds, by key.
 #[derive(Debug)]

@@ -2,6 +2,8 @@
 //! outcome is known (RedLock steps 2 and 3 for acquire; the same shape serves extend, release
 //! and the fencing write-back).
 
+pub(crate) mod ordering;
+
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -15,9 +17,9 @@ use tokio::time::{Instant, Sleep};
 use crate::error::{Error, FailureKind, NodeFailure, Op};
 use crate::failpoints::FailPoint;
 use crate::family::{fair::granted_to, Answer, Reader};
+use crate::fanout::ordering::{BackgroundWork, Stragglers};
 use crate::node::{Node, Nodes};
-use crate::ordering::{BackgroundWork, Stragglers};
-use crate::quorum::{Decision, Tally, Vote};
+use crate::rules::quorum::{Decision, Tally, Vote};
 use crate::scripts::{Call, SendBy};
 
 /// The answers counted so far of one fan-out.
@@ -456,8 +458,8 @@ pub(crate) async fn broadcast(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::address::NodeAddr;
     use crate::family::read_flag;
+    use crate::node::address::NodeAddr;
 
     /// Node `i`'s request: answered within its first poll (as on a loaded machine, where the
     /// answer can come while the request is being written), or never.

@@ -11,8 +11,10 @@ use tracing::Instrument;
 
 use crate::error::{Error, Result};
 use crate::family::{Fair, Shape};
-use crate::key::Key;
-use crate::lease::{decide_extend, extend_call, release_result, release_round, Extended, Lease};
+use crate::hold::lease::{
+    decide_extend, extend_call, release_result, release_round, Extended, Lease,
+};
+use crate::rules::key::Key;
 use crate::state::ClientState;
 use crate::telemetry::{RenewalEnd, RenewedBy};
 

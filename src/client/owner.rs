@@ -9,10 +9,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::client::request::LockRequest;
 use crate::error::Result;
-use crate::guard::LockGuard;
-use crate::reentry::HoldTable;
-use crate::request::LockRequest;
+use crate::hold::guard::LockGuard;
+use crate::hold::reentry::HoldTable;
 use crate::state::ClientState;
 
 /// A reentrant lock owner: acquiring a key it already holds succeeds at once and increments a

@@ -35,9 +35,9 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::config::Config;
+use crate::fanout::ordering::Stragglers;
 use crate::fanout::Outcome;
-use crate::ordering::Stragglers;
+use crate::rules::config::Config;
 
 /// The fair waiters of one client, by waiter id.
 #[derive(Default)]

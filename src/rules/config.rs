@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::human::Human;
-use crate::quorum::{self, Quorum};
+use crate::rules::quorum::{self, Quorum};
 
 /// The longest TTL accepted (365 days): far beyond any sane lease, and well inside what
 /// Redis' `PEXPIRE` accepts.

@@ -16,8 +16,8 @@ use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{AlertDescription, CertificateError, RootCertStore};
 
-use crate::address::NodeAddr;
 use crate::error::{Error, Result};
+use crate::node::address::NodeAddr;
 
 const ROOT: &str = "tls_root_certificate";
 const CLIENT: &str = "tls_client_certificate";

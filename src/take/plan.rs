@@ -4,12 +4,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::check_duration;
 use crate::error::{Error, Result};
 use crate::family::{Fair, Permit, Read, Set, Shape, Write};
-use crate::key::{self, Key};
+use crate::hold::reentry::HoldTable;
 use crate::node::Node;
-use crate::reentry::HoldTable;
+use crate::rules::config::check_duration;
+use crate::rules::key::{self, Key};
 use crate::state::ClientState;
 
 /// How a request's lock is kept.

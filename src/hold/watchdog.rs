@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backoff::Backoff;
 use crate::error::Error;
-use crate::lease::Lease;
+use crate::hold::lease::Lease;
+use crate::rules::backoff::Backoff;
 
 /// Keeps `lease` alive with renewals of `ttl` until it ends, is lost, or `max_hold` (from now)
 /// is reached; after that the lock simply runs out at its deadline.

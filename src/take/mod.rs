@@ -1,0 +1,7 @@
+//! Taking a lock: a request checked into its plan, one attempt (RedLock steps 1 to 5), the
+//! ordered approach of a waiter that lost, and the waiting loop.
+
+pub(crate) mod arbiter;
+pub(crate) mod attempt;
+pub(crate) mod plan;
+pub(crate) mod waiting;
