@@ -26,7 +26,7 @@ pub(crate) struct ClientState {
     /// Identifies this client in holder values.
     pub(crate) client_id: String,
     /// The client's waiting fair requests, for a release's hand-off.
-    pub(crate) fair: Arc<FairWaiters>,
+    pub(crate) handoff: Arc<FairWaiters>,
     /// The client's live leases (see [`HeldLeases`]).
     pub(crate) held: HeldLeases,
     /// Mutex keys just released while other clients waited (see [`Courtesy`]).
@@ -99,7 +99,7 @@ impl ClientState {
             background: Arc::default(),
             wakeups,
             client_id: uuid::Uuid::new_v4().simple().to_string(),
-            fair: Arc::default(),
+            handoff: Arc::default(),
             held: HeldLeases::default(),
             courtesy: Courtesy::default(),
         }

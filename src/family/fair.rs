@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use redis::Value;
 
-use super::{mutex, read_counter, read_flag, refs, script, Answer, Kind, Notice, Reader};
+use super::{mutex, read_counter, read_flag, refs, script, Answer, Kind, Notice, Reader, Standing};
+use crate::rules::config::Config;
 use crate::rules::key::{kept, Key};
 use crate::scripts::{Call, LockScript};
 
@@ -29,15 +30,6 @@ pub(crate) struct Fair {
     /// attempt's entry nor a hand-off of its own round. A request cut off from a quorum takes
     /// a new base (see `waiting`).
     pub(crate) holder: Arc<str>,
-    /// Its place in line, once drawn (after a first attempt without one was refused).
-    pub(crate) ticket: Option<u64>,
-    /// Its round: raised before each attempt, and before each hand-off it takes (counted from
-    /// 1; 0 before the first). An attempt may claim a hand-off value only from an earlier
-    /// round (see [`Fair::handed_holder`]).
-    pub(crate) round: u64,
-    /// Whether the request will wait, and so draws a ticket when its first attempt is
-    /// refused (a single attempt does not).
-    pub(crate) draws: bool,
     /// The queue lease, in ms, as the scripts take it.
     pub(crate) queue_lease_ms: Arc<str>,
     /// The claim window, in ms: how long a short grant to this request lasts.
@@ -78,6 +70,34 @@ fn script_keys(key: &Key) -> Vec<Vec<u8>> {
 impl Fair {
     /// How a fair holder value starts: `fair:<waiter id>:<128 random bits>:<attempt or g>`.
     pub(crate) const HOLDER_PREFIX: &'static str = "fair:";
+
+    /// A new request for `key`, with an identity of its own (see [`Fair::identity`]).
+    pub(crate) fn new(key: Key, client_tag: &str, config: &Config) -> Fair {
+        let (waiter, holder) = Fair::identity(client_tag);
+        Fair::with_identity(key, waiter, holder, config)
+    }
+
+    /// What a call by holder value acts on when `holder` is a fair holder value: the request
+    /// it names (so that a release leaves the line and hands the key on as the guard's would).
+    pub(crate) fn of_holder(key: &Key, holder: &str, config: &Config) -> Option<Fair> {
+        let (waiter, base) = Fair::waiter_of(holder)?;
+        Some(Fair::with_identity(
+            key.clone(),
+            waiter.into(),
+            base.into(),
+            config,
+        ))
+    }
+
+    fn with_identity(key: Key, waiter: Arc<str>, holder: Arc<str>, config: &Config) -> Fair {
+        Fair {
+            key,
+            waiter,
+            holder,
+            queue_lease_ms: config.queue_lease.as_millis().to_string().into(),
+            claim_ms: config.claim_window().as_millis().to_string().into(),
+        }
+    }
 
     /// The waiter id and the base in a fair holder value, if `holder` is one.
     pub(crate) fn waiter_of(holder: &str) -> Option<(&str, &str)> {
@@ -178,14 +198,14 @@ impl Kind for Fair {
         std::slice::from_ref(&self.key)
     }
 
-    fn acquire(&self, holder: &str, ttl_ms: &str) -> (Call, Reader) {
-        let ticket = match (self.ticket, self.draws) {
+    fn acquire(&self, holder: &str, ttl_ms: &str, standing: &Standing) -> (Call, Reader) {
+        let ticket = match (standing.ticket, standing.draws) {
             (Some(t), _) => t.to_string(),
             (None, true) => "?".to_string(),
             (None, false) => String::new(),
         };
         let keys = script_keys(&self.key);
-        let round = self.round.to_string();
+        let round = standing.round.to_string();
         let argv: [&[u8]; 8] = [
             holder.as_bytes(),
             ttl_ms.as_bytes(),
@@ -245,6 +265,24 @@ impl Kind for Fair {
 
     fn keeps_a_place(&self) -> bool {
         true
+    }
+
+    fn by_holder(&self) -> bool {
+        true
+    }
+
+    fn hands_off(&self) -> bool {
+        true
+    }
+
+    /// A fair request waits for its rollback, which may give the key straight back to it,
+    /// first in line (see `lua/fair_release.lua`).
+    fn waits_for_rollback(&self) -> bool {
+        true
+    }
+
+    fn given_back(&self, answer: &Value) -> bool {
+        granted_to(answer).is_some_and(|(w, _)| w == self.waiter.as_bytes())
     }
 }
 

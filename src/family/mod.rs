@@ -26,7 +26,7 @@ use redis::Value;
 use crate::rules::key::Key;
 use crate::scripts::{Call, LockScript};
 
-pub(crate) use fair::Fair;
+pub(crate) use fair::{granted_to, Fair};
 pub(crate) use mutex::Mutex;
 pub(crate) use permit::Permit;
 pub(crate) use rw::{Read, Write};
@@ -125,8 +125,9 @@ pub(crate) trait Kind: fmt::Display {
     /// Every key held, in order (one, or a set's).
     fn keys(&self) -> &[Key];
 
-    /// The acquire of one attempt with `holder` for `ttl_ms` (the TTL as the nodes take it).
-    fn acquire(&self, holder: &str, ttl_ms: &str) -> (Call, Reader);
+    /// The acquire of one attempt with `holder` for `ttl_ms` (the TTL as the nodes take it),
+    /// by a request that stands where `standing` says (read by the kinds that keep a line).
+    fn acquire(&self, holder: &str, ttl_ms: &str, standing: &Standing) -> (Call, Reader);
 
     /// Compare-and-extend: acts only where this holder holds everything; answers 1 / 0.
     fn extend(&self, holder: &str, ttl_ms: &str) -> Call;
@@ -167,6 +168,61 @@ pub(crate) trait Kind: fmt::Display {
     fn keeps_a_place(&self) -> bool {
         false
     }
+
+    /// Whether a waiter that lost may ask the key's arbiter first (see `take::arbiter`): the
+    /// kinds without an order of their own among waiters.
+    fn ordered_approach(&self) -> bool {
+        false
+    }
+
+    /// Whether a client that just released the lock while others waited lets them go first
+    /// (see `wakeup::courtesy`), reading the release's count of listeners.
+    fn courteous(&self) -> bool {
+        false
+    }
+
+    /// Which side of a read-write lock this is (`"read"`, `"write"`), for the report of a
+    /// request that waited for its own task; `None` for the other kinds.
+    fn rw_side(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// Whether the calls by holder value act on this kind's entry (one key's string entry).
+    fn by_holder(&self) -> bool {
+        false
+    }
+
+    /// Whether a release may hand the lock to a waiter of the releasing client itself (see
+    /// `wakeup::handoff`).
+    fn hands_off(&self) -> bool {
+        false
+    }
+
+    /// Whether a failed attempt waits for its rollback's answers (see `take::attempt`'s
+    /// `give_back`) rather than leaving them to finish in the background.
+    fn waits_for_rollback(&self) -> bool {
+        false
+    }
+
+    /// Whether a rollback's answer on one node says it gave the key straight back to the
+    /// request, first in line (a fair request).
+    fn given_back(&self, _answer: &Value) -> bool {
+        false
+    }
+}
+
+/// Where a waiting request stands, for the kinds that keep their waiters in a line (a fair
+/// lock's ticket and round): the request's progress, kept by the waiting loop, never part of
+/// what a lease holds.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Standing {
+    /// Its place in line, once drawn.
+    pub(crate) ticket: Option<u64>,
+    /// Its round: raised before each attempt and each hand-off taken (0 before the first).
+    pub(crate) round: u64,
+    /// Whether it will wait, and so draws a ticket when its first attempt is refused (a
+    /// single attempt does not).
+    pub(crate) draws: bool,
 }
 
 /// What one acquisition holds: one of the kinds.
@@ -216,8 +272,21 @@ impl Shape {
     }
 
     /// See [`Kind::acquire`].
-    pub(crate) fn acquire(&self, holder: &str, ttl_ms: &str) -> (Call, Reader) {
-        self.kind().acquire(holder, ttl_ms)
+    pub(crate) fn acquire(
+        &self,
+        holder: &str,
+        ttl_ms: &str,
+        standing: &Standing,
+    ) -> (Call, Reader) {
+        self.kind().acquire(holder, ttl_ms, standing)
+    }
+
+    /// The shape of a single attempt, which does not wait: it leaves no pending-writer mark
+    /// behind to keep readers out.
+    pub(crate) fn single_attempt(&mut self) {
+        if let Shape::Write(w) = self {
+            w.waiter = None;
+        }
     }
 
     /// See [`Kind::extend`].

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use redis::Value;
 
-use super::{read_counter, script, Answer, Kind, Notice, Reader};
+use super::{read_counter, script, Answer, Kind, Notice, Reader, Standing};
 use crate::rules::key::Key;
 use crate::scripts::{Call, LockScript};
 
@@ -77,7 +77,7 @@ impl Kind for Mutex {
         std::slice::from_ref(&self.key)
     }
 
-    fn acquire(&self, holder: &str, ttl_ms: &str) -> (Call, Reader) {
+    fn acquire(&self, holder: &str, ttl_ms: &str, _: &Standing) -> (Call, Reader) {
         (
             set_if_absent("acquire", &self.key, holder, ttl_ms),
             read_acquire,
@@ -86,6 +86,18 @@ impl Kind for Mutex {
 
     fn extend(&self, holder: &str, ttl_ms: &str) -> Call {
         extend_entry(&self.key, holder, ttl_ms)
+    }
+
+    fn ordered_approach(&self) -> bool {
+        true
+    }
+
+    fn courteous(&self) -> bool {
+        true
+    }
+
+    fn by_holder(&self) -> bool {
+        true
     }
 
     fn release(&self, holder: &str, notice: Notice, _: &[(Arc<str>, u64)]) -> (Call, Reader) {

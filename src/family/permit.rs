@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use redis::Value;
 
-use super::{read_flag, script, Kind, Notice, Reader, Shape};
+use super::{read_flag, script, Kind, Notice, Reader, Shape, Standing};
 use crate::error::{Error, Result};
 use crate::rules::config::Config;
 use crate::rules::key::Key;
@@ -78,7 +78,7 @@ impl Kind for Permit {
         std::slice::from_ref(&self.key)
     }
 
-    fn acquire(&self, holder: &str, ttl_ms: &str) -> (Call, Reader) {
+    fn acquire(&self, holder: &str, ttl_ms: &str, _: &Standing) -> (Call, Reader) {
         let p = self.permits.to_string();
         let argv: [&[u8]; 3] = [holder.as_bytes(), ttl_ms.as_bytes(), p.as_bytes()];
         (Call::new(&ACQUIRE, self.key.bytes(), &argv), read_flag)

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use redis::Value;
 
-use super::{mutex, read_flag, script, Kind, Notice, Reader};
+use super::{mutex, read_flag, script, Kind, Notice, Reader, Standing};
 use crate::rules::key::{kept, Key};
 use crate::scripts::{Call, LockScript};
 
@@ -84,7 +84,7 @@ impl Kind for Read {
         std::slice::from_ref(&self.key)
     }
 
-    fn acquire(&self, holder: &str, ttl_ms: &str) -> (Call, Reader) {
+    fn acquire(&self, holder: &str, ttl_ms: &str, _: &Standing) -> (Call, Reader) {
         let argv: [&[u8]; 2] = [holder.as_bytes(), ttl_ms.as_bytes()];
         let call = Call::with_keys(&READ_ACQUIRE, &RwKeys::of(&self.key).refs(), &argv);
         (call, read_flag)
@@ -107,6 +107,10 @@ impl Kind for Read {
         let call = Call::with_keys(&READ_REPAIR, &RwKeys::of(&self.key).refs(), &argv);
         (call, added)
     }
+
+    fn rw_side(&self) -> Option<&'static str> {
+        Some("read")
+    }
 }
 
 impl Kind for Write {
@@ -114,7 +118,7 @@ impl Kind for Write {
         std::slice::from_ref(&self.key)
     }
 
-    fn acquire(&self, holder: &str, ttl_ms: &str) -> (Call, Reader) {
+    fn acquire(&self, holder: &str, ttl_ms: &str, _: &Standing) -> (Call, Reader) {
         let w = self.waiter.as_deref().unwrap_or("").as_bytes();
         let argv: [&[u8]; 4] = [
             holder.as_bytes(),
@@ -161,6 +165,10 @@ impl Kind for Write {
 
     fn keeps_a_place(&self) -> bool {
         self.waiter.is_some()
+    }
+
+    fn rw_side(&self) -> Option<&'static str> {
+        Some("write")
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use redis::Value;
 
-use super::{read_counter, read_flag, refs, script, Kind, Notice, Reader, Shape};
+use super::{read_counter, read_flag, refs, script, Kind, Notice, Reader, Shape, Standing};
 use crate::error::{Error, Result};
 use crate::rules::key::Key;
 use crate::scripts::{Call, LockScript};
@@ -81,7 +81,7 @@ impl Kind for Set {
         &self.keys
     }
 
-    fn acquire(&self, holder: &str, ttl_ms: &str) -> (Call, Reader) {
+    fn acquire(&self, holder: &str, ttl_ms: &str, _: &Standing) -> (Call, Reader) {
         let argv: [&[u8]; 2] = [holder.as_bytes(), ttl_ms.as_bytes()];
         (
             Call::with_keys(&ACQUIRE, &self.key_bytes(), &argv),
@@ -92,6 +92,10 @@ impl Kind for Set {
     fn extend(&self, holder: &str, ttl_ms: &str) -> Call {
         let argv: [&[u8]; 2] = [holder.as_bytes(), ttl_ms.as_bytes()];
         Call::with_keys(&EXTEND, &self.key_bytes(), &argv)
+    }
+
+    fn ordered_approach(&self) -> bool {
+        true
     }
 
     fn release(&self, holder: &str, notice: Notice, _: &[(Arc<str>, u64)]) -> (Call, Reader) {

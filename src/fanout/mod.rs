@@ -16,7 +16,7 @@ use tokio::time::{Instant, Sleep};
 
 use crate::error::{Error, FailureKind, NodeFailure, Op};
 use crate::failpoints::FailPoint;
-use crate::family::{fair::granted_to, Answer, Reader};
+use crate::family::{granted_to, Answer, Reader};
 use crate::fanout::ordering::{BackgroundWork, Stragglers};
 use crate::node::{Node, Nodes};
 use crate::rules::quorum::{Decision, Tally, Vote};

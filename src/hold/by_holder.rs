@@ -52,17 +52,8 @@ fn check_holder(holder: &str) -> Result<()> {
 fn shape_of(client: &ClientState, key: &[u8], holder: &str) -> Result<Shape> {
     let key = Key::new(key)?;
     check_holder(holder)?;
-    Ok(match Fair::waiter_of(holder) {
-        Some((waiter, base)) => Shape::Fair(Fair {
-            key,
-            waiter: waiter.into(),
-            holder: base.into(),
-            ticket: None,
-            round: 0,
-            draws: false,
-            queue_lease_ms: client.config.queue_lease.as_millis().to_string().into(),
-            claim_ms: client.config.claim_window().as_millis().to_string().into(),
-        }),
+    Ok(match Fair::of_holder(&key, holder, &client.config) {
+        Some(fair) => Shape::Fair(fair),
         None => Shape::mutex(key),
     })
 }

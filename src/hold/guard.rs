@@ -211,8 +211,7 @@ impl LockGuard {
     /// set's token would extend or release one of its keys only, and a permit's or a reader's
     /// none.
     pub fn into_holder(mut self) -> std::result::Result<String, LockGuard> {
-        use crate::family::Shape;
-        if !matches!(self.lease.shape, Shape::Mutex(_) | Shape::Fair(_)) {
+        if !self.lease.shape.kind().by_holder() {
             return Err(self);
         }
         let holder = self.lease.holder.clone();

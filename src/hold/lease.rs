@@ -155,11 +155,7 @@ impl Lease {
             .into_iter()
             .filter_map(|l| l.downcast::<Lease>().ok())
             .filter(|l| l.taken_by == caller && l.live_deadline().is_some())
-            .find_map(|l| match l.shape {
-                Shape::Read(_) => Some("read"),
-                Shape::Write { .. } => Some("write"),
-                _ => None,
-            })
+            .find_map(|l| l.shape.kind().rw_side())
     }
 
     /// Whether the lease has ended (released, dropped, given up as a token, or released by
@@ -511,46 +507,18 @@ pub(crate) async fn release_round(
     shape: &Shape,
     holder: &str,
 ) -> (Outcome, Option<Stragglers>) {
-    // A fair release may hand the key to a waiter of this client (see `fair`): its mark, the
-    // stamp, the waiters it may hand over to and the instant are taken before anything is
-    // sent (and only for a fair lock).
-    let fair = matches!(shape, Shape::Fair(_)).then(|| {
-        let key = shape.primary().bytes();
-        let releasing = client.fair.releasing(key);
-        let stamp = client.fair.stamp();
-        let sure = client.fair.waiting_before(key, stamp);
-        (releasing, stamp, sure, Instant::now())
-    });
-    let sure = fair
-        .as_ref()
-        .map_or(&[][..], |(_, _, sure, _)| sure.as_slice());
+    // A release may hand the key to a waiter of this client (see `wakeup::handoff`).
+    let handing = client.handoff.before_release(shape);
+    let sure = handing.as_ref().map_or(&[][..], |h| h.sure());
     let (call, read) = shape.release_handing_off(holder, Notice::Release, sure);
     let mut fan = fan_out(&client.nodes, client.config.required, call, read);
     if fan.decide().await == Decision::Reached {
         let mut stragglers = fan.detach(&client.background);
-        if let Shape::Mutex(m) = shape {
-            // The mutex release answers 1 + the subscribers that heard its notice.
-            let channel = m.key.release_channel();
-            let own = client.wakeups.as_ref().is_some_and(|w| w.listens(channel));
-            let heard = fan.outcome.max_yes.unwrap_or(1) - 1;
-            client
-                .courtesy
-                .released(m.key.bytes(), heard - i64::from(own));
-        }
-        if let Some((releasing, stamp, _, sent)) = fair {
-            tracing::trace!(
-                granted = ?fan
-                    .outcome
-                    .granted
-                    .iter()
-                    .map(|(w, ms)| (String::from_utf8_lossy(w), ms))
-                    .collect::<Vec<_>>(),
-                "fair release confirmed"
-            );
-            client
-                .fair
-                .hand_off(&client.config, stamp, sent, &fan.outcome, &mut stragglers);
-            drop(releasing);
+        client
+            .courtesy
+            .after_release(shape, fan.outcome.max_yes, client.wakeups.as_deref());
+        if let Some(handing) = handing {
+            handing.confirmed(&client.config, &fan.outcome, &mut stragglers);
         }
         (fan.outcome, stragglers)
     } else {

@@ -1,7 +1,6 @@
-//! Taking a lock: one attempt (fan-out, validity, fencing token, rollback), and a fair
-//! request's claim of a key a release handed to it (docs/DESIGN.md, "Acquire" and "Fencing
-//! tokens"). The waiting loop around attempts is in `waiting`; the checks of a request, in
-//! `request`.
+//! Taking a lock: one attempt (fan-out, validity, fencing token, rollback) (docs/DESIGN.md,
+//! "Acquire" and "Fencing tokens"). The waiting loop around attempts is in `take::waiting`
+//! (and a fair request's part of it in `take::fair`); a request's checks, in `take::plan`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,8 +9,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::error::{Error, Op, Result};
-use crate::family::fair::granted_to;
-use crate::family::{read_flag, Notice, Shape, Write};
+use crate::family::{read_flag, Notice, Shape, Standing};
 use crate::fanout::ordering::{write_now_finish_later, Stragglers};
 use crate::fanout::{broadcast, fan_out};
 use crate::hold::guard::LockGuard;
@@ -23,7 +21,6 @@ use crate::state::ClientState;
 use crate::take::arbiter::{approach as approach_nodes, arbiter, Approached};
 use crate::take::plan::{plan, Plan, Spec};
 use crate::telemetry::{self, AcquireEnd, AttemptEnd, Started};
-use crate::wakeup::handoff::Grant;
 
 /// What a contended attempt learned.
 pub(crate) struct Contention {
@@ -47,21 +44,16 @@ pub(crate) enum Miss {
 /// One attempt: `Ok(None)` when another holder has the lock.
 pub(crate) async fn once(state: &Arc<ClientState>, spec: Spec<'_>) -> Result<Option<LockGuard>> {
     let mut plan = plan(state, spec)?;
-    // A single attempt does not wait, so it leaves no pending-writer mark behind to keep
-    // readers out.
-    // Nor does it draw a fair lock's ticket: it never joins the line.
-    match &mut plan.shape {
-        Shape::Write(Write { waiter, .. }) => *waiter = None,
-        Shape::Fair(fair) => fair.draws = false,
-        _ => {}
-    }
+    // A single attempt does not wait: it leaves nothing behind that waiters keep (a
+    // pending-writer mark), and its standing draws no fair ticket (it never joins a line).
+    plan.shape.single_attempt();
     let span = tracing::debug_span!("acquire", key = %plan.shape, ttl = ?plan.ttl);
     let started = Started::now();
     let result = async {
         if let Some(guard) = reenter(&plan) {
             return Ok(Some(guard));
         }
-        match attempt(state, &plan, Approach::All).await {
+        match attempt(state, &plan, Approach::All, &Standing::default()).await {
             Ok(guard) => Ok(Some(guard)),
             Err(Miss::Contended(..)) => Ok(None),
             Err(Miss::Failed(e)) => Err(e),
@@ -110,12 +102,13 @@ pub(crate) enum Approach {
     Ordered,
 }
 
-/// One attempt: fan out, tally, compute the validity, and roll back on every node when it is
-/// not a success.
+/// One attempt, by a request that stands where `standing` says: fan out, tally, compute the
+/// validity, and roll back on every node when it is not a success.
 pub(crate) async fn attempt(
     state: &Arc<ClientState>,
     plan: &Plan<'_>,
     approach: Approach,
+    standing: &Standing,
 ) -> std::result::Result<LockGuard, Miss> {
     let config = &state.config;
     let (key, ttl) = (&plan.shape, plan.ttl);
@@ -123,8 +116,8 @@ pub(crate) async fn attempt(
         .shape
         .attempt_holder()
         .unwrap_or_else(|| holder_value(state, plan.owner));
-    let arbiter = match (approach, key) {
-        (Approach::Ordered, Shape::Mutex(_) | Shape::Set(_)) => {
+    let arbiter = match approach {
+        Approach::Ordered if key.kind().ordered_approach() => {
             arbiter(&state.nodes, key.primary().bytes())
         }
         _ => None,
@@ -133,7 +126,7 @@ pub(crate) async fn attempt(
 
     // RedLock step 1: the validity is measured from before the first request is sent.
     let t0 = Instant::now();
-    let call = || key.acquire(&holder, &plan.ttl_ms);
+    let call = || key.acquire(&holder, &plan.ttl_ms, standing);
     let (mut fan, also_undo) =
         match approach_nodes(&state.nodes, config.required, call, arbiter).await {
             Approached::Fan { fan, also_undo } => (fan, also_undo),
@@ -250,7 +243,7 @@ pub(crate) async fn attempt(
 /// Returns whether a fair request's rollback gave the key straight back to the request, first
 /// in line (see `family/lua/fair_release.lua`): its next attempt should come at once, since no other
 /// notice of that grant is sure to reach it.
-async fn give_back(
+pub(super) async fn give_back(
     state: &Arc<ClientState>,
     shape: &Shape,
     holder: String,
@@ -259,69 +252,20 @@ async fn give_back(
     if nodes.is_empty() {
         return false;
     }
-    let Shape::Fair(fair) = shape else {
+    if !shape.kind().waits_for_rollback() {
         let work = rollback(state.clone(), shape.clone(), holder, nodes);
         write_now_finish_later(&state.background, async move {
             work.await;
         });
         return false;
-    };
+    }
     let answers = state
         .background
         .track(rollback(state.clone(), shape.clone(), holder, nodes))
         .await;
-    answers.iter().any(|a| {
-        a.as_ref()
-            .ok()
-            .and_then(granted_to)
-            .is_some_and(|(w, _)| w == fair.waiter.as_bytes())
-    })
-}
-
-/// Takes the lock a release of this client handed to a waiting fair request (see `fair`):
-/// its entries were set by the release, and its deadline runs from the release's first send.
-/// With fencing, the token is drawn as after an attempt's quorum. When the token cannot be
-/// drawn, or the validity is gone, the entries are rolled back as a failed attempt's.
-pub(crate) async fn claim(
-    state: &Arc<ClientState>,
-    plan: &Plan<'_>,
-    grant: Grant,
-) -> std::result::Result<LockGuard, Miss> {
-    // The release set the key to the request's hand-off value on the nodes it counted.
-    let holder = match &plan.shape {
-        Shape::Fair(f) => f.handed_holder(grant.round),
-        _ => String::new(),
-    };
-    let (token, fencing) = match plan.fencing {
-        true => fence_token(state, &plan.shape).await,
-        false => (Ok(None), Vec::new()),
-    };
-    let now = Instant::now();
-    let left = state.config.validity(grant.deadline, now);
-    let error = match (token, left) {
-        (Ok(token), Some(left)) => {
-            state.counters.attempt(AttemptEnd::Acquired);
-            tracing::debug!(validity = ?left, ?token, "handed over by a release");
-            let in_flight = grant.in_flight.into_iter().chain(fencing).collect();
-            return Ok(hold(state, plan, holder, grant.deadline, token, in_flight));
-        }
-        (Ok(_), None) => Error::ValidityExhausted {
-            key: plan.shape.to_string(),
-            elapsed: plan
-                .ttl
-                .saturating_sub(grant.deadline.saturating_duration_since(now)),
-            ttl: plan.ttl,
-        },
-        (Err(e), _) => e,
-    };
-    for stragglers in fencing.into_iter().chain(grant.in_flight) {
-        stragglers.settle().await;
-    }
-    state.counters.attempt(AttemptEnd::Failed);
-    state.counters.rollback();
-    let every = (0..state.nodes.len()).collect();
-    give_back(state, &plan.shape, holder, every).await;
-    Err(Miss::Failed(error))
+    answers
+        .iter()
+        .any(|a| a.as_ref().is_ok_and(|v| shape.kind().given_back(v)))
 }
 
 /// The fencing token of an acquisition that a quorum just confirmed (docs/DESIGN.md, "Fencing
@@ -341,7 +285,10 @@ pub(crate) async fn claim(
 /// the largest, and writes the token back to every counter of the set: the token exceeds
 /// every earlier token of every key in the set, and every later holder of any of them
 /// (alone or in a set) gets a larger one (docs/DESIGN.md, "Lock family").
-async fn fence_token(state: &ClientState, key: &Shape) -> (Result<Option<u64>>, Vec<Stragglers>) {
+pub(super) async fn fence_token(
+    state: &ClientState,
+    key: &Shape,
+) -> (Result<Option<u64>>, Vec<Stragglers>) {
     let required = state.config.required;
     let (increment, read) = key.fence_increment();
     let mut incremented = fan_out(&state.nodes, required, increment, read);
@@ -372,7 +319,7 @@ async fn fence_token(state: &ClientState, key: &Shape) -> (Result<Option<u64>>, 
 }
 
 /// Wraps a confirmed acquisition in its guard, starting the watchdog if asked.
-fn hold(
+pub(super) fn hold(
     state: &Arc<ClientState>,
     plan: &Plan<'_>,
     holder: String,

@@ -3,5 +3,6 @@
 
 pub(crate) mod arbiter;
 pub(crate) mod attempt;
+pub(crate) mod fair;
 pub(crate) mod plan;
 pub(crate) mod waiting;

@@ -110,20 +110,7 @@ pub(crate) fn plan<'a>(state: &ClientState, spec: Spec<'a>) -> Result<Plan<'a>> 
             mark_ms: config.queue_lease.as_millis().to_string().into(),
         }),
         // The request's id and base, one each for all its attempts (see `Fair`).
-        Target::Fair(key) => {
-            let (waiter, holder) = Fair::identity(state.client_tag());
-            Shape::Fair(Fair {
-                key: Key::new(key)?,
-                holder,
-                waiter,
-                ticket: None,
-                // No attempt yet: raised before each one (see `Waiting::try_once`).
-                round: 0,
-                draws: true,
-                queue_lease_ms: config.queue_lease.as_millis().to_string().into(),
-                claim_ms: config.claim_window().as_millis().to_string().into(),
-            })
-        }
+        Target::Fair(key) => Shape::Fair(Fair::new(Key::new(key)?, state.client_tag(), config)),
     };
     if state.nodes.iter().any(Node::is_cluster) {
         one_slot(shape.keys())?;

@@ -1,6 +1,7 @@
 //! Waiting for a lock: attempts until one succeeds or the wait ends, sleeping in between
 //! until a release notice, a grant or the backoff's pause (docs/DESIGN.md, "Waiting" and
-//! "Fair lock"), and a fair request's ticket.
+//! "Fair lock"). Each kind's part comes through the seam of `family::Kind`; a fair request's
+//! place in line, through [`Line`] (`take/fair.rs`).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -11,38 +12,28 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::error::{Error, Op, Result};
-use crate::family::{Fair, Shape};
+use super::attempt::{attempt, reenter, Approach, Miss};
+use super::fair::{self, Line};
+use super::plan::{plan, Plan, Spec};
+use crate::error::{Error, Result};
+use crate::fanout::broadcast;
 use crate::fanout::ordering::write_now_finish_later;
-use crate::fanout::{broadcast, fan_out};
 use crate::hold::guard::LockGuard;
 use crate::hold::lease::Lease;
 use crate::rules::backoff::Backoff;
-use crate::rules::quorum::Decision;
 use crate::scripts::{Call, SendBy};
 use crate::state::ClientState;
-use crate::take::attempt::{attempt, claim, reenter, Approach, Miss};
-use crate::take::plan::{plan, Plan, Spec};
 use crate::telemetry::{self, AcquireEnd, Started};
 use crate::wakeup::courtesy::COURTESY;
-use crate::wakeup::handoff::Registration;
-use crate::wakeup::{Named, Waiter};
+use crate::wakeup::Waiter;
 
 /// Attempts until success or the wait ends. Between attempts the waiter sleeps until the key's
 /// release notice or its [`Backoff`] pause.
 pub(crate) async fn waiting(state: &Arc<ClientState>, spec: Spec<'_>) -> Result<LockGuard> {
     let mut plan = plan(state, spec)?;
     // What a read-write request is, for the report of a wait that ended (see below).
-    let wanted = match &plan.shape {
-        Shape::Read(_) => Some("read"),
-        Shape::Write(_) => Some("write"),
-        _ => None,
-    };
-    let waiter = match &plan.shape {
-        Shape::Fair(f) => Some(f.waiter.clone()),
-        _ => None,
-    };
-    let span = tracing::debug_span!("acquire", key = %plan.shape, ttl = ?plan.ttl, wait = ?plan.wait, waiter = waiter.as_deref());
+    let wanted = plan.shape.kind().rw_side();
+    let span = tracing::debug_span!("acquire", key = %plan.shape, ttl = ?plan.ttl, wait = ?plan.wait, waiter = fair::waiter(&plan.shape));
     let started = Started::now();
     let mut result = Waiting::new(state, &mut plan).run().instrument(span).await;
     // A read-write request whose wait ended while its own task holds a lock of the key that
@@ -99,8 +90,8 @@ struct Waiting<'a, 'p> {
     start: Instant,
     deadline: Instant,
     backoff: Backoff,
-    /// A fair request's place in its client's line (dropped before the waiters below).
-    fair: Option<Place>,
+    /// A fair request's place in line (dropped before the waiters below).
+    line: Option<Line>,
     /// One waiter per key: a multi-key lock listens to the release channel of every key of
     /// its set, as any of them may be the one that blocked it.
     waiters: Vec<Waiter>,
@@ -118,25 +109,6 @@ struct Waiting<'a, 'p> {
     /// What a request that gives up takes back (sent when the wait is dropped unless it got
     /// the lock).
     withdraw: Withdraw<'a>,
-}
-
-/// A fair request's place among its client's waiters (for a release's hand-off) and its name
-/// on the key's release channel (for the grant notices naming it).
-struct Place {
-    registration: Registration,
-    named: Option<Named>,
-}
-
-impl Place {
-    /// The place of fair request `f` (under its current identity) among its client's waiters;
-    /// named on the release channel before its first pause.
-    fn new(state: &ClientState, f: &Fair, ttl: Duration, ttl_ms: &str) -> Self {
-        let grant_ms = ttl_ms.parse().unwrap_or(i64::MAX);
-        Place {
-            registration: state.fair.register(f.key.bytes(), &f.waiter, ttl, grant_ms),
-            named: None,
-        }
-    }
 }
 
 /// What a waiter listens to between two attempts: enabled before the attempt, so that a
@@ -173,18 +145,15 @@ impl<'a, 'p> Waiting<'a, 'p> {
             .iter()
             .map(|k| Waiter::new(state.wakeups.as_ref(), k.release_channel()))
             .collect();
-        let fair = match &plan.shape {
-            Shape::Fair(f) => Some(Place::new(state, f, plan.ttl, &plan.ttl_ms)),
-            _ => None,
-        };
+        let line = Line::join(state, plan);
         let withdraw = Withdraw {
             state,
             call: plan.shape.withdraw(),
         };
         // A mutex this client just released while others waited: they go first (see
         // `Courtesy`).
-        let courtesy = matches!(plan.shape, Shape::Mutex(_))
-            && state.courtesy.owed(plan.shape.primary().bytes());
+        let courtesy =
+            plan.shape.kind().courteous() && state.courtesy.owed(plan.shape.primary().bytes());
         Waiting {
             state,
             start,
@@ -192,7 +161,7 @@ impl<'a, 'p> Waiting<'a, 'p> {
             plan,
             backoff: Backoff::new(config.retry_delay, config.retry_jitter),
             waiters,
-            fair,
+            line,
             attempts: 0,
             lost: courtesy,
             heard: courtesy,
@@ -240,40 +209,30 @@ impl<'a, 'p> Waiting<'a, 'p> {
     /// every notice that may end the pause after the coming attempt.
     fn listen(&mut self) -> Listening {
         let channel = self.waiters[0].channel();
-        if let (Some(place), Some(channel), Shape::Fair(f)) =
-            (&mut self.fair, channel, &self.plan.shape)
-        {
-            if place.named.is_none() {
-                tracing::trace!("named on the release channel");
-                let slot = &place.registration.slot;
-                place.named = Some(channel.name(
-                    f.waiter.as_bytes(),
-                    slot.notify.clone(),
-                    slot.lapse.clone(),
-                ));
-            }
-        }
+        let line = self
+            .line
+            .as_mut()
+            .map(|line| line.listen(&self.plan.shape, channel));
         let enabled = |notify: &Arc<Notify>| {
             let mut n = Box::pin(notify.clone().notified_owned());
             n.as_mut().enable();
             n
         };
-        let slot = self.fair.as_ref().map(|p| &p.registration.slot);
         Listening {
             notices: self
                 .waiters
                 .iter()
                 .filter_map(Waiter::channel)
                 .map(|c| enabled(c.notify()))
-                .chain(slot.map(|s| enabled(&s.notify)))
+                .chain(line.as_ref().map(|(granted, _)| enabled(granted)))
                 .collect(),
-            lapse: slot.map(|s| enabled(&s.lapse)),
+            lapse: line.as_ref().map(|(_, lapse)| enabled(lapse)),
         }
     }
 
-    /// One try: the claim of a key a release of this client handed over, an attempt, or
-    /// nothing when a release notice gave another waiter of this client the first turn.
-    /// `Err(None)` for a turn left to another waiter.
+    /// One try: an attempt, a fair request's try (see [`Line::try_once`]), or nothing when a
+    /// release notice gave another waiter of this client the first turn. `Err(None)` for a
+    /// turn left to another waiter.
     async fn try_once(&mut self) -> std::result::Result<LockGuard, Option<Miss>> {
         let (state, plan) = (self.state, &*self.plan);
         // Every waiter's turn is taken (not just the first found). A fair request does not
@@ -282,100 +241,34 @@ impl<'a, 'p> Waiting<'a, 'p> {
         for waiter in &mut self.waiters {
             turn_first |= waiter.take_turn_first();
         }
-        let Some(place) = &self.fair else {
-            if turn_first {
-                return Err(None);
-            }
-            self.attempts = self.attempts.saturating_add(1);
-            let approach = match self.lost && self.heard {
-                true => Approach::Ordered,
-                false => Approach::All,
-            };
-            let result = attempt(state, plan, approach).await;
-            self.lost |= matches!(result, Err(Miss::Contended(_)));
-            return result.map_err(Some);
-        };
-        let released = state
-            .fair
-            .after_local_releases(plan.shape.primary().bytes());
-        // Bounded by the wait: a release's rounds are bounded by the node timeout anyway.
-        let _ = tokio::time::timeout_at(self.deadline, released).await;
-        let grant = place.registration.take_grant_or_attempt();
-        // A new round for each attempt, and for each hand-off taken: an attempt claims a
-        // hand-off value of an earlier round only, and a later hand-off's value differs from
-        // one whose give-back (should the claim fail) may still land.
-        if let Shape::Fair(f) = &mut self.plan.shape {
-            f.round += 1;
+        if let Some(line) = &mut self.line {
+            return line
+                .try_once(state, plan, self.deadline, &mut self.attempts)
+                .await
+                .map_err(Some);
         }
-        if let Some(grant) = grant {
-            tracing::trace!("claiming the lock a release of this client handed over");
-            return claim(state, self.plan, grant).await.map_err(Some);
+        if turn_first {
+            return Err(None);
         }
         self.attempts = self.attempts.saturating_add(1);
-        attempt(state, self.plan, Approach::All).await.map_err(Some)
+        let approach = match self.lost && self.heard {
+            true => Approach::Ordered,
+            false => Approach::All,
+        };
+        let result = attempt(state, plan, approach, &Default::default()).await;
+        self.lost |= matches!(result, Err(Miss::Contended(_)));
+        result.map_err(Some)
     }
 
-    /// After a miss, a fair request: leaves the line when cut off from a quorum, waits for a
-    /// hand-off again, and draws a ticket when it has none (`None`: it joined the line).
+    /// After a miss, a fair request's part (see [`Line::after`]). `None` for a fair request
+    /// that just joined the line.
     async fn after(&mut self, miss: Option<Miss>) -> Option<Option<Miss>> {
-        let (state, plan) = (self.state, &mut *self.plan);
-        let Some(place) = &mut self.fair else {
-            return Some(miss);
-        };
-        // A fair request cut off from a quorum (its nodes failed, not refused) leaves the line:
-        // a place it kept with failing attempts would hold up the waiters behind it, on the
-        // nodes it still reaches, for its whole wait. It goes on under a new identity (waiter
-        // id and base) and draws a new ticket once a quorum answers again. The withdrawal is
-        // waited for, but a part of it that timed out may still land later (on a connection
-        // that was replaced meanwhile): it deletes whatever holds the old base, which is then
-        // nothing any later attempt or grant of the request counts on.
-        let cut_off = matches!(
-            (&miss, &plan.shape),
-            (
-                Some(Miss::Failed(Error::NoQuorum { .. })),
-                Shape::Fair(Fair {
-                    ticket: Some(_),
-                    ..
-                })
-            )
-        );
-        if cut_off {
-            if let Some(call) = plan.shape.withdraw() {
-                broadcast(&state.nodes, 0..state.nodes.len(), call, SendBy::Eval).await;
+        match &mut self.line {
+            Some(line) => {
+                line.after(self.state, self.plan, miss, &mut self.withdraw.call)
+                    .await
             }
-            if let Shape::Fair(f) = &mut plan.shape {
-                (f.waiter, f.holder) = Fair::identity(state.client_tag());
-                f.ticket = None;
-                *place = Place::new(state, f, plan.ttl, &plan.ttl_ms);
-                tracing::debug!(waiter = %f.waiter, "cut off from a quorum: left the line");
-            }
-            // A give-up withdraws the new identity.
-            self.withdraw.call = plan.shape.withdraw();
-        }
-        // The attempt's rollback, and a withdrawal, have run: a release may now hand this
-        // request the lock. Not before the withdrawal: a release in between could hand over
-        // a grant that the withdrawal then deletes and passes on to the next waiter.
-        let round = match &plan.shape {
-            Shape::Fair(f) => f.round,
-            _ => 0,
-        };
-        place.registration.waiting(round);
-        // A fair request refused without a ticket draws one and joins the line at once.
-        match (miss, &mut plan.shape) {
-            (Some(Miss::Contended(c)), Shape::Fair(f)) if f.ticket.is_none() => {
-                let ticket = match c.drawn {
-                    Some(ticket) => Ok(ticket),
-                    None => draw_ticket(state, f).await,
-                };
-                match ticket {
-                    Ok(ticket) => {
-                        f.ticket = Some(crate::failpoints::fair_ticket(ticket));
-                        None
-                    }
-                    Err(e) => Some(Some(Miss::Failed(e))),
-                }
-            }
-            (miss, _) => Some(miss),
+            None => Some(miss),
         }
     }
 
@@ -393,7 +286,7 @@ impl<'a, 'p> Waiting<'a, 'p> {
                 // gave the key straight back to it, retries quickly: nobody but its next
                 // attempt claims a key granted to it, and the grant's notices may have come
                 // (and been counted) while it was attempting.
-                if c.partly && self.fair.is_some() {
+                if c.partly && self.line.is_some() {
                     self.backoff.woken();
                 }
                 (None, c.hint)
@@ -487,26 +380,5 @@ impl<'a, 'p> Waiting<'a, 'p> {
             }
         }
         Ok(())
-    }
-}
-
-/// Draws a ticket for `fair`: `INCR` of the key's ticket counter on every node, the largest
-/// answer of a quorum. The request's next attempt raises the counter to it on the nodes it
-/// reaches and joins the line there; once a quorum answered that attempt, every ticket drawn
-/// afterwards is larger (its quorum meets that attempt's in a node whose counter is at least
-/// this ticket, and keeps it as long as the line is not empty), so a request that started
-/// waiting later is served later.
-async fn draw_ticket(state: &ClientState, fair: &Fair) -> Result<u64> {
-    let (call, read) = fair.draw();
-    let mut drawn = fan_out(&state.nodes, state.config.required, call, read);
-    let decision = drawn.decide().await;
-    // The increments still running only raise counters: nothing needs to follow them.
-    drawn.detach(&state.background);
-    match (
-        decision,
-        drawn.outcome.max_yes.and_then(|m| u64::try_from(m).ok()),
-    ) {
-        (Decision::Reached, Some(ticket)) => Ok(ticket),
-        _ => Err(drawn.outcome.no_quorum(Op::Acquire, &fair.key)),
     }
 }

@@ -18,8 +18,11 @@ pub async fn fair_attempt_on_node(
     place: u64,
     queue_lease: Duration,
 ) -> redis::RedisResult<bool> {
-    let (call, _) =
-        fair_shape(key, waiter, holder, Some(place), queue_lease, ttl)?.acquire(holder, &ms(ttl));
+    let (call, _) = fair_shape(key, waiter, holder, queue_lease, ttl)?.acquire(
+        holder,
+        &ms(ttl),
+        &standing(Some(place)),
+    );
     let answer: redis::Value = call.eval().query_async(node).await?;
     Ok(answer == redis::Value::Int(1))
 }
@@ -36,8 +39,11 @@ pub async fn fair_first_attempt_on_node(
     ttl: Duration,
     queue_lease: Duration,
 ) -> redis::RedisResult<Option<u64>> {
-    let (call, _) =
-        fair_shape(key, waiter, holder, None, queue_lease, ttl)?.acquire(holder, &ms(ttl));
+    let (call, _) = fair_shape(key, waiter, holder, queue_lease, ttl)?.acquire(
+        holder,
+        &ms(ttl),
+        &standing(None),
+    );
     match call.eval().query_async(node).await? {
         redis::Value::Int(1) => Ok(None),
         redis::Value::Array(items) => match items.as_slice() {
@@ -57,7 +63,7 @@ pub async fn fair_draw_on_node(
     queue_lease: Duration,
 ) -> redis::RedisResult<u64> {
     let crate::family::Shape::Fair(fair) =
-        fair_shape(key, "waiter", "holder", None, queue_lease, queue_lease)?
+        fair_shape(key, "waiter", "holder", queue_lease, queue_lease)?
     else {
         unreachable!("a fair shape")
     };
@@ -73,7 +79,7 @@ pub async fn fair_rollback_on_node(
     waiter: &str,
     holder: &str,
 ) -> redis::RedisResult<bool> {
-    let shape = fair_shape(key, waiter, holder, None, Duration::ZERO, Duration::ZERO)?;
+    let shape = fair_shape(key, waiter, holder, Duration::ZERO, Duration::ZERO)?;
     let (call, read) = shape.release_handing_off(holder, crate::family::Notice::Rollback, &[]);
     let answer: redis::Value = call.eval().query_async(node).await?;
     Ok(matches!(read(&answer), Some(crate::family::Answer::Yes(_))))
@@ -89,7 +95,7 @@ pub async fn fair_withdraw_on_node(
     waiter: &str,
     holder: &str,
 ) -> redis::RedisResult<bool> {
-    let shape = fair_shape(key, waiter, holder, None, Duration::ZERO, Duration::ZERO)?;
+    let shape = fair_shape(key, waiter, holder, Duration::ZERO, Duration::ZERO)?;
     let Some(call) = shape.withdraw() else {
         return Err(unexpected("a fair withdrawal"));
     };
@@ -130,7 +136,6 @@ fn fair_shape(
     key: &[u8],
     waiter: &str,
     holder: &str,
-    ticket: Option<u64>,
     queue_lease: Duration,
     claim: Duration,
 ) -> redis::RedisResult<crate::family::Shape> {
@@ -140,10 +145,16 @@ fn fair_shape(
         key: crate::rules::key::Key::new(key).map_err(|e| invalid(e.to_string()))?,
         waiter: waiter.into(),
         holder: base.into(),
-        ticket,
-        round: 1,
-        draws: true,
         queue_lease_ms: ms(queue_lease).into(),
         claim_ms: ms(claim).into(),
     }))
+}
+
+/// A waiting request's standing after its first round: with `ticket` once drawn.
+fn standing(ticket: Option<u64>) -> crate::family::Standing {
+    crate::family::Standing {
+        ticket,
+        round: 1,
+        draws: true,
+    }
 }

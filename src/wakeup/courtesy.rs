@@ -7,6 +7,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::Wakeups;
+use crate::family::Shape;
+
 /// How long a client that just released a key, with other clients' waiters listening, lets
 /// them go first when it asks for the key again (see [`Courtesy`]).
 pub(crate) const COURTESY: Duration = Duration::from_millis(2);
@@ -34,8 +37,27 @@ pub(crate) struct Courtesy {
 }
 
 impl Courtesy {
+    /// A release of `shape` that a quorum confirmed, whose largest answer was `answered`:
+    /// for a courteous kind (see `Kind::courteous`; the mutex release answers 1 + the
+    /// subscribers that heard its notice), remembers the key when subscribers other than this
+    /// client's own heard it.
+    pub(crate) fn after_release(
+        &self,
+        shape: &Shape,
+        answered: Option<i64>,
+        wakeups: Option<&Wakeups>,
+    ) {
+        if !shape.kind().courteous() {
+            return;
+        }
+        let key = shape.primary();
+        let own = wakeups.is_some_and(|w| w.listens(key.release_channel()));
+        let heard = answered.unwrap_or(1) - 1;
+        self.released(key.bytes(), heard - i64::from(own));
+    }
+
     /// This client released `key` and `others` subscribers of other clients heard it.
-    pub(crate) fn released(&self, key: &[u8], others: i64) {
+    fn released(&self, key: &[u8], others: i64) {
         if others <= 0 {
             return;
         }

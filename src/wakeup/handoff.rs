@@ -35,9 +35,53 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::family::Shape;
 use crate::fanout::ordering::Stragglers;
 use crate::fanout::Outcome;
 use crate::rules::config::Config;
+
+/// A release of a kind that hands the lock to waiters (see [`FairWaiters::before_release`]),
+/// from before it is sent until its quorum's answers were read.
+pub(crate) struct HandingOff {
+    /// Marks the release in flight.
+    releasing: Releasing,
+    /// Taken before anything was sent.
+    stamp: u64,
+    /// This client's waiters the release may hand the lock to itself.
+    sure: Vec<(Arc<str>, u64)>,
+    /// When the release was about to be sent.
+    sent: Instant,
+}
+
+impl HandingOff {
+    /// The waiters of this client that the release may hand the lock to itself, with the
+    /// round each waits after (for the release script).
+    pub(crate) fn sure(&self) -> &[(Arc<str>, u64)] {
+        &self.sure
+    }
+
+    /// After a quorum confirmed the release: hands the lock to a waiter of this client if a
+    /// quorum granted it the whole TTL (see [`FairWaiters::hand_off`]); `in_flight` goes
+    /// with it.
+    pub(crate) fn confirmed(
+        self,
+        config: &Config,
+        outcome: &Outcome,
+        in_flight: &mut Option<Stragglers>,
+    ) {
+        tracing::trace!(
+            granted = ?outcome
+                .granted
+                .iter()
+                .map(|(w, ms)| (String::from_utf8_lossy(w), ms))
+                .collect::<Vec<_>>(),
+            "fair release confirmed"
+        );
+        let waiters = self.releasing.waiters.clone();
+        waiters.hand_off(config, self.stamp, self.sent, outcome, in_flight);
+        drop(self.releasing);
+    }
+}
 
 /// The fair waiters of one client, by waiter id.
 #[derive(Default)]
@@ -97,9 +141,28 @@ impl FairWaiters {
         self.releasing.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Before a release of `shape` is sent: for a kind that hands off to waiters (see
+    /// `Kind::hands_off`), marks the release in flight, and takes the stamp, the waiters it
+    /// may hand the lock to and the instant, before anything is sent; `None` for the others.
+    pub(crate) fn before_release(self: &Arc<Self>, shape: &Shape) -> Option<HandingOff> {
+        if !shape.kind().hands_off() {
+            return None;
+        }
+        let key = shape.primary().bytes();
+        let releasing = self.releasing(key);
+        let stamp = self.stamp();
+        let sure = self.waiting_before(key, stamp);
+        Some(HandingOff {
+            releasing,
+            stamp,
+            sure,
+            sent: Instant::now(),
+        })
+    }
+
     /// Marks a fair release of `key` in flight until the returned mark is dropped (after its
     /// hand-off, if any).
-    pub(crate) fn releasing(self: &Arc<Self>, key: &[u8]) -> Releasing {
+    fn releasing(self: &Arc<Self>, key: &[u8]) -> Releasing {
         *self.releasing_keys().entry(key.to_vec()).or_default() += 1;
         Releasing {
             waiters: self.clone(),
@@ -158,7 +221,7 @@ impl FairWaiters {
     /// that took `stamp` may hand the lock to, and so asks the nodes to grant the whole TTL.
     /// (A waiter that starts waiting while this runs may be missed: it is then granted a
     /// short grant, and [`hand_off`](Self::hand_off) sees that from the answers.)
-    pub(crate) fn waiting_before(&self, key: &[u8], stamp: u64) -> Vec<(Arc<str>, u64)> {
+    fn waiting_before(&self, key: &[u8], stamp: u64) -> Vec<(Arc<str>, u64)> {
         self.slots()
             .iter()
             .filter(|(_, slot)| slot.key == key)
@@ -176,7 +239,7 @@ impl FairWaiters {
     /// After a release that a quorum confirmed: if a quorum of nodes granted one waiter of this
     /// client the whole TTL, and it was waiting since before `stamp` (taken before the release
     /// was sent at `sent`), gives it the lock; `in_flight` goes with it.
-    pub(crate) fn hand_off(
+    fn hand_off(
         &self,
         config: &Config,
         stamp: u64,

@@ -1,0 +1,240 @@
+//! A fair request's client side (docs/DESIGN.md, "Fair lock"): its place among its client's
+//! waiters and its name on the release channel, its standing (ticket and round), its claim of
+//! a key a release of its client handed over, a new identity when cut off from a quorum, and
+//! its ticket drawn in a round of its own. What runs on the nodes is in `family/fair.rs`; the
+//! release's hand-off to a waiter of its own client, in `wakeup/handoff.rs`. The waiting loop
+//! (`take/waiting.rs`) reaches all of it through [`Line`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::attempt::{attempt, fence_token, give_back, hold, Approach, Miss};
+use super::plan::Plan;
+use crate::error::{Error, Op, Result};
+use crate::family::{Fair, Shape, Standing};
+use crate::fanout::{broadcast, fan_out};
+use crate::hold::guard::LockGuard;
+use crate::rules::quorum::Decision;
+use crate::scripts::{Call, SendBy};
+use crate::state::ClientState;
+use crate::telemetry::AttemptEnd;
+use crate::wakeup::handoff::{Grant, Registration};
+use crate::wakeup::{Channel, Named};
+
+/// A waiting fair request's place in line: among its client's waiters (for a release's
+/// hand-off), on its key's release channel (for the grant notices naming it), and on the
+/// nodes (its standing).
+pub(crate) struct Line {
+    /// Its ticket and round, which its attempts send.
+    pub(crate) standing: Standing,
+    registration: Registration,
+    named: Option<Named>,
+}
+
+/// The waiter id of a fair request (public: grant notices name it), for its span.
+pub(crate) fn waiter(shape: &Shape) -> Option<&str> {
+    match shape {
+        Shape::Fair(f) => Some(&f.waiter),
+        _ => None,
+    }
+}
+
+impl Line {
+    /// A waiting request's place in line, if it is a fair request: registered among its
+    /// client's waiters at once, named on the release channel before its first pause.
+    pub(crate) fn join(state: &ClientState, plan: &Plan<'_>) -> Option<Line> {
+        let Shape::Fair(f) = &plan.shape else {
+            return None;
+        };
+        Some(Line {
+            // No attempt yet: the round is raised before each one (see `try_once`).
+            standing: Standing {
+                ticket: None,
+                round: 0,
+                draws: true,
+            },
+            registration: register(state, f, plan.ttl, &plan.ttl_ms),
+            named: None,
+        })
+    }
+
+    /// Names the request on its key's release `channel` (once the channel exists), and
+    /// returns what wakes it besides the key's notices: a grant naming it, and the end of a
+    /// short grant to the waiter before it.
+    pub(crate) fn listen(
+        &mut self,
+        shape: &Shape,
+        channel: Option<Arc<Channel>>,
+    ) -> (Arc<Notify>, Arc<Notify>) {
+        let slot = &self.registration.slot;
+        if let (None, Some(channel), Shape::Fair(f)) = (&self.named, channel, shape) {
+            tracing::trace!("named on the release channel");
+            self.named =
+                Some(channel.name(f.waiter.as_bytes(), slot.notify.clone(), slot.lapse.clone()));
+        }
+        (slot.notify.clone(), slot.lapse.clone())
+    }
+
+    /// One try: the claim of a key a release of this client handed over, or an attempt (to
+    /// every node: its ticket orders it among all waiters). Counts an attempt in `attempts`.
+    pub(crate) async fn try_once(
+        &mut self,
+        state: &Arc<ClientState>,
+        plan: &Plan<'_>,
+        deadline: Instant,
+        attempts: &mut u32,
+    ) -> std::result::Result<LockGuard, Miss> {
+        let released = state
+            .handoff
+            .after_local_releases(plan.shape.primary().bytes());
+        // Bounded by the wait: a release's rounds are bounded by the node timeout anyway.
+        let _ = tokio::time::timeout_at(deadline, released).await;
+        let grant = self.registration.take_grant_or_attempt();
+        // A new round for each attempt, and for each hand-off taken: an attempt claims a
+        // hand-off value of an earlier round only, and a later hand-off's value differs from
+        // one whose give-back (should the claim fail) may still land.
+        self.standing.round += 1;
+        if let Some(grant) = grant {
+            tracing::trace!("claiming the lock a release of this client handed over");
+            return claim(state, plan, grant).await;
+        }
+        *attempts = attempts.saturating_add(1);
+        attempt(state, plan, Approach::All, &self.standing).await
+    }
+
+    /// After a miss: leaves the line when cut off from a quorum (taking a new identity, and
+    /// `withdraw` becomes its withdrawal), waits for a hand-off again, and draws a ticket
+    /// when it has none (`None`: it joined the line).
+    pub(crate) async fn after(
+        &mut self,
+        state: &ClientState,
+        plan: &mut Plan<'_>,
+        miss: Option<Miss>,
+        withdraw: &mut Option<Call>,
+    ) -> Option<Option<Miss>> {
+        // A fair request cut off from a quorum (its nodes failed, not refused) leaves the line:
+        // a place it kept with failing attempts would hold up the waiters behind it, on the
+        // nodes it still reaches, for its whole wait. It goes on under a new identity (waiter
+        // id and base) and draws a new ticket once a quorum answers again. The withdrawal is
+        // waited for, but a part of it that timed out may still land later (on a connection
+        // that was replaced meanwhile): it deletes whatever holds the old base, which is then
+        // nothing any later attempt or grant of the request counts on.
+        let cut_off = matches!(&miss, Some(Miss::Failed(Error::NoQuorum { .. })))
+            && self.standing.ticket.is_some();
+        if cut_off {
+            if let Some(call) = plan.shape.withdraw() {
+                broadcast(&state.nodes, 0..state.nodes.len(), call, SendBy::Eval).await;
+            }
+            if let Shape::Fair(f) = &mut plan.shape {
+                *f = Fair::new(f.key.clone(), state.client_tag(), &state.config);
+                self.standing.ticket = None;
+                self.registration = register(state, f, plan.ttl, &plan.ttl_ms);
+                self.named = None;
+                tracing::debug!(waiter = %f.waiter, "cut off from a quorum: left the line");
+            }
+            // A give-up withdraws the new identity.
+            *withdraw = plan.shape.withdraw();
+        }
+        // The attempt's rollback, and a withdrawal, have run: a release may now hand this
+        // request the lock. Not before the withdrawal: a release in between could hand over
+        // a grant that the withdrawal then deletes and passes on to the next waiter.
+        self.registration.waiting(self.standing.round);
+        // A fair request refused without a ticket draws one and joins the line at once.
+        match miss {
+            Some(Miss::Contended(c)) if self.standing.ticket.is_none() => {
+                let ticket = match (c.drawn, &plan.shape) {
+                    (Some(ticket), _) => Ok(ticket),
+                    (None, Shape::Fair(f)) => draw_ticket(state, f).await,
+                    (None, _) => return Some(Some(Miss::Contended(c))),
+                };
+                match ticket {
+                    Ok(ticket) => {
+                        self.standing.ticket = Some(crate::failpoints::fair_ticket(ticket));
+                        None
+                    }
+                    Err(e) => Some(Some(Miss::Failed(e))),
+                }
+            }
+            miss => Some(miss),
+        }
+    }
+}
+
+/// The place of fair request `f` among its client's waiters.
+fn register(state: &ClientState, f: &Fair, ttl: Duration, ttl_ms: &str) -> Registration {
+    let grant_ms = ttl_ms.parse().unwrap_or(i64::MAX);
+    state
+        .handoff
+        .register(f.key.bytes(), &f.waiter, ttl, grant_ms)
+}
+
+/// Takes the lock a release of this client handed to a waiting fair request (see
+/// `wakeup::handoff`): its entries were set by the release, and its deadline runs from the
+/// release's first send. With fencing, the token is drawn as after an attempt's quorum. When
+/// the token cannot be drawn, or the validity is gone, the entries are rolled back as a failed
+/// attempt's.
+async fn claim(
+    state: &Arc<ClientState>,
+    plan: &Plan<'_>,
+    grant: Grant,
+) -> std::result::Result<LockGuard, Miss> {
+    // The release set the key to the request's hand-off value on the nodes it counted.
+    let holder = match &plan.shape {
+        Shape::Fair(f) => f.handed_holder(grant.round),
+        _ => String::new(),
+    };
+    let (token, fencing) = match plan.fencing {
+        true => fence_token(state, &plan.shape).await,
+        false => (Ok(None), Vec::new()),
+    };
+    let now = Instant::now();
+    let left = state.config.validity(grant.deadline, now);
+    let error = match (token, left) {
+        (Ok(token), Some(left)) => {
+            state.counters.attempt(AttemptEnd::Acquired);
+            tracing::debug!(validity = ?left, ?token, "handed over by a release");
+            let in_flight = grant.in_flight.into_iter().chain(fencing).collect();
+            return Ok(hold(state, plan, holder, grant.deadline, token, in_flight));
+        }
+        (Ok(_), None) => Error::ValidityExhausted {
+            key: plan.shape.to_string(),
+            elapsed: plan
+                .ttl
+                .saturating_sub(grant.deadline.saturating_duration_since(now)),
+            ttl: plan.ttl,
+        },
+        (Err(e), _) => e,
+    };
+    for stragglers in fencing.into_iter().chain(grant.in_flight) {
+        stragglers.settle().await;
+    }
+    state.counters.attempt(AttemptEnd::Failed);
+    state.counters.rollback();
+    let every = (0..state.nodes.len()).collect();
+    give_back(state, &plan.shape, holder, every).await;
+    Err(Miss::Failed(error))
+}
+
+/// Draws a ticket for `fair`: `INCR` of the key's ticket counter on every
+/// node, the largest answer of a quorum. The request's next attempt raises the counter to it
+/// on the nodes it reaches and joins the line there; once a quorum answered that attempt,
+/// every ticket drawn afterwards is larger (its quorum meets that attempt's in a node whose
+/// counter is at least this ticket, and keeps it as long as the line is not empty), so a
+/// request that started waiting later is served later.
+async fn draw_ticket(state: &ClientState, fair: &Fair) -> Result<u64> {
+    let (call, read) = fair.draw();
+    let mut drawn = fan_out(&state.nodes, state.config.required, call, read);
+    let decision = drawn.decide().await;
+    // The increments still running only raise counters: nothing needs to follow them.
+    drawn.detach(&state.background);
+    match (
+        decision,
+        drawn.outcome.max_yes.and_then(|m| u64::try_from(m).ok()),
+    ) {
+        (Decision::Reached, Some(ticket)) => Ok(ticket),
+        _ => Err(drawn.outcome.no_quorum(Op::Acquire, &fair.key)),
+    }
+}
