@@ -11,10 +11,11 @@ use tracing::Instrument;
 use crate::error::{Error, Op, Result};
 use crate::family::{read_flag, Notice, Shape, Standing};
 use crate::fanout::ordering::{write_now_finish_later, Stragglers};
-use crate::fanout::{broadcast, fan_out};
+use crate::fanout::{broadcast, fan_out, Outcome};
 use crate::hold::guard::LockGuard;
 use crate::hold::lease::Lease;
 use crate::hold::reentry::HoldTable;
+use crate::rules::config::Config;
 use crate::rules::quorum::Decision;
 use crate::scripts::SendBy;
 use crate::state::ClientState;
@@ -150,12 +151,10 @@ pub(crate) async fn attempt(
                 true => fence_token(state, key).await,
                 false => (Ok(None), Vec::new()),
             };
-            let now = Instant::now();
-            let elapsed = now - t0;
-            let error = match (token, config.validity(deadline, now)) {
-                (Ok(token), Some(v)) => {
+            match verdict(config, plan, t0, deadline, token, Instant::now()) {
+                Ok((token, validity)) => {
                     state.counters.attempt(AttemptEnd::Acquired);
-                    tracing::debug!(validity = ?v, ?token, ?elapsed, "acquired");
+                    tracing::debug!(?validity, ?token, elapsed = ?t0.elapsed(), "acquired");
                     // Every reachable node should get the entry (so that one node that later
                     // forgets it cannot leave the lock on a bare quorum): the stragglers
                     // finish in the background, and the lease's next call settles them first
@@ -167,50 +166,24 @@ pub(crate) async fn attempt(
                         .collect();
                     return Ok(hold(state, plan, holder, deadline, token, in_flight));
                 }
-                (Err(e), _) => e,
-                _ => Error::ValidityExhausted {
-                    key: key.to_string(),
-                    elapsed,
-                    ttl,
-                },
-            };
-            // The fencing calls' stragglers must not overtake the rollback (ordering invariant
-            // 4); dropping the fan-out below stops the acquire's.
-            for stragglers in fencing {
-                stragglers.settle().await;
+                Err(error) => {
+                    // The fencing calls' stragglers must not overtake the rollback (ordering
+                    // invariant 4); dropping the fan-out below stops the acquire's.
+                    for stragglers in fencing {
+                        stragglers.settle().await;
+                    }
+                    Miss::Failed(error)
+                }
             }
-            Miss::Failed(error)
         }
-        _ if fan.outcome.tally.failures_leave_room() => {
-            // A fair request's first attempt drew its ticket where it was refused: the
-            // largest number of a quorum of refusals is the ticket (see `draw_ticket`).
-            let drawn = (fan.outcome.drawn >= config.required)
-                .then_some(fan.outcome.max_drawn)
-                .flatten()
-                .and_then(|n| u64::try_from(n).ok());
-            tracing::trace!(
-                yes = fan.outcome.tally.yes(),
-                hint = ?fan.outcome.hint,
-                "attempt refused"
-            );
-            Miss::Contended(Contention {
-                hint: fan.outcome.hint,
-                drawn,
-                partly: fan.outcome.tally.yes() > 0,
-            })
-        }
-        _ => Miss::Failed(fan.outcome.no_quorum(Op::Acquire, key)),
+        _ => short_of_quorum(&fan.outcome, config.required, key),
     };
-    // A node that answered "refused" took nothing (a re-sent request answers yes where the
-    // first one took the key), and nor did one the request was never written to (its circuit
-    // breaker was open), so the rollback goes to every other node: those that said yes,
-    // failed, timed out or were not waited for, since they may have applied the acquire; and
-    // to an arbiter whose first request may have run (see `Approached::Fan`).
-    let refused = std::mem::take(&mut fan.outcome.refused);
-    let unsent = std::mem::take(&mut fan.outcome.unsent);
-    let give_back_to: Vec<usize> = (0..state.nodes.len())
-        .filter(|i| (!refused.contains(i) && !unsent.contains(i)) || also_undo == Some(*i))
-        .collect();
+    let give_back_to = rollback_targets(
+        state.nodes.len(),
+        &fan.outcome.refused,
+        &fan.outcome.unsent,
+        also_undo,
+    );
     // Stops the requests not yet written; those written stay queued ahead of the rollback on
     // their connections (ordering invariant 5).
     drop(fan);
@@ -226,6 +199,66 @@ pub(crate) async fn attempt(
         c.partly |= regranted;
     }
     Err(miss)
+}
+
+/// What a quorum of yes comes to (RedLock step 4), once the fencing token (if asked) was
+/// drawn, at `now`: the token and the validity left, or why the attempt fails. `since` is
+/// when the validity started to run (the attempt's first send, or the release's that handed
+/// the key over), `deadline` what it runs to.
+pub(super) fn verdict(
+    config: &Config,
+    plan: &Plan<'_>,
+    since: Instant,
+    deadline: Instant,
+    token: Result<Option<u64>>,
+    now: Instant,
+) -> Result<(Option<u64>, Duration)> {
+    let token = token?;
+    match config.validity(deadline, now) {
+        Some(validity) => Ok((token, validity)),
+        None => Err(Error::ValidityExhausted {
+            key: plan.shape.to_string(),
+            elapsed: now.saturating_duration_since(since),
+            ttl: plan.ttl,
+        }),
+    }
+}
+
+/// What an attempt without a quorum of yes comes to: contended when the failures leave room
+/// for a quorum (others hold the lock), failed otherwise.
+fn short_of_quorum(outcome: &Outcome, required: usize, key: &Shape) -> Miss {
+    if !outcome.tally.failures_leave_room() {
+        return Miss::Failed(outcome.no_quorum(Op::Acquire, key));
+    }
+    // A fair request's first attempt drew its ticket where it was refused: the largest number
+    // of a quorum of refusals is the ticket (see `take::fair`).
+    let drawn = (outcome.drawn >= required)
+        .then_some(outcome.max_drawn)
+        .flatten()
+        .and_then(|n| u64::try_from(n).ok());
+    tracing::trace!(yes = outcome.tally.yes(), hint = ?outcome.hint, "attempt refused");
+    Miss::Contended(Contention {
+        hint: outcome.hint,
+        drawn,
+        partly: outcome.tally.yes() > 0,
+    })
+}
+
+/// The nodes a failed attempt of `n` nodes rolls back. A node that answered "refused" took
+/// nothing (a re-sent request answers yes where the first one took the key), and nor did one
+/// the request was never written to (its circuit breaker was open), so the rollback goes to
+/// every other node: those that said yes, failed, timed out or were not waited for, since they
+/// may have applied the acquire; and to an arbiter whose first request may have run
+/// (`also_undo`, see `Approached::Fan`).
+fn rollback_targets(
+    n: usize,
+    refused: &[usize],
+    unsent: &[usize],
+    also_undo: Option<usize>,
+) -> Vec<usize> {
+    (0..n)
+        .filter(|i| (!refused.contains(i) && !unsent.contains(i)) || also_undo == Some(*i))
+        .collect()
 }
 
 /// Rolls a failed attempt back on `nodes` (RedLock step 5), before a retry can be sent
@@ -361,4 +394,19 @@ async fn rollback(
 ) -> Vec<std::result::Result<redis::Value, crate::error::NodeFailure>> {
     let call = key.release(&holder, Notice::Rollback);
     broadcast(&state.nodes, nodes, call, SendBy::Eval).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rollback_targets;
+
+    #[test]
+    fn a_rollback_skips_the_nodes_that_took_nothing_but_not_a_written_arbiter() {
+        // Node 1 refused, node 3 was never sent the request: neither took anything.
+        assert_eq!(rollback_targets(5, &[1], &[3], None), vec![0, 2, 4]);
+        // The arbiter (node 1) refused its second request, but its first may have run.
+        assert_eq!(rollback_targets(5, &[1], &[3], Some(1)), vec![0, 1, 2, 4]);
+        // Every node refused: nothing to give back.
+        assert!(rollback_targets(3, &[2, 0, 1], &[], None).is_empty());
+    }
 }

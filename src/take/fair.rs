@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::attempt::{attempt, fence_token, give_back, hold, Approach, Miss};
+use super::attempt::{attempt, fence_token, give_back, hold, verdict, Approach, Miss};
 use super::plan::Plan;
 use crate::error::{Error, Op, Result};
 use crate::family::{Fair, Shape, Standing};
@@ -191,22 +191,14 @@ async fn claim(
         false => (Ok(None), Vec::new()),
     };
     let now = Instant::now();
-    let left = state.config.validity(grant.deadline, now);
-    let error = match (token, left) {
-        (Ok(token), Some(left)) => {
+    let error = match verdict(&state.config, plan, grant.sent, grant.deadline, token, now) {
+        Ok((token, validity)) => {
             state.counters.attempt(AttemptEnd::Acquired);
-            tracing::debug!(validity = ?left, ?token, "handed over by a release");
+            tracing::debug!(?validity, ?token, "handed over by a release");
             let in_flight = grant.in_flight.into_iter().chain(fencing).collect();
             return Ok(hold(state, plan, holder, grant.deadline, token, in_flight));
         }
-        (Ok(_), None) => Error::ValidityExhausted {
-            key: plan.shape.to_string(),
-            elapsed: plan
-                .ttl
-                .saturating_sub(grant.deadline.saturating_duration_since(now)),
-            ttl: plan.ttl,
-        },
-        (Err(e), _) => e,
+        Err(error) => error,
     };
     for stragglers in fencing.into_iter().chain(grant.in_flight) {
         stragglers.settle().await;

@@ -123,6 +123,8 @@ enum SlotState {
 
 /// The lock handed to a waiter by a release of its own client.
 pub(crate) struct Grant {
+    /// When the release was first sent: the grant's validity runs from there.
+    pub(crate) sent: Instant,
     /// The release's first send plus the waiter's TTL, less the drift allowance.
     pub(crate) deadline: Instant,
     /// The release's requests still running on the slower nodes.
@@ -272,6 +274,7 @@ impl FairWaiters {
             return;
         }
         *state = SlotState::Granted(Grant {
+            sent,
             deadline,
             in_flight: in_flight.take(),
             round,
