@@ -12,6 +12,7 @@ use crate::node::address::{redact, NodeAddr};
 #[cfg(feature = "tls")]
 use crate::node::tls::TlsSettings;
 use crate::node::{Node, NodeClient};
+use crate::rules::config::from_node_timeout;
 use crate::rules::config::{check_duration, Config};
 use crate::rules::quorum::Quorum;
 use crate::rules::safety;
@@ -91,9 +92,6 @@ impl std::fmt::Debug for Builder {
     }
 }
 
-/// A fair lock's queue lease unless set (see [`Builder::queue_lease`]).
-const DEFAULT_QUEUE_LEASE: Duration = Duration::from_secs(5);
-
 impl Default for Builder {
     fn default() -> Self {
         Builder {
@@ -119,6 +117,78 @@ impl Default for Builder {
     }
 }
 
+/// What a builder is set to: the value [`build`](Builder::build) would use, a default where
+/// nothing was set (for tools that show or derive from the library's defaults rather than
+/// repeat them).
+impl Builder {
+    /// See [`Builder::quorum`].
+    pub fn get_quorum(&self) -> Quorum {
+        self.quorum
+    }
+
+    /// See [`Builder::node_timeout`].
+    pub fn get_node_timeout(&self) -> Duration {
+        self.node_timeout
+    }
+
+    /// See [`Builder::connect_timeout`].
+    pub fn get_connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// See [`Builder::drift_factor`].
+    pub fn get_drift_factor(&self) -> f64 {
+        self.drift_factor
+    }
+
+    /// See [`Builder::retry_delay`].
+    pub fn get_retry_delay(&self) -> Duration {
+        self.retry_delay
+    }
+
+    /// See [`Builder::retry_jitter`].
+    pub fn get_retry_jitter(&self) -> Duration {
+        self.retry_jitter
+    }
+
+    /// See [`Builder::max_retries`].
+    pub fn get_max_retries(&self) -> Option<u32> {
+        self.max_retries
+    }
+
+    /// See [`Builder::wait_timeout`].
+    pub fn get_wait_timeout(&self) -> Duration {
+        self.wait_timeout
+    }
+
+    /// See [`Builder::min_validity`].
+    pub fn get_min_validity(&self) -> Duration {
+        self.min_validity
+    }
+
+    /// See [`Builder::watchdog_lease`].
+    pub fn get_watchdog_lease(&self) -> Duration {
+        self.watchdog_lease
+    }
+
+    /// See [`Builder::queue_lease`]: the value set, else the default derived from the node
+    /// timeout.
+    pub fn get_queue_lease(&self) -> Duration {
+        self.queue_lease
+            .unwrap_or_else(|| from_node_timeout::queue_lease_default(self.node_timeout))
+    }
+
+    /// See [`Builder::lock_delay`].
+    pub fn get_lock_delay(&self) -> Duration {
+        self.lock_delay
+    }
+
+    /// See [`Builder::pubsub`].
+    pub fn get_pubsub(&self) -> bool {
+        self.pubsub
+    }
+}
+
 impl Builder {
     /// The node addresses, each `redis://[user:pass@]host:port[/db]`, `rediss://...` (feature
     /// `tls`) or `unix:///path`. Every node must be an independent master. Replaces earlier
@@ -141,6 +211,20 @@ impl Builder {
 
     /// How long one node may take to answer one call (including a reconnect) before it counts
     /// as failed. At least 1 ms, and well below the TTL. Defaults to 50 ms.
+    ///
+    /// The library derives these durations from it (`t` below):
+    /// - the circuit breaker: a node that left a request unanswered for longer than `t` takes
+    ///   no further requests but one probe per `t`, and is passed over as a key's arbiter;
+    /// - a probe's (and the breaker's follow-up `PING`'s) wait: `20 t`, within [1 s, 30 s];
+    /// - the arbiter: a node still counts as answering within 4x the fastest node's round trip
+    ///   plus 1 ms, or `t / 4`, whichever is more;
+    /// - [`build`](Self::build)'s grace: once a quorum passed its checks, the other nodes get
+    ///   `t` more;
+    /// - a fair lock's claim window (a short grant to a waiter): `4 t`, or the longest pause
+    ///   between attempts plus `2 t`;
+    /// - the [queue lease](Self::queue_lease): 5 s or `3 t` by default, and always more than
+    ///   `2 t`;
+    /// - a TTL must exceed `max(t, min_validity)` plus the drift allowance.
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.node_timeout = timeout;
         self
@@ -348,10 +432,8 @@ impl Builder {
                 );
             }
         }
-        let queue_lease = self
-            .queue_lease
-            .unwrap_or_else(|| DEFAULT_QUEUE_LEASE.max(self.node_timeout * 3));
-        if queue_lease <= self.node_timeout * 2 {
+        let queue_lease = self.get_queue_lease();
+        if queue_lease <= from_node_timeout::queue_lease_floor(self.node_timeout) {
             return invalid(
                 "queue_lease",
                 format!(

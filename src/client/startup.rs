@@ -8,6 +8,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 
 use crate::error::{Error, FailureKind, NodeFailure, Result};
 use crate::node::Node;
+use crate::rules::config::from_node_timeout;
 use crate::rules::config::Config;
 use crate::rules::safety::{self, NodeInfo};
 
@@ -52,7 +53,9 @@ pub(crate) async fn probe_until_quorum(
             Err(f) => failures.push(f),
         }
         if grace.is_none() && infos.len() >= config.required {
-            grace = Some(tokio::time::Instant::now() + config.node_timeout);
+            grace = Some(
+                tokio::time::Instant::now() + from_node_timeout::build_grace(config.node_timeout),
+            );
         }
     }
     // Every node not checked at build (its check still running, or the node unreachable)

@@ -1,5 +1,6 @@
 //! What a node that stopped answering may still be sent (see [`Backlog`]).
 
+use crate::rules::config::from_node_timeout::breaker_silence;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -113,7 +114,7 @@ impl Backlog {
     /// (none went out for `timeout`) and its sequence number.
     pub(super) fn admit(&self, timeout: Duration, cleanup: bool) -> Admit {
         let now = self.now_ms();
-        let timeout = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        let timeout = u64::try_from(breaker_silence(timeout).as_millis()).unwrap_or(u64::MAX);
         let written = self.written.load(Ordering::Acquire);
         let outstanding = written.saturating_sub(self.answered.load(Ordering::Acquire));
         if outstanding == 0 {
@@ -216,7 +217,7 @@ impl Backlog {
     /// The smoothed round trip in µs, unless the breaker is open or about to open (a request
     /// unanswered for longer than `timeout`); `Some(0)` before any answer.
     pub(super) fn answering(&self, timeout: Duration) -> Option<u64> {
-        let timeout = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        let timeout = u64::try_from(breaker_silence(timeout).as_millis()).unwrap_or(u64::MAX);
         let silent = self.outstanding() > 0
             && self
                 .now_ms()

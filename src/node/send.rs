@@ -214,7 +214,7 @@ fn follow_up(link: &Connected, timeout: Duration) {
 /// resumes to answer its backlog first; bounded, so that a node frozen for minutes does not
 /// collect waiting tasks.
 fn ping_wait(timeout: Duration) -> Duration {
-    (timeout * 20).clamp(Duration::from_secs(1), Duration::from_secs(30))
+    crate::rules::config::from_node_timeout::probe_wait(timeout)
 }
 
 /// Whether the follow-up's `PING` is answered within [`ping_wait`]; one not answered within

@@ -32,6 +32,55 @@ pub(crate) fn check_duration(field: &'static str, value: Duration) -> Result<()>
     Ok(())
 }
 
+/// The durations derived from the node timeout, named in one place (and listed on
+/// [`Builder::node_timeout`](crate::Builder::node_timeout)). A node timeout `t` sets:
+pub(crate) mod from_node_timeout {
+    use std::time::Duration;
+
+    /// A fair lock's queue lease unless set (see [`Builder::queue_lease`](crate::Builder::queue_lease)):
+    /// 5 s, or `3 t` when that is longer.
+    pub(crate) fn queue_lease_default(t: Duration) -> Duration {
+        QUEUE_LEASE_DEFAULT.max(t.saturating_mul(3))
+    }
+
+    /// The queue lease must exceed `2 t`: a waiter renews its place in line with requests
+    /// bounded by `t`.
+    pub(crate) fn queue_lease_floor(t: Duration) -> Duration {
+        t.saturating_mul(2)
+    }
+
+    /// The fixed part of [`queue_lease_default`].
+    const QUEUE_LEASE_DEFAULT: Duration = Duration::from_secs(5);
+
+    /// The circuit breaker: a node that left a request unanswered for longer than `t` takes
+    /// no further requests but one probe per `t` (`node/backlog.rs`), and is passed over as
+    /// an arbiter meanwhile.
+    pub(crate) fn breaker_silence(t: Duration) -> Duration {
+        t
+    }
+
+    /// How long a probe, or the breaker's follow-up `PING`, waits for its answer: `20 t`
+    /// within [1 s, 30 s], long enough for a node that resumes to answer its backlog first,
+    /// bounded so that a node frozen for minutes does not collect waiting tasks.
+    pub(crate) fn probe_wait(t: Duration) -> Duration {
+        t.saturating_mul(20)
+            .clamp(Duration::from_secs(1), Duration::from_secs(30))
+    }
+
+    /// The slowest node still asked as a key's arbiter answers within 4x the fastest plus
+    /// 1 ms, and never less than `t / 4` (`take/arbiter.rs`): a loaded machine's jitter must
+    /// not move the arbiter from one attempt to the next.
+    pub(crate) fn arbiter_floor(t: Duration) -> Duration {
+        t / 4
+    }
+
+    /// Once a quorum of nodes passed `build()`'s checks, the others get `t` more before
+    /// `build()` returns (`client/startup.rs`); they are checked in the background after.
+    pub(crate) fn build_grace(t: Duration) -> Duration {
+        t
+    }
+}
+
 /// The validated settings of a client.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
@@ -80,7 +129,7 @@ impl Config {
         (ttl + self.lock_delay).as_millis().to_string()
     }
 
-    /// How long a fair lock's short grant to a waiter of this client lasts (see
+    /// How long a fair lock's short grant to a waiter of this client lasts (the claim window) (see
     /// `family/lua/fair_acquire.lua`): time for a live waiter to claim it with one attempt, whether
     /// its grant's notices wake it or, lost, its own timer does: four node timeouts, or its
     /// longest pause between attempts (the retry delay and jitter, at most a third of the

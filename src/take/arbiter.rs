@@ -29,6 +29,7 @@ use std::future::Future;
 use crate::family::Reader;
 use crate::fanout::{all_nodes, call_timeout, fan_out_to, FanOut, NodeAnswer, Outcome};
 use crate::node::{Node, Nodes};
+use crate::rules::config::from_node_timeout;
 use crate::scripts::Call;
 
 /// An arbiter may answer this much slower than the fastest node (x4, plus 1 ms), or a
@@ -47,7 +48,8 @@ pub(crate) fn arbiter(nodes: &[Node], key: &[u8]) -> Option<usize> {
     let fastest = rtts.iter().flatten().min()?;
     // Never below a quarter of the node timeout: a loaded machine's jitter must not move
     // the arbiter from one attempt to the next (clients would then ask different nodes).
-    let floor = u64::try_from(call_timeout(nodes).as_micros() / 4).unwrap_or(u64::MAX);
+    let floor = from_node_timeout::arbiter_floor(call_timeout(nodes));
+    let floor = u64::try_from(floor.as_micros()).unwrap_or(u64::MAX);
     let bound = fastest
         .saturating_mul(SLOWER_BY)
         .saturating_add(SLOWER_PLUS_US)

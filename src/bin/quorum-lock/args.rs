@@ -530,6 +530,28 @@ mod tests {
     }
 
     #[test]
+    fn the_help_states_the_library_defaults() {
+        use clap::CommandFactory;
+        let help = Cli::command().render_long_help().to_string();
+        let builder = quorum_lock::QuorumLock::builder();
+        for (option, value) in [
+            ("--node-timeout", builder.get_node_timeout()),
+            ("--connect-timeout", builder.get_connect_timeout()),
+        ] {
+            let at = help.find(option).expect(option);
+            let shown = match value.subsec_millis() {
+                0 => format!("{}s", value.as_secs()),
+                _ => format!("{}ms", value.as_millis()),
+            };
+            let stated = format!("[default: {shown}]");
+            assert!(
+                help[at..].contains(&stated),
+                "{option}: the help does not say {stated}"
+            );
+        }
+    }
+
+    #[test]
     fn the_command_line_is_consistent() {
         use clap::CommandFactory;
         Cli::command().debug_assert();

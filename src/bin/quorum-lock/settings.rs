@@ -13,10 +13,6 @@ use crate::args::GlobalArgs;
 use crate::exit::{self, Failure};
 use crate::values::{parse_duration, parse_quorum};
 
-/// The library's defaults, repeated for the commands that talk to the nodes directly.
-pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-
 /// The settings every command uses. No `Debug`: the nodes may hold passwords and the TLS
 /// settings a private key.
 #[derive(Clone)]
@@ -173,13 +169,13 @@ impl Settings {
                 global.node_timeout,
                 file.node_timeout,
                 "node_timeout",
-                DEFAULT_NODE_TIMEOUT,
+                QuorumLock::builder().get_node_timeout(),
             )?,
             connect_timeout: duration(
                 global.connect_timeout,
                 file.connect_timeout,
                 "connect_timeout",
-                DEFAULT_CONNECT_TIMEOUT,
+                QuorumLock::builder().get_connect_timeout(),
             )?,
         })
     }
@@ -434,7 +430,10 @@ mod tests {
         assert_eq!(s.nodes.len(), 3);
         assert_eq!(s.quorum, Quorum::AtLeast(3));
         assert_eq!(s.node_timeout, Duration::from_millis(80));
-        assert_eq!(s.connect_timeout, DEFAULT_CONNECT_TIMEOUT);
+        assert_eq!(
+            s.connect_timeout,
+            QuorumLock::builder().get_connect_timeout()
+        );
         let s = Settings::load(&global(Some("redis://x:1, redis://y:2"), Some(&path)))
             .unwrap_or_else(|f| panic!("{}", f.message));
         assert_eq!(s.nodes, ["redis://x:1", "redis://y:2"]);

@@ -105,3 +105,20 @@ fn ttl_checks() {
     assert!(c.check_ttl(MAX_TTL + Duration::from_secs(1)).is_err());
     assert!(c.check_ttl(Duration::MAX).is_err());
 }
+
+#[test]
+fn the_getters_read_what_build_uses_and_the_queue_lease_follows_the_node_timeout() {
+    let b = five();
+    assert_eq!(b.get_node_timeout(), Duration::from_millis(50));
+    assert_eq!(b.get_connect_timeout(), Duration::from_secs(2));
+    assert_eq!(b.get_quorum(), Quorum::Majority);
+    // Unset, the queue lease is 5 s, or three node timeouts when that is longer.
+    assert_eq!(b.get_queue_lease(), Duration::from_secs(5));
+    let slow = five().node_timeout(Duration::from_secs(2));
+    assert_eq!(slow.get_queue_lease(), Duration::from_secs(6));
+    let c = slow.clone().validate().unwrap();
+    assert_eq!(c.queue_lease, slow.get_queue_lease());
+    assert_eq!(c.node_timeout, slow.get_node_timeout());
+    let set = five().queue_lease(Duration::from_secs(9));
+    assert_eq!(set.get_queue_lease(), Duration::from_secs(9));
+}
