@@ -172,9 +172,10 @@ pub mod docs {
 pub use client::{Builder, LockRequest, Owner, QuorumLock, Scoped};
 pub use error::{Error, FailureKind, NodeFailure, Op, Result, Unsent};
 pub use family::MAX_SET_KEYS;
-pub use hold::{LockGuard, LostSignal, MAX_HOLDER_LEN};
+pub use hold::{LockGuard, LostSignal};
 pub use node::NodeClient;
 pub use rules::config::{MAX_DURATION, MAX_TTL};
+pub use rules::holder::{Holder, HolderForm, MAX_HOLDER_LEN};
 pub use rules::key::{MAX_KEY_LEN, RESERVED_PREFIX};
 pub use rules::quorum::Quorum;
 pub use state::Stats;

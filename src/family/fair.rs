@@ -10,6 +10,7 @@ use redis::Value;
 
 use super::{mutex, read_counter, read_flag, refs, script, Answer, Kind, Notice, Reader, Standing};
 use crate::rules::config::Config;
+use crate::rules::holder::Holder;
 use crate::rules::key::{kept, Key};
 use crate::scripts::{Call, LockScript};
 
@@ -21,15 +22,15 @@ pub(crate) struct Fair {
     /// The request's id: its member in the line, named by the grant notices (not a secret).
     pub(crate) waiter: Arc<str>,
     /// The request's base, `fair:<waiter id>:<secret>`: its identity on the nodes. Each
-    /// attempt sets the key to a value of its own under it ([`Fair::attempt_holder`]); a node
+    /// attempt sets the key to a value of its own under it ([`Holder::fair_attempt`]); a node
     /// that grants the key to the request sets `<base>:g`, which any attempt of the request
     /// claims (setting its own value), or, for a hand-off by the request's own client,
     /// [`Fair::handed_holder`]. A rollback deletes only its own attempt's value: one that
     /// lands late (its connection was replaced while it was on the way) cannot delete a later
     /// attempt's entry, a grant or a hand-off, and a late attempt claims neither a later
     /// attempt's entry nor a hand-off of its own round. A request cut off from a quorum takes
-    /// a new base (see `waiting`).
-    pub(crate) holder: Arc<str>,
+    /// a new base (see `take::fair`).
+    pub(crate) base: Holder,
     /// The queue lease, in ms, as the scripts take it.
     pub(crate) queue_lease_ms: Arc<str>,
     /// The claim window, in ms: how long a short grant to this request lasts.
@@ -68,65 +69,27 @@ fn script_keys(key: &Key) -> Vec<Vec<u8>> {
 }
 
 impl Fair {
-    /// How a fair holder value starts: `fair:<waiter id>:<128 random bits>:<attempt or g>`.
-    pub(crate) const HOLDER_PREFIX: &'static str = "fair:";
-
-    /// A new request for `key`, with an identity of its own (see [`Fair::identity`]).
+    /// A new request for `key`, with an identity of its own (see [`Holder::fair_base`]).
     pub(crate) fn new(key: Key, client_tag: &str, config: &Config) -> Fair {
-        let (waiter, holder) = Fair::identity(client_tag);
-        Fair::with_identity(key, waiter, holder, config)
+        let (waiter, base) = Holder::fair_base(client_tag);
+        Fair::with_identity(key, waiter, base, config)
     }
 
     /// What a call by holder value acts on when `holder` is a fair holder value: the request
     /// it names (so that a release leaves the line and hands the key on as the guard's would).
-    pub(crate) fn of_holder(key: &Key, holder: &str, config: &Config) -> Option<Fair> {
-        let (waiter, base) = Fair::waiter_of(holder)?;
-        Some(Fair::with_identity(
-            key.clone(),
-            waiter.into(),
-            base.into(),
-            config,
-        ))
+    pub(crate) fn of_holder(key: &Key, holder: &Holder, config: &Config) -> Option<Fair> {
+        let (waiter, base) = holder.fair_base_of()?;
+        Some(Fair::with_identity(key.clone(), waiter, base, config))
     }
 
-    fn with_identity(key: Key, waiter: Arc<str>, holder: Arc<str>, config: &Config) -> Fair {
+    fn with_identity(key: Key, waiter: Arc<str>, base: Holder, config: &Config) -> Fair {
         Fair {
             key,
             waiter,
-            holder,
+            base,
             queue_lease_ms: config.queue_lease.as_millis().to_string().into(),
             claim_ms: config.claim_window().as_millis().to_string().into(),
         }
-    }
-
-    /// The waiter id and the base in a fair holder value, if `holder` is one.
-    pub(crate) fn waiter_of(holder: &str) -> Option<(&str, &str)> {
-        let rest = holder.strip_prefix(Self::HOLDER_PREFIX)?;
-        let (waiter, rest) = rest.split_once(':')?;
-        let (secret, suffix) = rest.split_once(':')?;
-        let base = &holder[..holder.len() - suffix.len() - 1];
-        let parts = [waiter, secret, suffix];
-        (parts.iter().all(|p| !p.is_empty()) && !suffix.contains(':')).then_some((waiter, base))
-    }
-
-    /// A new identity for a request: its waiter id, tagged with its client (so that a short
-    /// grant's notice names the next waiter of another client, see `lua/fair_line.lua`), and
-    /// its base, `fair:<waiter id>:<128 random bits>` (the waiter id is public: grant notices
-    /// name it; the random part makes the base a secret, so that a call by holder value can
-    /// leave the line and hand the key on only with a real guard's holder).
-    pub(crate) fn identity(client_tag: &str) -> (Arc<str>, Arc<str>) {
-        let waiter = format!("{client_tag}.{}", uuid::Uuid::new_v4().simple());
-        let base = format!(
-            "{}{waiter}:{}",
-            Self::HOLDER_PREFIX,
-            uuid::Uuid::new_v4().simple()
-        );
-        (waiter.into(), base.into())
-    }
-
-    /// A holder value for one attempt of the request: its base and 64 random bits.
-    pub(crate) fn attempt_holder(&self) -> String {
-        format!("{}:{:016x}", self.holder, rand::random::<u64>())
     }
 
     /// The value a node sets the key to when its client's release hands the lock to the
@@ -136,8 +99,8 @@ impl Fair {
     /// handed the lock makes no further attempt). An attempt of round `round` or earlier that
     /// lands late (written on a connection since replaced) finds it held and changes nothing,
     /// so that its rollback, landing after it, cannot delete what the guard counts on.
-    pub(crate) fn handed_holder(&self, round: u64) -> String {
-        format!("{}:h{round}", self.holder)
+    pub(crate) fn handed_holder(&self, round: u64) -> Holder {
+        self.base.fair_handed(round)
     }
 
     /// A ticket drawn in a round of its own (`ticket_draw.lua`), read as a counter.
@@ -253,14 +216,14 @@ impl Kind for Fair {
             &refs(&keys),
             &[
                 self.waiter.as_bytes(),
-                self.holder.as_bytes(),
+                self.base.as_str().as_bytes(),
                 self.key.release_channel(),
             ],
         ))
     }
 
-    fn attempt_holder(&self) -> Option<String> {
-        Some(Fair::attempt_holder(self))
+    fn attempt_holder(&self) -> Option<Holder> {
+        Some(self.base.fair_attempt())
     }
 
     fn keeps_a_place(&self) -> bool {

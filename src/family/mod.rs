@@ -23,6 +23,7 @@ use std::sync::Arc;
 
 use redis::Value;
 
+use crate::rules::holder::Holder;
 use crate::rules::key::Key;
 use crate::scripts::{Call, LockScript};
 
@@ -159,7 +160,7 @@ pub(crate) trait Kind: fmt::Display {
 
     /// The holder value of one attempt, for a kind that shapes it (a fair lock's: its
     /// request's base and a nonce); otherwise the attempt draws its own.
-    fn attempt_holder(&self) -> Option<String> {
+    fn attempt_holder(&self) -> Option<Holder> {
         None
     }
 
@@ -330,7 +331,7 @@ impl Shape {
     }
 
     /// See [`Kind::attempt_holder`].
-    pub(crate) fn attempt_holder(&self) -> Option<String> {
+    pub(crate) fn attempt_holder(&self) -> Option<Holder> {
         self.kind().attempt_holder()
     }
 

@@ -88,7 +88,7 @@ impl LockGuard {
     /// Made from this client while this guard lives, they act through the guard: an extend
     /// moves (or cuts) its deadline, a release ends it and fires its loss signals.
     pub fn holder(&self) -> &str {
-        &self.lease.holder
+        self.lease.holder.as_str()
     }
 
     /// The fencing token, if the lock was requested with
@@ -214,7 +214,7 @@ impl LockGuard {
         if !self.lease.shape.kind().by_holder() {
             return Err(self);
         }
-        let holder = self.lease.holder.clone();
+        let holder = self.lease.holder.as_str().to_string();
         if self.let_go() {
             self.lease.end();
         }

@@ -19,6 +19,7 @@ use crate::family::{read_flag, Notice, Shape};
 use crate::fanout::ordering::{BackgroundWork, InFlight, Stragglers};
 use crate::fanout::{broadcast, fan_out, FanOut, NodeAnswer, Outcome};
 use crate::rules::config::Config;
+use crate::rules::holder::Holder;
 use crate::rules::key::Key;
 use crate::rules::quorum::Decision;
 use crate::scripts::SendBy;
@@ -32,7 +33,7 @@ pub(crate) struct Lease {
     pub(crate) key: Key,
     /// What it holds: one key, a set of keys, or a semaphore permit.
     pub(crate) shape: Shape,
-    pub(crate) holder: String,
+    pub(crate) holder: Holder,
     state: Mutex<State>,
     /// Cancelled once the lease can no longer be trusted: lost, or ended by release or drop.
     signal: CancellationToken,
@@ -91,7 +92,7 @@ impl Lease {
     pub(crate) fn new(
         client: Arc<ClientState>,
         shape: Shape,
-        holder: String,
+        holder: Holder,
         ttl: Duration,
         deadline: Instant,
         token: Option<u64>,
@@ -133,13 +134,13 @@ impl Lease {
 
     /// The live lease of this client that holds `key` with `holder`, if any: a call by holder value
     /// from this client then acts through it.
-    pub(crate) fn find(client: &ClientState, key: &[u8], holder: &str) -> Option<Arc<Lease>> {
+    pub(crate) fn find(client: &ClientState, key: &[u8], holder: &Holder) -> Option<Arc<Lease>> {
         client
             .held
             .of(key)
             .into_iter()
             .filter_map(|l| l.downcast::<Lease>().ok())
-            .find(|l| l.holder == holder && !l.is_ended())
+            .find(|l| l.holder == *holder && !l.is_ended())
     }
 
     /// The kind of read-write hold (`"read"` or `"write"`) the current task took on `key`
@@ -355,7 +356,7 @@ impl Lease {
             // Invariant 2: a request that may shorten the entries cuts the deadline before it
             // is sent, never after.
             self.set_deadline(|s| s.deadline = s.deadline.min(next));
-            let mut fan = extend_call(&self.client, &self.shape, &self.holder, ttl);
+            let mut fan = extend_call(&self.client, &self.shape, self.holder.as_str(), ttl);
             let ended = decide_extend(&mut fan, &self.shape, self.deadline()).await;
             let background = &self.client.background;
             match ended {
@@ -407,7 +408,7 @@ impl Lease {
             return;
         }
         let ms = self.client.config.node_ttl_ms(remaining);
-        let (call, put_back) = self.shape.repair(&self.holder, &ms);
+        let (call, put_back) = self.shape.repair(self.holder.as_str(), &ms);
         let answers = broadcast(&self.client.nodes, nodes.iter().copied(), call, SendBy::Sha).await;
         let repaired = answers
             .iter()
@@ -429,7 +430,7 @@ impl Lease {
             self.in_flight.settle().await;
             // Stragglers finish in the background: nothing of this lease follows.
             let (outcome, _stragglers) =
-                release_round(&self.client, &self.shape, &self.holder).await;
+                release_round(&self.client, &self.shape, self.holder.as_str()).await;
             outcome
         }
         .instrument(span)

@@ -9,6 +9,5 @@ pub(crate) mod lost_signal;
 pub(crate) mod reentry;
 pub(crate) mod watchdog;
 
-pub use by_holder::MAX_HOLDER_LEN;
 pub use guard::LockGuard;
 pub use lost_signal::LostSignal;

@@ -14,8 +14,8 @@ use crate::fanout::ordering::{write_now_finish_later, Stragglers};
 use crate::fanout::{broadcast, fan_out, Outcome};
 use crate::hold::guard::LockGuard;
 use crate::hold::lease::Lease;
-use crate::hold::reentry::HoldTable;
 use crate::rules::config::Config;
+use crate::rules::holder::Holder;
 use crate::rules::quorum::Decision;
 use crate::scripts::SendBy;
 use crate::state::ClientState;
@@ -78,22 +78,6 @@ pub(crate) fn reenter(plan: &Plan<'_>) -> Option<LockGuard> {
     Some(LockGuard::new(lease, Some(owner.clone())))
 }
 
-/// 128 bits from the thread's cryptographically secure generator, as 32 hex digits: the
-/// secret part of every holder value.
-fn secret() -> String {
-    format!("{:032x}", rand::random::<u128>())
-}
-
-/// A fresh holder value: 128 random bits, prefixed for an owner with the client's and the
-/// owner's ids.
-fn holder_value(state: &ClientState, owner: Option<&Arc<HoldTable>>) -> String {
-    let nonce = secret();
-    match owner {
-        Some(o) => format!("{}:{}:{nonce}", state.client_id, o.id),
-        None => nonce.to_string(),
-    }
-}
-
 /// How an attempt sends its acquire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Approach {
@@ -116,7 +100,7 @@ pub(crate) async fn attempt(
     let holder = plan
         .shape
         .attempt_holder()
-        .unwrap_or_else(|| holder_value(state, plan.owner));
+        .unwrap_or_else(|| Holder::mint(plan.owner.map(|o| (&*state.client_id, &*o.id))));
     let arbiter = match approach {
         Approach::Ordered if key.kind().ordered_approach() => {
             arbiter(&state.nodes, key.primary().bytes())
@@ -127,7 +111,7 @@ pub(crate) async fn attempt(
 
     // RedLock step 1: the validity is measured from before the first request is sent.
     let t0 = Instant::now();
-    let call = || key.acquire(&holder, &plan.ttl_ms, standing);
+    let call = || key.acquire(holder.as_str(), &plan.ttl_ms, standing);
     let (mut fan, also_undo) =
         match approach_nodes(&state.nodes, config.required, call, arbiter).await {
             Approached::Fan { fan, also_undo } => (fan, also_undo),
@@ -279,7 +263,7 @@ fn rollback_targets(
 pub(super) async fn give_back(
     state: &Arc<ClientState>,
     shape: &Shape,
-    holder: String,
+    holder: Holder,
     nodes: Vec<usize>,
 ) -> bool {
     if nodes.is_empty() {
@@ -355,7 +339,7 @@ pub(super) async fn fence_token(
 pub(super) fn hold(
     state: &Arc<ClientState>,
     plan: &Plan<'_>,
-    holder: String,
+    holder: Holder,
     deadline: Instant,
     token: Option<u64>,
     in_flight: Vec<Stragglers>,
@@ -389,10 +373,10 @@ pub(super) fn hold(
 async fn rollback(
     state: Arc<ClientState>,
     key: Shape,
-    holder: String,
+    holder: Holder,
     nodes: Vec<usize>,
 ) -> Vec<std::result::Result<redis::Value, crate::error::NodeFailure>> {
-    let call = key.release(&holder, Notice::Rollback);
+    let call = key.release(holder.as_str(), Notice::Rollback);
     broadcast(&state.nodes, nodes, call, SendBy::Eval).await
 }
 

@@ -17,6 +17,7 @@ use crate::error::{Error, Op, Result};
 use crate::family::{Fair, Shape, Standing};
 use crate::fanout::{broadcast, fan_out};
 use crate::hold::guard::LockGuard;
+use crate::rules::holder::Holder;
 use crate::rules::quorum::Decision;
 use crate::scripts::{Call, SendBy};
 use crate::state::ClientState;
@@ -97,9 +98,11 @@ impl Line {
         // hand-off value of an earlier round only, and a later hand-off's value differs from
         // one whose give-back (should the claim fail) may still land.
         self.standing.round += 1;
-        if let Some(grant) = grant {
+        if let (Some(grant), Shape::Fair(f)) = (grant, &plan.shape) {
             tracing::trace!("claiming the lock a release of this client handed over");
-            return claim(state, plan, grant).await;
+            // The release set the key to the request's hand-off value on the nodes it counted.
+            let holder = f.handed_holder(grant.round);
+            return claim(state, plan, holder, grant).await;
         }
         *attempts = attempts.saturating_add(1);
         attempt(state, plan, Approach::All, &self.standing).await
@@ -179,13 +182,9 @@ fn register(state: &ClientState, f: &Fair, ttl: Duration, ttl_ms: &str) -> Regis
 async fn claim(
     state: &Arc<ClientState>,
     plan: &Plan<'_>,
+    holder: Holder,
     grant: Grant,
 ) -> std::result::Result<LockGuard, Miss> {
-    // The release set the key to the request's hand-off value on the nodes it counted.
-    let holder = match &plan.shape {
-        Shape::Fair(f) => f.handed_holder(grant.round),
-        _ => String::new(),
-    };
     let (token, fencing) = match plan.fencing {
         true => fence_token(state, &plan.shape).await,
         false => (Ok(None), Vec::new()),

@@ -140,11 +140,12 @@ fn fair_shape(
     claim: Duration,
 ) -> redis::RedisResult<crate::family::Shape> {
     // The request's base, as the library keeps it: the holder value but its last part.
-    let base = crate::family::Fair::waiter_of(holder).map_or(holder, |(_, base)| base);
+    let holder = crate::Holder::parse(holder).map_err(|e| invalid(e.to_string()))?;
+    let base = holder.fair_base_of().map_or(holder, |(_, base)| base);
     Ok(crate::family::Shape::Fair(crate::family::Fair {
         key: crate::rules::key::Key::new(key).map_err(|e| invalid(e.to_string()))?,
         waiter: waiter.into(),
-        holder: base.into(),
+        base,
         queue_lease_ms: ms(queue_lease).into(),
         claim_ms: ms(claim).into(),
     }))

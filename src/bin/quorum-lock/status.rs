@@ -10,7 +10,7 @@ use futures::future::join_all;
 use serde::Serialize;
 
 use crate::args::StatusArgs;
-use quorum_lock::NodeClient;
+use quorum_lock::{Holder, HolderForm, NodeClient};
 
 use crate::direct::{self, int, text, NodeError};
 use crate::exit::{self, Failure};
@@ -222,6 +222,11 @@ pub async fn status(settings: &Settings, args: &StatusArgs) -> Result<u8, Failur
     })
 }
 
+/// Whether a holder value a node keeps is a fair lock's (read by the library's [`Holder`]).
+fn is_fair(value: &str) -> bool {
+    Holder::parse(value).is_ok_and(|h| h.form() == HolderForm::Fair)
+}
+
 /// The kind of lock the nodes keep at the key: a semaphore's sorted set, a read-write lock's
 /// readers or writer mark, a fair lock's line or holder value (`fair:...`, whose prefix and
 /// waiter id are not secret), else a mutex.
@@ -232,7 +237,7 @@ fn kind<'a>(answers: impl Iterator<Item = &'a Raw> + Clone) -> &'static str {
         "read-write"
     } else if answers
         .clone()
-        .any(|r| r.line > 0 || r.holder.as_deref().is_some_and(|h| h.starts_with("fair:")))
+        .any(|r| r.line > 0 || r.holder.as_deref().is_some_and(is_fair))
     {
         "fair"
     } else {
