@@ -181,9 +181,9 @@ impl Call {
         &self.expired
     }
 
-    /// Node `slot`'s request of a fan-out is being polled for the first time.
-    pub(crate) fn mark_polled(&self, slot: usize) {
-        self.polled.fetch_or(1 << slot, Ordering::Relaxed);
+    /// Node `index`'s request of a fan-out is being polled for the first time.
+    pub(crate) fn mark_polled(&self, index: usize) {
+        self.polled.fetch_or(1 << index, Ordering::Relaxed);
     }
 
     /// Bit `i`: node `i`'s request was polled.

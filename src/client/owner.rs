@@ -4,7 +4,7 @@
 //! Redisson ties reentrancy to the calling thread; in async Rust a task moves between worker
 //! threads and many tasks share one thread, so "the same thread" identifies nobody: two tasks
 //! on one worker would both pass. Ownership must be a value you hand to exactly the code
-//! allowed to re-enter: an [`Owner`]. Its hold counts live in `reentry`.
+//! allowed to re-enter: an [`Owner`]. Its hold counts live in `hold::reentry`.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -17,9 +17,9 @@
 //! 4. **Stragglers are settled before the next call.** A call decided at quorum leaves its
 //!    undecided requests ([`Stragglers`]) with its lease ([`InFlight`]); the lease's next call
 //!    first stops those not yet written and waits only if one is being written right then
-//!    (the handshake of `progress.rs`: either the straggler sees "stopped" before it writes,
+//!    (the handshake of `rules/progress.rs`: either the straggler sees "stopped" before it writes,
 //!    or the next call sees it writing and waits). Cancel safe: everything is stopped before
-//!    the first await. A call by holder value (`token`), which has no lease, settles its own
+//!    the first await. A call by holder value (`hold/by_holder.rs`), which has no lease, settles its own
 //!    stragglers before it returns.
 //! 5. **A failed attempt is rolled back behind itself.** Dropping its fan-out stops the
 //!    requests not yet written (and any NOSCRIPT fallback); the rollback, sent as plain EVAL,

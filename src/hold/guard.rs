@@ -208,7 +208,7 @@ impl LockGuard {
     /// # Errors
     /// The guard itself, unchanged, for a multi-key lock, a semaphore permit or a read-write
     /// lock: the calls by holder value act on one key's entry (a mutex's or a fair lock's), so a
-    /// set's token would extend or release one of its keys only, and a permit's or a reader's
+    /// set's holder value would extend or release one of its keys only, and a permit's or a reader's
     /// none.
     pub fn into_holder(mut self) -> std::result::Result<String, LockGuard> {
         if !self.lease.shape.kind().by_holder() {

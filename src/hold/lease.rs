@@ -1,8 +1,8 @@
 //! One acquisition's shared state (key, holder value, deadline, loss) and the operations on it
 //! that talk to the nodes: renew (extend), repair and release. Guards, the watchdog and loss
 //! signals all share one `Lease`. The extend and release rounds themselves (one call to every
-//! node, and what its answers mean) are free functions, which the operations by holder value (`token`)
-//! share.
+//! node, and what its answers mean) are free functions, which the calls by holder value
+//! (`hold/by_holder.rs`) share.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -159,8 +159,8 @@ impl Lease {
             .find_map(|l| l.shape.kind().rw_side())
     }
 
-    /// Whether the lease has ended (released, dropped, given up as a token, or released by
-    /// token from this client).
+    /// Whether the lease has ended (released, dropped, given up as a holder value, or released
+    /// by holder value from this client).
     pub(crate) fn is_ended(&self) -> bool {
         self.state().ended
     }

@@ -47,7 +47,7 @@ pub(super) struct Backlog {
     /// When (ms since `epoch`) the latest probe was let through.
     probed_at: AtomicU64,
     /// The node's smoothed round trip in µs (0: none measured yet), for the choice of a key's
-    /// arbiter (see `arbiter`).
+    /// arbiter (see `take::arbiter`).
     rtt_us: AtomicU64,
     /// A follow-up `PING` is under way (see [`follow_up_wanted`](Self::follow_up_wanted)).
     following: AtomicBool,

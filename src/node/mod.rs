@@ -229,13 +229,13 @@ impl Node {
         &self,
         call: &Call,
         form: SendBy,
-        slot: usize,
+        index: usize,
     ) -> Result<Value, NodeFailure> {
         // This request's own flag (the call is shared by the other nodes' requests, which may
         // end otherwise), declared first so that it outlives the request, and set before the
         // request is dropped.
         let expired = AtomicBool::new(false);
-        let request = self.run(call, form, slot, &expired);
+        let request = self.run(call, form, index, &expired);
         self.bounded(self.timeout, request, &expired, Some(call))
             .await
     }
@@ -297,7 +297,7 @@ impl Node {
         &self,
         call: &Call,
         form: SendBy,
-        slot: usize,
+        index: usize,
         expired: &AtomicBool,
     ) -> Result<Value, NodeFailure> {
         if let Some(failure) = self.not_admitted() {
@@ -311,7 +311,7 @@ impl Node {
             ));
         };
         let mut request = Recorded {
-            request: Some(NodeRequest::start(slot, call.name)),
+            request: Some(NodeRequest::start(index, call.name)),
             expired,
         };
         // Named as the OpenTelemetry conventions for Redis clients name a command's span; the
@@ -320,7 +320,7 @@ impl Node {
             "redis",
             "db.system.name" = "redis",
             "db.operation.name" = call.verb(),
-            "quorum_lock.node" = slot,
+            "quorum_lock.node" = index,
             "quorum_lock.operation" = call.name,
         );
         let redirected = std::sync::Mutex::new(None);
@@ -329,12 +329,12 @@ impl Node {
             .on_connection(Some(call), |conn, resent| async move {
                 let timeout = self.timeout;
                 let first = match (form, resent) {
-                    (_, true) => send(&conn, &call.resend(form), call, Caller { slot, expired }, timeout).await,
+                    (_, true) => send(&conn, &call.resend(form), call, Caller { index, expired }, timeout).await,
                     (SendBy::Sha, false) => {
-                        send(&conn, call.command(), call, Caller { slot, expired }, timeout).await
+                        send(&conn, call.command(), call, Caller { index, expired }, timeout).await
                     }
                     (SendBy::Eval, false) => {
-                        send(&conn, &call.eval(), call, Caller { slot, expired }, timeout).await
+                        send(&conn, &call.eval(), call, Caller { index, expired }, timeout).await
                     }
                 };
                 let answer = match first.and_then(answered) {
@@ -343,7 +343,7 @@ impl Node {
                             && e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
                     {
                         tracing::debug!(node = %self.name(), script = call.name, "NOSCRIPT, falling back to EVAL");
-                        send(&conn, &call.eval(), call, Caller { slot, expired }, timeout)
+                        send(&conn, &call.eval(), call, Caller { index, expired }, timeout)
                             .await
                             .and_then(answered)
                     }
@@ -361,7 +361,7 @@ impl Node {
         let redirect = redirected.lock().unwrap_or_else(|p| p.into_inner()).take();
         let result = match (result, redirect) {
             (Err(failure), Some(redirect)) => {
-                self.follow(call, Caller { slot, expired }, redirect, failure)
+                self.follow(call, Caller { index, expired }, redirect, failure)
                     .instrument(tracing::trace_span!("redirect"))
                     .await
             }

@@ -45,13 +45,13 @@ pub(super) enum Packed<'a> {
     Asking(&'a redis::Pipeline),
 }
 
-/// Who waits for a request: the call's slot for its node, and the flag the caller sets
+/// Who waits for a request: the node's index in the call, and the flag the caller sets
 /// before it drops the request because its time ran out (the node timeout or the fan-out's
 /// deadline), as opposed to a caller that went away early (a timeout around the call, a
 /// decided fan-out).
 #[derive(Clone, Copy)]
 pub(super) struct Caller<'a> {
-    pub(super) slot: usize,
+    pub(super) index: usize,
     pub(super) expired: &'a AtomicBool,
 }
 
@@ -76,9 +76,9 @@ pub(super) async fn write(
     caller: Caller<'_>,
     timeout: Duration,
 ) -> Result<Value, SendError> {
-    let slot = caller.slot;
+    let index = caller.index;
     let progress = &call.progress;
-    if !progress.may_send(slot) {
+    if !progress.may_send(index) {
         return Err(SendError::Unsent(
             Unsent::Stopped,
             "call stopped by a later call of the same lease".into(),
@@ -92,7 +92,7 @@ pub(super) async fn write(
             if let Some(seq) = probe {
                 probe_in_background(link, seq, timeout);
             }
-            progress.written(slot);
+            progress.written(index);
             return Err(SendError::Unsent(
                 Unsent::BreakerOpen,
                 format!(
@@ -120,7 +120,7 @@ pub(super) async fn write(
         }
     }));
     let first = std::future::poll_fn(|cx| std::task::Poll::Ready(request.as_mut().poll(cx))).await;
-    progress.written(slot);
+    progress.written(index);
     // The request is on the connection: if this future is dropped before its answer is read
     // (a timeout around the call, a decided fan-out, a dropped future), the answer is still
     // counted, by a `PING` behind it (see `Unread`).

@@ -27,18 +27,18 @@ impl Progress {
     /// Before a node's request is written: false when the call was stopped (the request must
     /// not be written); true when it may be, and is now "on its way" until
     /// [`written`](Self::written).
-    pub(crate) fn may_send(&self, slot: usize) -> bool {
-        self.writing.fetch_or(1 << slot, Ordering::SeqCst);
+    pub(crate) fn may_send(&self, index: usize) -> bool {
+        self.writing.fetch_or(1 << index, Ordering::SeqCst);
         if self.stopped.fetch_or(false, Ordering::SeqCst) {
-            self.writing.fetch_and(!(1 << slot), Ordering::SeqCst);
+            self.writing.fetch_and(!(1 << index), Ordering::SeqCst);
             return false;
         }
         true
     }
 
     /// After a node's request was first polled: it holds its place in the queue.
-    pub(crate) fn written(&self, slot: usize) {
-        self.writing.fetch_and(!(1 << slot), Ordering::SeqCst);
+    pub(crate) fn written(&self, index: usize) {
+        self.writing.fetch_and(!(1 << index), Ordering::SeqCst);
     }
 
     /// Stops every request not yet written; true when one may be being written right now

@@ -83,7 +83,7 @@ pub(crate) fn reenter(plan: &Plan<'_>) -> Option<LockGuard> {
 pub(crate) enum Approach {
     /// To every node at once.
     All,
-    /// A mutex or multi-key waiter that lost: to the key's arbiter first (see `arbiter`).
+    /// A mutex or multi-key waiter that lost: to the key's arbiter first (see `take::arbiter`).
     Ordered,
 }
 

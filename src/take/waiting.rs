@@ -97,7 +97,7 @@ struct Waiting<'a, 'p> {
     waiters: Vec<Waiter>,
     attempts: u32,
     /// An attempt of this wait met another holder: the next ones ask the key's arbiter first
-    /// (see `arbiter`) while the waiter is woken by release notices.
+    /// (see `take::arbiter`) while the waiter is woken by release notices.
     lost: bool,
     /// The latest pause did not run its whole retry delay: it ended on a notice, a quick retry
     /// after one, or the waiter's first subscription (when it attempts again at once). Other

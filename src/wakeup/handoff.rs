@@ -1,6 +1,6 @@
 //! The fair lock's waiters within a client (docs/DESIGN.md, "Fair lock"), and the hand-off of
 //! a release to one of them, which then holds without a round trip of its own. (Tickets are
-//! drawn in `acquire`, with the other rounds of a request.)
+//! drawn in `take::fair`, with the other rounds of a request.)
 //!
 //! # Hand-off within a client
 //!
