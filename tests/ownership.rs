@@ -1,5 +1,5 @@
 //! Invariant 5 (ownership) and 6 (loss is loud): release and extend act only for the holder,
-//! and extend never revives an expired lock.
+//! and extend never revives an expired lock (for every kind alike: tests/kinds.rs).
 
 mod common;
 
@@ -46,34 +46,6 @@ async fn stale_holder_cannot_release_or_extend_the_new_holders_lock() {
         .release()
         .await
         .expect("the new holder releases normally");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn extend_after_expiry_is_lost_and_recreates_nothing() {
-    let fleet = shared_fleet();
-    let locks = client(fleet, Quorum::Majority).await;
-    let key = unique_key("expired");
-    let guard = locks.try_acquire(&key, SHORT).await.unwrap().unwrap();
-    // The acquire's requests to every node landed (it returned at a quorum) before the wait
-    // for their expiry.
-    locks.finish_background().await;
-    let_expire(SHORT).await;
-    let err = guard.extend(Duration::from_secs(30)).await.unwrap_err();
-    assert!(matches!(err, Error::LockLost { .. }), "{err}");
-    assert!(!guard.is_held());
-    locks.finish_background().await;
-    for i in 0..fleet.len() {
-        assert!(
-            entry(fleet, i, &key).await.is_none(),
-            "node {i} re-created the key"
-        );
-    }
-    // Once lost, always lost.
-    assert!(matches!(
-        guard.extend(Duration::from_secs(30)).await,
-        Err(Error::LockLost { .. })
-    ));
-    assert!(matches!(guard.release().await, Err(Error::NotHeld { .. })));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

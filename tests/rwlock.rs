@@ -438,59 +438,6 @@ async fn a_refused_attempt_rolls_back_its_entry_member_and_mark_on_every_node() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn extend_never_re_adds_an_expired_reader() {
-    let fleet = shared_fleet();
-    let key = unique_key("rw-extend");
-    let locks = client(fleet, Quorum::All).await;
-    let reader = locks
-        .read_lock(&key)
-        .ttl(Duration::from_secs(2))
-        .try_acquire()
-        .await
-        .unwrap()
-        .expect("free");
-    reader
-        .extend(Duration::from_secs(20))
-        .await
-        .expect("extend");
-    assert!(reader.validity() > Duration::from_secs(19));
-    let value = reader.holder().to_string();
-    for i in 0..fleet.len() {
-        assert_eq!(live_readers(fleet, i, &key).await, vec![value.clone()]);
-    }
-    // The member's expiry passes on every node (its score set in the past, not yet purged).
-    for i in 0..fleet.len() {
-        let mut c = conn(fleet, i).await;
-        let _: () = redis::cmd("ZADD")
-            .arg(readers_key(&key))
-            .arg("XX")
-            .arg(1)
-            .arg(&value)
-            .query_async(&mut c)
-            .await
-            .unwrap();
-    }
-    let extended = reader.extend(Duration::from_secs(20)).await;
-    assert!(
-        matches!(extended, Err(Error::LockLost { .. })),
-        "{extended:?}"
-    );
-    // The extend returned at its first refusal; its requests to the other nodes land.
-    locks.finish_background().await;
-    for i in 0..fleet.len() {
-        let mut c = conn(fleet, i).await;
-        let score: Option<f64> = redis::cmd("ZSCORE")
-            .arg(readers_key(&key))
-            .arg(&value)
-            .query_async(&mut c)
-            .await
-            .unwrap();
-        assert_eq!(score, None, "node {i}: the expired reader was re-added");
-    }
-    assert!(matches!(reader.release().await, Err(Error::NotHeld { .. })));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_and_writers_share_the_keys_fencing_counter() {
     let fleet = shared_fleet();
     let key = unique_key("rw-fence");
