@@ -1,5 +1,5 @@
 //! Invariant 5 (ownership) and 6 (loss is loud): release and extend act only for the holder,
-//! and extend never revives an expired lock (for every kind alike: tests/kinds.rs).
+//! and extend never revives an expired lock (for every kind alike: tests/family/kinds.rs).
 
 mod common;
 

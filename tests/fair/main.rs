@@ -8,6 +8,7 @@
 //! fencing, races and dead or departing waiters. `faults`: the negative control and the line
 //! under faults and races; `holders`: the fair forms' holder values and the waiters' timers.
 
+mod combinations;
 #[path = "../common/mod.rs"]
 mod common;
 mod faults;
