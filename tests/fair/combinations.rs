@@ -6,31 +6,12 @@
 
 use std::time::Duration;
 
+use super::{any_line_keys, line, line_lengths};
 use crate::common::*;
 use quorum_lock::testkit::Fleet;
 use quorum_lock::{Error, Holder, HolderForm, LockGuard, Quorum, QuorumLock, MAX_HOLDER_LEN};
 
 const LONG: Duration = Duration::from_secs(30);
-
-/// The waiter ids in `key`'s line on node `i`.
-async fn line(fleet: &Fleet, i: usize, key: &str) -> Vec<String> {
-    let mut c = conn(fleet, i).await;
-    redis::cmd("ZRANGE")
-        .arg(quorum_lock::names::line(key.as_bytes()))
-        .arg(0)
-        .arg(-1)
-        .query_async(&mut c)
-        .await
-        .expect("ZRANGE")
-}
-
-async fn line_lengths(fleet: &Fleet, key: &str) -> Vec<usize> {
-    let mut v = Vec::new();
-    for i in 0..fleet.len() {
-        v.push(line(fleet, i, key).await.len());
-    }
-    v
-}
 
 async fn tickets(fleet: &Fleet, key: &str) -> Vec<Option<u64>> {
     let mut v = Vec::new();
@@ -46,25 +27,8 @@ async fn tickets(fleet: &Fleet, key: &str) -> Vec<Option<u64>> {
     v
 }
 
-/// Whether any of the fair lock's line keys of `key` exists on any node.
-async fn any_line_keys(fleet: &Fleet, key: &str) -> bool {
-    for i in 0..fleet.len() {
-        let mut c = conn(fleet, i).await;
-        let n: usize = redis::cmd("EXISTS")
-            .arg(quorum_lock::names::line(key.as_bytes()))
-            .arg(quorum_lock::names::line_leases(key.as_bytes()))
-            .arg(quorum_lock::names::line_entries(key.as_bytes()))
-            .query_async(&mut c)
-            .await
-            .unwrap();
-        if n > 0 {
-            return true;
-        }
-    }
-    false
-}
-
-fn wait_in_line(
+/// Starts a fair acquire of `key` by `locks`, without waiting for its place in line.
+fn start_waiting(
     locks: &QuorumLock,
     key: &str,
     ttl: Duration,
@@ -238,7 +202,7 @@ async fn a_single_fair_try_does_not_join_the_line() {
     let waiter = client(fleet, Quorum::Majority).await;
     let trier = client(fleet, Quorum::Majority).await;
     let held = holder.fair_lock(&key).ttl(LONG).acquire().await.unwrap();
-    let waits = wait_in_line(&waiter, &key, LONG, LONG);
+    let waits = start_waiting(&waiter, &key, LONG, LONG);
     until_line_len(fleet, &key, 1).await;
     let before = tickets(fleet, &key).await;
     for _ in 0..5 {
@@ -302,7 +266,7 @@ async fn fair_holder_values_extend_and_release_from_another_client() {
         }
     }
     // A waiter of b's, then c releases by holder: the waiter gets it at once.
-    let waits = wait_in_line(&b, &key, Duration::from_secs(5), LONG);
+    let waits = start_waiting(&b, &key, Duration::from_secs(5), LONG);
     until_line_len(fleet, &key, 1).await;
     let t0 = tokio::time::Instant::now();
     c.release_by_holder(&key, &h).await.unwrap();
@@ -346,9 +310,9 @@ async fn a_handed_over_holder_value_releases_from_another_client() {
     let b = client(fleet, Quorum::Majority).await;
     let c = client(fleet, Quorum::Majority).await;
     let held = a.fair_lock(&key).ttl(LONG).acquire().await.unwrap();
-    let own = wait_in_line(&a, &key, LONG, LONG);
+    let own = start_waiting(&a, &key, LONG, LONG);
     until_line_len(fleet, &key, 1).await;
-    let other = wait_in_line(&b, &key, LONG, LONG);
+    let other = start_waiting(&b, &key, LONG, LONG);
     until_line_len(fleet, &key, 2).await;
     held.release().await.unwrap();
     let handed = tokio::time::timeout(Duration::from_secs(5), own)
@@ -544,16 +508,42 @@ async fn a_cut_off_waiter_rejoins_under_a_new_identity_and_gets_the_lock() {
     let holder = mk().await.unwrap();
     let waiter = mk().await.unwrap();
     let held = holder.fair_lock(&key).ttl(LONG).acquire().await.unwrap();
-    let waits = wait_in_line(&waiter, &key, Duration::from_secs(5), LONG);
+    let waits = start_waiting(&waiter, &key, Duration::from_secs(5), LONG);
     until_line_len(&fleet, &key, 1).await;
     let first_id = line(&fleet, 0, &key).await[0].clone();
-    // Cut the waiter off: two of three nodes paused.
+    // Cut the waiter off: two of three nodes paused, until one of its attempts failed.
+    let failed = waiter.stats().failed;
     fleet.pause(1).unwrap();
     fleet.pause(2).unwrap();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    eventually(&fleet, LONG, "an attempt of the waiter failed", || async {
+        waiter.stats().failed > failed
+    })
+    .await;
     fleet.resume(1).unwrap();
     fleet.resume(2).unwrap();
-    // The holder lets go; the waiter gets the lock.
+    // Back in line everywhere, under a new identity.
+    let rejoined = std::sync::Mutex::new(String::new());
+    eventually(
+        &fleet,
+        LONG,
+        "the waiter is in line again, renamed",
+        || async {
+            let mut ids = Vec::new();
+            for i in 0..fleet.len() {
+                ids.push(line(&fleet, i, &key).await);
+            }
+            let first = ids[0].clone();
+            let renamed =
+                first.len() == 1 && first[0] != first_id && ids.iter().all(|l| *l == first);
+            if renamed {
+                *rejoined.lock().unwrap() = first[0].clone();
+            }
+            renamed
+        },
+    )
+    .await;
+    let rejoined = rejoined.into_inner().unwrap();
+    // The holder lets go; the waiter gets the lock under its new identity.
     held.release().await.unwrap();
     let got = tokio::time::timeout(Duration::from_secs(15), waits)
         .await
@@ -561,8 +551,8 @@ async fn a_cut_off_waiter_rejoins_under_a_new_identity_and_gets_the_lock() {
         .unwrap()
         .unwrap();
     let h = Holder::parse(got.holder()).unwrap();
-    eprintln!("first id {first_id}, holder's waiter {:?}", h.fair_waiter());
     assert_eq!(h.form(), HolderForm::Fair);
+    assert_eq!(h.fair_waiter(), Some(rejoined.as_str()));
     got.release().await.unwrap();
     holder.finish_background().await;
     waiter.finish_background().await;
@@ -588,7 +578,7 @@ async fn a_releasing_client_does_not_barge_past_the_line() {
     let b = client(fleet, Quorum::Majority).await;
     for _ in 0..5 {
         let held = a.fair_lock(&key).ttl(LONG).acquire().await.unwrap();
-        let waits = wait_in_line(&b, &key, Duration::from_secs(5), LONG);
+        let waits = start_waiting(&b, &key, Duration::from_secs(5), LONG);
         until_line_len(fleet, &key, 1).await;
         held.release().await.unwrap();
         let tried = a.fair_lock(&key).try_acquire().await.unwrap();
@@ -625,7 +615,7 @@ async fn aborting_an_own_waiter_around_the_hand_off_leaves_the_key_free() {
             .acquire()
             .await
             .unwrap();
-        let own = wait_in_line(&locks, &key, Duration::from_secs(20), LONG);
+        let own = start_waiting(&locks, &key, Duration::from_secs(20), LONG);
         until_line_len(fleet, &key, 1).await;
         let release = tokio::spawn(held.release());
         if round % 4 != 0 {
