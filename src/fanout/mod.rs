@@ -329,24 +329,26 @@ where
                     }
                 })
                 .await;
-                let due = self.deadline.unwrap_or_else(Instant::now);
-                let timeout = call_timeout(&self.nodes);
-                match expired {
-                    Some(answer) => return answer,
-                    // Found passed long after it passed: this task could not run meanwhile (a
-                    // stalled thread), nor could the connections' writers and readers (tasks
-                    // of the same runtime); the requests may have left only now, their answers
-                    // may wait unread. Once, the nodes get their time again: a node is not
-                    // silent for the client's own stall (its breaker would open on a healthy
-                    // fleet). Safe: validity is measured from the call's start.
-                    None if !self.rearmed && crate::node::late(due, timeout) => {
+                let Some(answer) = expired else {
+                    // The deadline passed. Found passed long after it passed: this task could
+                    // not run meanwhile (a stalled thread), nor could the connections' writers
+                    // and readers (tasks of the same runtime); the requests may have left only
+                    // now, their answers may wait unread. Once, the nodes get their time
+                    // again: a node is not silent for the client's own stall (its breaker
+                    // would open on a healthy fleet). Safe: validity is measured from the
+                    // call's start.
+                    let due = self.deadline.unwrap_or_else(Instant::now);
+                    let timeout = call_timeout(&self.nodes);
+                    if !self.rearmed && crate::node::late(due, timeout) {
                         self.rearmed = true;
                         let again = Instant::now() + timeout;
                         self.deadline = Some(again);
                         expiry.as_mut().reset(again);
+                        continue;
                     }
-                    None => break,
-                }
+                    break;
+                };
+                return answer;
             }
             self.time_out();
         }
