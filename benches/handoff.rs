@@ -3,7 +3,10 @@
 //! timer-only waiting (the library's default retry delay and jitter), and the fair lock
 //! (waiter on another client: woken by the grant notice naming it, it claims with one
 //! attempt; on the holder's own client: it holds from the release's answers); beside them, a
-//! release alone (one fan-out returning at a quorum), the least any hand-off costs.
+//! release alone (one fan-out returning at a quorum), and the grant floor across clients (a
+//! waiter with a read parked on every node, granted by the release's own script: one round
+//! trip, the least a hand-off to another client can cost on these nodes; see
+//! `common::GrantFloor`).
 //!
 //! `cargo bench --bench handoff`
 
@@ -97,6 +100,7 @@ fn handoff(c: &mut Criterion) {
     let holder = build(true);
     let other = build(true);
     let retry_only = build(false);
+    let grant_floor = rt.block_on(common::GrantFloor::connect(&fleet));
     let mut group = c.benchmark_group("handoff");
     group.sample_size(30);
     group.measurement_time(Duration::from_secs(10));
@@ -107,6 +111,18 @@ fn handoff(c: &mut Criterion) {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
                     total += one_release(&holder).await;
+                }
+                total
+            }
+        })
+    });
+    group.bench_function("grant-floor-other-client", |b| {
+        b.to_async(&rt).iter_custom(|iters| {
+            let grant_floor = &grant_floor;
+            async move {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    total += grant_floor.hand_off("bench:grant-floor").await;
                 }
                 total
             }

@@ -245,3 +245,151 @@ impl HandOffFloor {
         );
     }
 }
+
+// KEYS[1] the key, KEYS[2] the next holder's grant list; ARGV[1] the holder's value, ARGV[2]
+// the next holder's value, ARGV[3] the TTL in milliseconds. Hands the key over on the node
+// itself and pushes the grant to the next holder's parked read: 1, else 0.
+const GRANT: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then \
+     redis.call('set', KEYS[1], ARGV[2], 'px', ARGV[3]) \
+     redis.call('rpush', KEYS[2], ARGV[2]) return 1 end return 0";
+
+/// The grant floor across clients: the least a hand-off from one client to another can cost
+/// on these nodes, that a cross-client hand-off is measured against. The waiting client has a
+/// read parked on every node (`BLPOP` of its grant list, on a connection of its own per
+/// node); the holder's release is one fan-out of a script that, where the holder still holds
+/// the key, sets it to the waiter's value and pushes that value to the waiter's list; the
+/// waiter holds once a majority of its parked reads answered. One round trip from the
+/// release's send (release to node, grant to waiter), against a client-driven hand-off's
+/// two or more (the release, a notice, the waiter's own attempt).
+///
+/// What it leaves out, that a lock cannot: the validity (a grant's deadline would run from
+/// the send of the read that received it), re-arming the parked reads, fencing, a line of
+/// more than one waiter, any failure.
+pub struct GrantFloor {
+    holder: Floor,
+    /// The waiter's connections, one per node, each carrying only its parked read.
+    waiter: Vec<MultiplexedConnection>,
+    grant: String,
+    needed: usize,
+}
+
+impl GrantFloor {
+    /// The grant floor on `fleet`, with a majority of its nodes as quorum.
+    pub async fn connect(fleet: &Fleet) -> GrantFloor {
+        let holder = Floor::connect(fleet).await;
+        let grant = load(&holder.conns, GRANT).await;
+        let mut waiter = Vec::new();
+        for i in 0..fleet.len() {
+            waiter.push(
+                fleet
+                    .client(i)
+                    .get_multiplexed_async_connection()
+                    .await
+                    .unwrap(),
+            );
+        }
+        GrantFloor {
+            holder,
+            waiter,
+            grant,
+            needed: fleet.len() / 2 + 1,
+        }
+    }
+
+    /// One hand-off of `key` from the holder to the waiter: the time from the release's send
+    /// to the waiter holding a majority of grants. Panics unless every node granted.
+    pub async fn hand_off(&self, key: &str) -> Duration {
+        let (held, next) = (
+            uuid::Uuid::new_v4().simple().to_string(),
+            uuid::Uuid::new_v4().simple().to_string(),
+        );
+        let grants = format!("{key}:grants");
+        let mut set = redis::cmd("SET");
+        set.arg(key).arg(&held).arg("NX").arg("PX").arg(TTL_MS);
+        let mut taken = 0;
+        self.holder
+            .fan_out(set, self.holder.conns.len(), |v| {
+                taken += usize::from(v == redis::Value::Okay);
+            })
+            .await;
+        assert_eq!(taken, self.holder.conns.len(), "the key was not free");
+        // The waiter parks a read on every node, and waits until each node has it blocked.
+        let mut parked: FuturesUnordered<_> = self
+            .waiter
+            .iter()
+            .map(|c| {
+                let (mut c, grants) = (c.clone(), grants.clone());
+                async move {
+                    let got: (String, String) = redis::cmd("BLPOP")
+                        .arg(&grants)
+                        .arg(0)
+                        .query_async(&mut c)
+                        .await
+                        .unwrap();
+                    got.1
+                }
+            })
+            .collect();
+        let blocked = async {
+            for c in &self.holder.conns {
+                loop {
+                    let info: String = redis::cmd("INFO")
+                        .arg("clients")
+                        .query_async(&mut c.clone())
+                        .await
+                        .unwrap();
+                    if info.contains("\nblocked_clients:1") {
+                        break;
+                    }
+                    tokio::task::yield_now().await;
+                }
+            }
+        };
+        // The reads are sent by polling them alongside the check.
+        let mut early = Vec::new();
+        tokio::select! {
+            biased;
+            () = blocked => {}
+            got = parked.next() => early.extend(got),
+        }
+        assert!(early.is_empty(), "a grant before the release");
+        let mut pass = redis::cmd("EVALSHA");
+        pass.arg(&self.grant)
+            .arg(2)
+            .arg(key)
+            .arg(&grants)
+            .arg(&held)
+            .arg(&next)
+            .arg(TTL_MS);
+        let released = tokio::time::Instant::now();
+        let all = self.holder.conns.len();
+        let mut granted = 0;
+        let held_at = {
+            let sent = self.holder.fan_out(pass, all, |v| {
+                granted += usize::from(v == redis::Value::Int(1));
+            });
+            tokio::pin!(sent);
+            let mut received = 0;
+            let mut held_at = None;
+            let mut sent_done = false;
+            while received < all || !sent_done {
+                tokio::select! {
+                    got = parked.next(), if received < all => {
+                        assert_eq!(got.as_deref(), Some(next.as_str()));
+                        received += 1;
+                        if received == self.needed {
+                            held_at = Some(released.elapsed());
+                        }
+                    }
+                    () = &mut sent, if !sent_done => sent_done = true,
+                }
+            }
+            held_at
+        };
+        assert_eq!(granted, all, "a node did not grant");
+        let mut del = redis::cmd("EVALSHA");
+        del.arg(&self.holder.del).arg(1).arg(key).arg(&next);
+        self.holder.fan_out(del, all, drop).await;
+        held_at.expect("a majority of grants")
+    }
+}
