@@ -53,6 +53,21 @@ pub struct Floor {
 const COMPARE_AND_DELETE: &str =
     "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0";
 
+/// A multiplexed connection to each node of `fleet`.
+async fn connections(fleet: &Fleet) -> Vec<MultiplexedConnection> {
+    let mut conns = Vec::new();
+    for i in 0..fleet.len() {
+        conns.push(
+            fleet
+                .client(i)
+                .get_multiplexed_async_connection()
+                .await
+                .unwrap(),
+        );
+    }
+    conns
+}
+
 /// Loads `script` on every node of `conns`; returns its hash, for EVALSHA.
 async fn load(conns: &[MultiplexedConnection], script: &str) -> String {
     for c in conns {
@@ -68,16 +83,7 @@ async fn load(conns: &[MultiplexedConnection], script: &str) -> String {
 
 impl Floor {
     pub async fn connect(fleet: &Fleet) -> Floor {
-        let mut conns = Vec::new();
-        for i in 0..fleet.len() {
-            conns.push(
-                fleet
-                    .client(i)
-                    .get_multiplexed_async_connection()
-                    .await
-                    .unwrap(),
-            );
-        }
+        let conns = connections(fleet).await;
         let del = load(&conns, COMPARE_AND_DELETE).await;
         Floor { conns, del }
     }
@@ -278,16 +284,7 @@ impl GrantFloor {
     pub async fn connect(fleet: &Fleet) -> GrantFloor {
         let holder = Floor::connect(fleet).await;
         let grant = load(&holder.conns, GRANT).await;
-        let mut waiter = Vec::new();
-        for i in 0..fleet.len() {
-            waiter.push(
-                fleet
-                    .client(i)
-                    .get_multiplexed_async_connection()
-                    .await
-                    .unwrap(),
-            );
-        }
+        let waiter = connections(fleet).await;
         GrantFloor {
             holder,
             waiter,
