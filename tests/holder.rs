@@ -20,15 +20,6 @@ async fn let_expire(ttl: Duration) {
     tokio::time::sleep(ttl + Duration::from_millis(150)).await;
 }
 
-async fn pttl(fleet: &quorum_lock::testkit::Fleet, i: usize, key: &str) -> i64 {
-    let mut c = conn(fleet, i).await;
-    redis::cmd("PTTL")
-        .arg(key)
-        .query_async(&mut c)
-        .await
-        .expect("PTTL")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guards_token_extends_and_releases_its_lock_from_another_client() {
     let fleet = shared_fleet();

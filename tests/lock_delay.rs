@@ -112,12 +112,3 @@ async fn a_delay_that_pushes_a_ttl_past_the_longest_is_refused_naming_it() {
         other => panic!("{other:?}"),
     }
 }
-
-async fn pttl(fleet: &quorum_lock::testkit::Fleet, i: usize, key: &str) -> i64 {
-    let mut c = conn(fleet, i).await;
-    redis::cmd("PTTL")
-        .arg(key)
-        .query_async(&mut c)
-        .await
-        .unwrap()
-}

@@ -125,6 +125,16 @@ pub async fn entry(fleet: &Fleet, i: usize, key: &str) -> Option<String> {
         .expect("GET")
 }
 
+/// The remaining TTL in ms of `key` on node `i` (negative when absent, as `PTTL` answers).
+pub async fn pttl(fleet: &Fleet, i: usize, key: &str) -> i64 {
+    let mut c = conn(fleet, i).await;
+    redis::cmd("PTTL")
+        .arg(key)
+        .query_async(&mut c)
+        .await
+        .expect("PTTL")
+}
+
 /// How many of the fleet's nodes hold `key` for `holder`.
 pub async fn nodes_holding(fleet: &Fleet, key: &str, holder: &str) -> usize {
     let mut n = 0;

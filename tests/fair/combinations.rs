@@ -469,25 +469,9 @@ async fn cancelled_same_client_waiters_do_not_keep_a_handed_over_key() {
             g.release().await.unwrap();
         }
         // Another client must get the key well within its TTL of 10 s.
-        let t0 = tokio::time::Instant::now();
-        let g = other
-            .fair_lock(&key)
-            .ttl(Duration::from_secs(5))
-            .wait(Duration::from_secs(20))
-            .acquire()
-            .await
-            .unwrap();
-        assert!(
-            t0.elapsed() < Duration::from_secs(3),
-            "round {round}: {:?}",
-            t0.elapsed()
-        );
-        g.release().await.unwrap();
+        another_client_gets_it_soon(&other, &key, &format!("round {round}")).await;
     }
-    locks.finish_background().await;
-    other.finish_background().await;
-    assert_eq!(locks.stats().waiting, 0);
-    assert!(!any_line_keys(fleet, &key).await);
+    nothing_left(fleet, &key, &locks, &other).await;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -628,25 +612,36 @@ async fn aborting_an_own_waiter_around_the_hand_off_leaves_the_key_free() {
         if let Ok(Ok(g)) = got {
             g.release().await.unwrap();
         }
-        let t0 = tokio::time::Instant::now();
-        let g = other
-            .fair_lock(&key)
-            .ttl(Duration::from_secs(5))
-            .wait(LONG)
-            .acquire()
-            .await
-            .unwrap();
-        assert!(
-            t0.elapsed() < Duration::from_secs(3),
-            "round {round} (own waiter got it: {kept}): took {:?}",
-            t0.elapsed()
-        );
-        g.release().await.unwrap();
+        let round = format!("round {round} (own waiter got it: {kept})");
+        another_client_gets_it_soon(&other, &key, &round).await;
     }
+    nothing_left(fleet, &key, &locks, &other).await;
+}
+
+/// `other` takes the fair lock `key` (waiting up to 20 s) in less than 3 s, and lets it go.
+async fn another_client_gets_it_soon(other: &QuorumLock, key: &str, round: &str) {
+    let t0 = tokio::time::Instant::now();
+    let g = other
+        .fair_lock(key)
+        .ttl(Duration::from_secs(5))
+        .wait(Duration::from_secs(20))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(
+        t0.elapsed() < Duration::from_secs(3),
+        "{round}: took {:?}",
+        t0.elapsed()
+    );
+    g.release().await.unwrap();
+}
+
+/// Once both clients' calls landed, `locks` has no waiter left and `key` no line.
+async fn nothing_left(fleet: &Fleet, key: &str, locks: &QuorumLock, other: &QuorumLock) {
     locks.finish_background().await;
     other.finish_background().await;
     assert_eq!(locks.stats().waiting, 0);
-    assert!(!any_line_keys(fleet, &key).await);
+    assert!(!any_line_keys(fleet, key).await);
 }
 
 /// Fencing tokens keep rising through hand-offs within a client and releases by holder value.

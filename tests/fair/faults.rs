@@ -370,10 +370,11 @@ pub(super) async fn line_dump(fleet: &Fleet, key: &str) -> String {
             .query_async(&mut c)
             .await
             .unwrap();
-        // A fair holder value is `fair:<waiter id>:<secret>`: the waiter id is public.
-        let held = match holder.strip_prefix("fair:").and_then(|h| h.split_once(':')) {
-            Some((w, _)) if entries.iter().any(|e| e == w) => format!("{w} (in line)"),
-            Some((w, _)) => format!("{w} (not in line)"),
+        // A fair holder value names its waiter, which is public.
+        let parsed = quorum_lock::Holder::parse(&holder).ok();
+        let held = match parsed.as_ref().and_then(quorum_lock::Holder::fair_waiter) {
+            Some(w) if entries.iter().any(|e| e == w) => format!("{w} (in line)"),
+            Some(w) => format!("{w} (not in line)"),
             None if holder.is_empty() => "nobody".to_string(),
             None => "a holder value that is not a fair one".to_string(),
         };

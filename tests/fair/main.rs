@@ -236,16 +236,6 @@ async fn a_release_hands_the_lock_to_a_waiter_of_its_own_client_without_a_round_
     assert_eq!(after.released - before.released, 5);
 }
 
-/// The remaining TTL in ms of `key` on node `i` (negative when absent).
-async fn pttl(fleet: &Fleet, i: usize, key: &str) -> i64 {
-    let mut c = conn(fleet, i).await;
-    redis::cmd("PTTL")
-        .arg(key)
-        .query_async(&mut c)
-        .await
-        .unwrap()
-}
-
 #[tokio::test]
 async fn a_handed_over_guards_deadline_is_no_later_than_its_entries_on_a_quorum() {
     let fleet = shared_fleet();
