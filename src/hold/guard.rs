@@ -187,6 +187,20 @@ impl LockGuard {
         self.lease.renew(ttl, None).await
     }
 
+    /// Renews the lease once, to `ttl` from then, in a task of its own: a guard held from a
+    /// quorum's short grants (see `take::fair`) whose request has no watchdog gets its TTL
+    /// this way. A renewal that fails leaves the short deadline (or reports the loss).
+    pub(crate) fn renew_in_background(&self, ttl: Duration) {
+        let lease = self.lease.clone();
+        tokio::spawn(async move {
+            if !lease.is_ended() {
+                if let Err(e) = lease.renew(ttl, None).await {
+                    tracing::debug!(key = %lease.key, error = %e, "first renewal failed");
+                }
+            }
+        });
+    }
+
     /// Gives up this guard's hold; true when it was the last one on the lease.
     fn let_go(&mut self) -> bool {
         self.released = true;

@@ -17,13 +17,14 @@ use crate::error::{Error, Op, Result};
 use crate::family::{Fair, Shape, Standing};
 use crate::fanout::{broadcast, fan_out};
 use crate::hold::guard::LockGuard;
+use crate::rules::config::Config;
 use crate::rules::holder::Holder;
-use crate::rules::quorum::Decision;
+use crate::rules::quorum::{self, Decision};
 use crate::scripts::{Call, SendBy};
 use crate::state::ClientState;
 use crate::telemetry::AttemptEnd;
 use crate::wakeup::handoff::{Grant, Registration};
-use crate::wakeup::{Channel, Named};
+use crate::wakeup::{Channel, Named, NoticedGrant};
 
 /// A waiting fair request's place in line: among its client's waiters (for a release's
 /// hand-off), on its key's release channel (for the grant notices naming it), and on the
@@ -33,6 +34,9 @@ pub(crate) struct Line {
     pub(crate) standing: Standing,
     registration: Registration,
     named: Option<Named>,
+    /// The round of its latest try and when it was sent, if that try was an attempt: the
+    /// short grants that answer it may be held from their notices (see [`Line::held_from_notices`]).
+    last_attempt: Option<(u64, Instant)>,
 }
 
 /// The waiter id of a fair request (public: grant notices name it), for its span.
@@ -59,6 +63,7 @@ impl Line {
             },
             registration: register(state, f, plan.ttl, &plan.ttl_ms),
             named: None,
+            last_attempt: None,
         })
     }
 
@@ -73,8 +78,12 @@ impl Line {
         let slot = &self.registration.slot;
         if let (None, Some(channel), Shape::Fair(f)) = (&self.named, channel, shape) {
             tracing::trace!("named on the release channel");
-            self.named =
-                Some(channel.name(f.waiter.as_bytes(), slot.notify.clone(), slot.lapse.clone()));
+            self.named = Some(channel.name(
+                f.waiter.as_bytes(),
+                slot.notify.clone(),
+                slot.lapse.clone(),
+                slot.noticed.clone(),
+            ));
         }
         (slot.notify.clone(), slot.lapse.clone())
     }
@@ -94,10 +103,16 @@ impl Line {
         // Bounded by the wait: a release's rounds are bounded by the node timeout anyway.
         let _ = tokio::time::timeout_at(deadline, released).await;
         let grant = self.registration.take_grant_or_attempt();
+        if grant.is_none() {
+            if let Some(guard) = self.held_from_notices(state, plan).await {
+                return Ok(guard);
+            }
+        }
         // A new round for each attempt, and for each hand-off taken: an attempt claims a
         // hand-off value of an earlier round only, and a later hand-off's value differs from
         // one whose give-back (should the claim fail) may still land.
         self.standing.round += 1;
+        self.last_attempt = None;
         if let (Some(grant), Shape::Fair(f)) = (grant, &plan.shape) {
             tracing::trace!("claiming the lock a release of this client handed over");
             // The release set the key to the request's hand-off value on the nodes it counted.
@@ -105,7 +120,71 @@ impl Line {
             return claim(state, plan, holder, grant).await;
         }
         *attempts = attempts.saturating_add(1);
+        // Taken before the attempt is sent: each node runs it later.
+        self.last_attempt = Some((self.standing.round, Instant::now()));
         attempt(state, plan, Approach::All, &self.standing).await
+    }
+
+    /// Holds the lock from the notices of short grants by a quorum of nodes, without a claim
+    /// (docs/DESIGN.md, "Fair lock"; "Grants held from their notices" in
+    /// `family/lua/fair_line.lua`): one round trip from the release that freed the key.
+    ///
+    /// Only grants that answer this request's latest try, an attempt of round `r` sent at `t`,
+    /// count. Each set the key to the request's hand-off value of round `r`, which no attempt
+    /// of round `r` or earlier claims: none of this request's attempts, however late it
+    /// lands, takes it over (and no rollback of one deletes it), and the request attempts no
+    /// more once it holds. Each node's notice tells the node's ms `d` between running that
+    /// attempt (after `t`) and the grant, so the grant was made no earlier than
+    /// `t + d - drift(d)` by this client's clock, and its entry lasts its ms from then. The
+    /// deadline is the quorum's latest such end (less the drift and the lock delay, as every
+    /// deadline). The guard starts with the claim window's validity; its first renewal (the
+    /// watchdog's, due at once, or one sent now for a guard without one) gives it its TTL.
+    ///
+    /// `None` when no quorum of such grants leaves a validity, or the fencing token cannot be
+    /// drawn: the next attempt then claims them as any short grant.
+    async fn held_from_notices(
+        &mut self,
+        state: &Arc<ClientState>,
+        plan: &Plan<'_>,
+    ) -> Option<LockGuard> {
+        let (round, sent) = self.last_attempt?;
+        let Shape::Fair(f) = &plan.shape else {
+            return None;
+        };
+        let config = &state.config;
+        let noticed = self.registration.slot.noticed.of_round(round);
+        let deadline = notices_deadline(config, sent, &noticed)?;
+        config.validity(deadline, Instant::now())?;
+        let (token, fencing) = match plan.fencing {
+            true => fence_token(state, &plan.shape).await,
+            false => (Ok(None), Vec::new()),
+        };
+        let Ok((token, validity)) = verdict(config, plan, sent, deadline, token, Instant::now())
+        else {
+            for stragglers in fencing {
+                stragglers.settle().await;
+            }
+            return None;
+        };
+        self.last_attempt = None;
+        state.counters.attempt(AttemptEnd::Acquired);
+        tracing::debug!(
+            ?validity,
+            ?token,
+            "held from the notices of a quorum's grants"
+        );
+        let guard = hold(
+            state,
+            plan,
+            f.handed_holder(round),
+            deadline,
+            token,
+            fencing,
+        );
+        if !plan.watchdog {
+            guard.renew_in_background(plan.ttl);
+        }
+        Some(guard)
     }
 
     /// After a miss: leaves the line when cut off from a quorum (taking a new identity, and
@@ -164,6 +243,24 @@ impl Line {
             miss => Some(miss),
         }
     }
+}
+
+/// The deadline of a hold from `noticed` short grants answering an attempt sent at `sent`: the
+/// `required`-th latest of their ends (see [`Line::held_from_notices`]); `None` with fewer grants.
+fn notices_deadline(config: &Config, sent: Instant, noticed: &[NoticedGrant]) -> Option<Instant> {
+    let mut ends: Vec<Instant> = noticed
+        .iter()
+        .filter_map(|g| {
+            // The node's clock keeps whole ms: the gap it measured may be 1 ms more than the
+            // time that passed.
+            let since = Duration::from_millis(g.since_ms.saturating_sub(1));
+            let made = sent + quorum::trusted_for(since, quorum::drift(since, config.drift_factor));
+            let lasts = Duration::from_millis(g.ms).checked_sub(config.lock_delay)?;
+            Some(config.trusted_until(made, lasts))
+        })
+        .collect();
+    ends.sort_unstable_by(|a, b| b.cmp(a));
+    ends.get(config.required.checked_sub(1)?).copied()
 }
 
 /// The place of fair request `f` among its client's waiters.
@@ -227,5 +324,79 @@ async fn draw_ticket(state: &ClientState, fair: &Fair) -> Result<u64> {
     ) {
         (Decision::Reached, Some(ticket)) => Ok(ticket),
         _ => Err(drawn.outcome.no_quorum(Op::Acquire, &fair.key)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::quorum::Quorum;
+
+    fn config(lock_delay: Duration) -> Config {
+        Config {
+            quorum: Quorum::Majority,
+            required: 3,
+            node_timeout: Duration::from_millis(50),
+            connect_timeout: Duration::from_secs(1),
+            drift_factor: 0.01,
+            retry_delay: Duration::from_millis(100),
+            retry_jitter: Duration::ZERO,
+            max_retries: None,
+            wait_timeout: Duration::from_secs(10),
+            min_validity: Duration::ZERO,
+            watchdog_lease: Duration::from_secs(30),
+            queue_lease: Duration::from_secs(30),
+            lock_delay,
+            pubsub: true,
+        }
+    }
+
+    fn grant(since_ms: u64, ms: u64) -> NoticedGrant {
+        NoticedGrant {
+            round: 2,
+            since_ms,
+            ms,
+        }
+    }
+
+    #[test]
+    fn a_notices_deadline_is_the_quorums_latest_end_from_the_attempts_send() {
+        let sent = Instant::now();
+        let plain = config(Duration::ZERO);
+        // Each grant was made its gap (less 1 ms and the drift) after the send, and lasts its
+        // ms (less the drift).
+        let end = |since: u64, ms: u64| {
+            let since = Duration::from_millis(since - 1);
+            let made = sent + since - quorum::drift(since, 0.01);
+            let lasts = Duration::from_millis(ms);
+            made + lasts - quorum::drift(lasts, 0.01)
+        };
+        let noticed = [
+            grant(100, 1_000),
+            grant(5, 1_000),
+            grant(300, 200),
+            grant(0, 2_000),
+        ];
+        // The ends, latest first: (0, 2000), (100, 1000), (5, 1000), (300, 200): the third.
+        assert_eq!(
+            notices_deadline(&plain, sent, &noticed),
+            Some(end(5, 1_000))
+        );
+        // Never later than the grant's own end counted from the send.
+        assert!(end(5, 1_000) < sent + Duration::from_millis(5 + 1_000));
+        // Fewer grants than the quorum: none.
+        assert_eq!(notices_deadline(&plain, sent, &noticed[..2]), None);
+        // The lock delay comes off each grant's ms; a grant shorter than it counts for nothing.
+        let delayed = config(Duration::from_millis(500));
+        let lasts = |ms: u64| Duration::from_millis(ms - 500);
+        let made = |since: u64| {
+            let since = Duration::from_millis(since - 1);
+            sent + since - quorum::drift(since, 0.01)
+        };
+        assert_eq!(
+            notices_deadline(&delayed, sent, &noticed),
+            Some(made(5) + lasts(1_000) - quorum::drift(lasts(1_000), 0.01))
+        );
+        assert_eq!(notices_deadline(&delayed, sent, &noticed[1..]), None);
     }
 }

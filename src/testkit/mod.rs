@@ -65,8 +65,9 @@ pub use fleet::{Fleet, FleetBuilder, Persistence, NODES_ENV, START_TIMEOUT};
 pub use process::RedisProcess;
 pub use proxy::{Fault, FaultProxy};
 pub use scripts::{
-    fair_attempt_on_node, fair_draw_on_node, fair_first_attempt_on_node, fair_rollback_on_node,
-    fair_withdraw_on_node, read_release_on_node,
+    fair_attempt_in_round_on_node, fair_attempt_on_node, fair_draw_on_node,
+    fair_first_attempt_on_node, fair_rollback_on_node, fair_withdraw_on_node, read_release_on_node,
+    FairAttempt,
 };
 #[cfg(feature = "tls")]
 pub use tls::FleetTls;

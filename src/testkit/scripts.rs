@@ -18,11 +18,52 @@ pub async fn fair_attempt_on_node(
     place: u64,
     queue_lease: Duration,
 ) -> redis::RedisResult<bool> {
-    let (call, _) = fair_shape(key, waiter, holder, queue_lease, ttl)?.acquire(
+    let attempt = FairAttempt {
+        waiter,
         holder,
-        &ms(ttl),
-        &standing(Some(place)),
-    );
+        ttl,
+        place,
+        round: 1,
+    };
+    fair_attempt_in_round_on_node(node, key, attempt, queue_lease).await
+}
+
+/// **For tests of the node scripts**: one attempt of a waiting fair request (see
+/// [`fair_attempt_on_node`]) on one node.
+#[derive(Clone, Copy, Debug)]
+pub struct FairAttempt<'a> {
+    /// The request's waiter id.
+    pub waiter: &'a str,
+    /// The attempt's holder value (`<base>:<nonce>`).
+    pub holder: &'a str,
+    /// The TTL it asks for.
+    pub ttl: Duration,
+    /// The ticket: the waiter's place in line.
+    pub place: u64,
+    /// The attempt's round (counted from 1 within a request): the request's hand-off values
+    /// of earlier rounds are claimed by it, of this round or later ones are not.
+    pub round: u64,
+}
+
+/// **For tests of the node scripts**: `attempt` on one node. Answers whether the node gave the
+/// key to its holder value.
+pub async fn fair_attempt_in_round_on_node(
+    node: &mut redis::aio::MultiplexedConnection,
+    key: &[u8],
+    attempt: FairAttempt<'_>,
+    queue_lease: Duration,
+) -> redis::RedisResult<bool> {
+    let FairAttempt {
+        waiter,
+        holder,
+        ttl,
+        place,
+        round,
+    } = attempt;
+    let mut standing = standing(Some(place));
+    standing.round = round;
+    let (call, _) =
+        fair_shape(key, waiter, holder, queue_lease, ttl)?.acquire(holder, &ms(ttl), &standing);
     let answer: redis::Value = call.eval().query_async(node).await?;
     Ok(answer == redis::Value::Int(1))
 }

@@ -45,6 +45,65 @@ struct NamedWaiter {
     lapse: Arc<Notify>,
     /// The timer of that wake-up.
     timer: Timer,
+    /// The short grants to it that the notices told of, for a hold without a claim.
+    noticed: Arc<Noticed>,
+}
+
+/// The short grants to one fair waiter that their notices told of, the latest per node (see
+/// "Grants held from their notices" in `family/lua/fair_line.lua`): what lets the waiter hold
+/// one round trip after the release, without an attempt to claim them (see `take::fair`).
+#[derive(Default)]
+pub(crate) struct Noticed(Mutex<Vec<(usize, NoticedGrant)>>);
+
+/// One node's short grant to a fair waiter, as its notice tells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct NoticedGrant {
+    /// The round of the waiter's attempt whose entry the grant answers: the key holds the
+    /// waiter's hand-off value of that round.
+    pub(crate) round: u64,
+    /// The node's ms between that attempt's run and the grant.
+    pub(crate) since_ms: u64,
+    /// The grant's TTL on the node, in ms.
+    pub(crate) ms: u64,
+}
+
+impl Noticed {
+    fn slots(&self) -> std::sync::MutexGuard<'_, Vec<(usize, NoticedGrant)>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Node `node`'s latest grant: a later one replaces it.
+    fn record(&self, node: usize, grant: NoticedGrant) {
+        let mut slots = self.slots();
+        match slots.iter_mut().find(|(n, _)| *n == node) {
+            Some(slot) => slot.1 = grant,
+            None => slots.push((node, grant)),
+        }
+    }
+
+    /// The nodes' latest grants that answer the waiter's attempt of `round`.
+    pub(crate) fn of_round(&self, round: u64) -> Vec<NoticedGrant> {
+        self.slots()
+            .iter()
+            .map(|(_, g)| *g)
+            .filter(|g| g.round == round)
+            .collect()
+    }
+}
+
+/// Reads a short grant's notice's tail, `<ms>:<next waiter>:<round>:<ms since>` (the last two
+/// parts are absent from a grant to an entry without its round).
+fn noticed_grant(ms: &[u8], rest: &[u8]) -> Option<NoticedGrant> {
+    let number = |b: &[u8]| std::str::from_utf8(b).ok()?.parse::<u64>().ok();
+    let mut parts = rest.rsplitn(3, |&b| b == b':');
+    let since_ms = number(parts.next()?)?;
+    let round = number(parts.next()?)?;
+    parts.next()?;
+    Some(NoticedGrant {
+        round,
+        since_ms,
+        ms: number(ms)?,
+    })
 }
 
 /// A waiter's timer task, if one runs; aborted when the waiter leaves (nothing of a waiter
@@ -160,6 +219,7 @@ impl Channel {
         waiter: &[u8],
         granted: Arc<Notify>,
         lapse: Arc<Notify>,
+        noticed: Arc<Noticed>,
     ) -> Named {
         self.named().insert(
             waiter.to_vec(),
@@ -169,6 +229,7 @@ impl Channel {
                 partial: Timer::default(),
                 lapse,
                 timer: Timer::default(),
+                noticed,
             },
         );
         Named {
@@ -251,9 +312,15 @@ impl Channel {
         let mut heard = Heard::default();
         let mut parts = grant.splitn(4, |&b| b == b':');
         let (waiter, by) = (parts.next().unwrap_or_default(), parts.next());
+        let (ms, rest) = (parts.next(), parts.next());
+        let noticed = ms.zip(rest).and_then(|(ms, rest)| noticed_grant(ms, rest));
+        let next = rest.map(|rest| match noticed {
+            Some(_) => rest.rsplitn(3, |&b| b == b':').nth(2).unwrap_or_default(),
+            None => rest,
+        });
         // The next waiter's take-over of a short grant, once per grant (its waiter and
         // release), whatever claim window each node cut it to.
-        if let (Some(ms), Some(next)) = (parts.next(), parts.next()) {
+        if let (Some(ms), Some(next)) = (ms, next) {
             let claim = std::str::from_utf8(ms)
                 .ok()
                 .and_then(|ms| ms.parse::<u64>().ok());
@@ -292,6 +359,10 @@ impl Channel {
             );
             return heard;
         };
+        // Recorded before the waiter is woken: its next try may hold from them.
+        if let Some(grant) = noticed {
+            named.noticed.record(node, grant);
+        }
         let bit = if node < 64 { 1 << node } else { 0 };
         let nodes = named.grants.fetch_or(bit, Ordering::Relaxed) | bit;
         tracing::trace!(

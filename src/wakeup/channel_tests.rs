@@ -86,9 +86,46 @@ fn a_release_with_no_waiter_is_kept_for_the_next_one() {
 }
 
 fn named(chan: &Arc<Channel>, waiter: &[u8]) -> (Arc<Notify>, Arc<Notify>, Named) {
-    let (granted, lapse) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
-    let name = chan.name(waiter, granted.clone(), lapse.clone());
+    let (granted, lapse, _, name) = named_noticed(chan, waiter);
     (granted, lapse, name)
+}
+
+fn named_noticed(
+    chan: &Arc<Channel>,
+    waiter: &[u8],
+) -> (Arc<Notify>, Arc<Notify>, Arc<Noticed>, Named) {
+    let (granted, lapse) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let noticed = Arc::new(Noticed::default());
+    let name = chan.name(waiter, granted.clone(), lapse.clone(), noticed.clone());
+    (granted, lapse, noticed, name)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_short_grants_notice_records_its_round_and_gap_per_node_and_still_names_the_next() {
+    let chan = Arc::new(Channel::new(QUORUM, PATIENCE));
+    let (b, _, noticed, _b) = named_noticed(&chan, b"b");
+    let (_, c_lapse, _, _c) = named_noticed(&chan, b"c.1");
+    let grant = |ms: u64, since_ms: u64| NoticedGrant {
+        round: 3,
+        since_ms,
+        ms,
+    };
+    // With the round and the gap (the next waiter named or not); an older form records none.
+    let heard = chan.report_free(0, b"grant:b:d1:200:c.1:3:12");
+    assert!(heard.lapse.is_some(), "the next waiter's take-over is lost");
+    assert!(!hear(&chan, 1, b"grant:b:d1:180::3:7"));
+    assert!(hear(&chan, 2, b"grant:b:d1:200:c.1"));
+    assert!(b.notified().now_or_never().is_some());
+    assert_eq!(noticed.of_round(3), vec![grant(200, 12), grant(180, 7)]);
+    // A later grant by a node replaces its earlier one; other rounds are kept apart.
+    assert!(!hear(&chan, 0, b"grant:b:d2:150:c.1:4:1"));
+    assert_eq!(noticed.of_round(3), vec![grant(180, 7)]);
+    assert_eq!(noticed.of_round(4).len(), 1);
+    // Garbage in the tail records nothing.
+    assert!(!hear(&chan, 3, b"grant:b:d3:200:c.1:x:12"));
+    assert!(!hear(&chan, 3, b"grant:b:d3:nope:c.1:3:12"));
+    assert_eq!(noticed.of_round(3), vec![grant(180, 7)]);
+    drop(c_lapse);
 }
 
 #[test]

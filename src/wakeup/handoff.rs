@@ -39,6 +39,7 @@ use crate::family::Shape;
 use crate::fanout::ordering::Stragglers;
 use crate::fanout::Outcome;
 use crate::rules::config::Config;
+use crate::wakeup::Noticed;
 
 /// A release of a kind that hands the lock to waiters (see [`FairWaiters::before_release`]),
 /// from before it is sent until its quorum's answers were read.
@@ -105,6 +106,8 @@ pub(crate) struct Slot {
     /// Wakes the waiter at the end of the claim window of a short grant to the waiter before
     /// it, which it takes over if the grant lapsed (see `wakeup`).
     pub(crate) lapse: Arc<Notify>,
+    /// The short grants to it that their notices told of (see [`Noticed`]).
+    pub(crate) noticed: Arc<Noticed>,
     /// The TTL of its guard (its deadline is measured with it).
     ttl: Duration,
     /// The TTL in ms the nodes set its entry with when they grant it the whole TTL.
@@ -208,6 +211,7 @@ impl FairWaiters {
             key: key.to_vec(),
             notify: Arc::new(Notify::new()),
             lapse: Arc::new(Notify::new()),
+            noticed: Arc::default(),
             ttl,
             grant_ms,
         });

@@ -409,61 +409,72 @@ pub(super) async fn late_rollbacks_and_withdrawals_touch_nothing_a_later_attempt
     let mut node = conn(fleet, 0).await;
     let lease = Duration::from_secs(30);
     let base = "fair:late.w1:0123456789abcdef0123456789abcdef";
-    let (first, second) = (format!("{base}:1"), format!("{base}:2"));
-    let attempt = |holder: String, waiter: &'static str, ticket: u64| {
+    let (first, second, third) = (
+        format!("{base}:1"),
+        format!("{base}:2"),
+        format!("{base}:3"),
+    );
+    let attempt = |holder: String, waiter: &'static str, ticket: u64, round: u64| {
         let key = key.clone();
         async move {
             let mut node = conn(fleet, 0).await;
-            testkit::fair_attempt_on_node(
-                &mut node,
-                key.as_bytes(),
+            let attempt = testkit::FairAttempt {
                 waiter,
-                &holder,
-                LONG,
-                ticket,
-                lease,
-            )
-            .await
-            .unwrap()
+                holder: &holder,
+                ttl: LONG,
+                place: ticket,
+                round,
+            };
+            testkit::fair_attempt_in_round_on_node(&mut node, key.as_bytes(), attempt, lease)
+                .await
+                .unwrap()
         }
     };
     // Attempt 1 takes the free key. Attempt 2 (attempt 1 failed elsewhere, and its rollback
     // has not reached this node yet) is refused: an earlier attempt's value is never claimed.
-    assert!(attempt(first.clone(), "late.w1", 1).await);
-    assert!(!attempt(second.clone(), "late.w1", 1).await);
+    assert!(attempt(first.clone(), "late.w1", 1, 1).await);
+    assert!(!attempt(second.clone(), "late.w1", 1, 2).await);
     assert_eq!(entry(fleet, 0, &key).await.as_deref(), Some(first.as_str()));
     // Attempt 1's rollback lands: the key goes straight back to the request, first in line,
-    // as a grant, which attempt 2's retry claims.
+    // as a grant: its hand-off value of the round of its entry's attempt (2).
     assert!(
         testkit::fair_rollback_on_node(&mut node, key.as_bytes(), "late.w1", &first)
             .await
             .unwrap()
     );
+    let granted = format!("{base}:h2");
     assert_eq!(
-        entry(fleet, 0, &key).await,
-        Some(format!("{base}:g")),
+        entry(fleet, 0, &key).await.as_deref(),
+        Some(granted.as_str()),
         "the rollback granted the key to its request"
     );
-    assert!(attempt(second.clone(), "late.w1", 1).await);
+    // Attempt 2, landing once more, does not claim it (the request may hold it from the
+    // grant's notices); attempt 3 does.
+    assert!(!attempt(second.clone(), "late.w1", 1, 2).await);
+    assert_eq!(
+        entry(fleet, 0, &key).await.as_deref(),
+        Some(granted.as_str())
+    );
+    assert!(attempt(third.clone(), "late.w1", 1, 3).await);
     // Attempt 1 and its rollback land once more (a copy written on a replaced connection):
-    // neither touches attempt 2's entry.
-    assert!(!attempt(first.clone(), "late.w1", 1).await);
+    // neither touches attempt 3's entry.
+    assert!(!attempt(first.clone(), "late.w1", 1, 1).await);
     let deleted = testkit::fair_rollback_on_node(&mut node, key.as_bytes(), "late.w1", &first)
         .await
         .unwrap();
     assert!(!deleted, "a late rollback deleted the next attempt's entry");
-    assert_eq!(
-        entry(fleet, 0, &key).await.as_deref(),
-        Some(second.as_str())
-    );
-    // Attempt 2 fails too and rolls back: the key goes straight back to the request, first
-    // in line, as a grant; attempt 1's rollback, landing again, leaves the grant.
+    assert_eq!(entry(fleet, 0, &key).await.as_deref(), Some(third.as_str()));
+    // Attempt 3 fails too and rolls back: the key goes straight back to the request, first
+    // in line, as a grant; attempt 1's rollback, landing again, leaves the grant. (Attempt 1,
+    // landing late, wrote its round into the request's entry: the grant is of round 1, which
+    // the request's later attempts claim and whose notices it does not hold from, its latest
+    // attempt being of round 3.)
     assert!(
-        testkit::fair_rollback_on_node(&mut node, key.as_bytes(), "late.w1", &second)
+        testkit::fair_rollback_on_node(&mut node, key.as_bytes(), "late.w1", &third)
             .await
             .unwrap()
     );
-    let grant = format!("{base}:g");
+    let grant = format!("{base}:h1");
     assert_eq!(entry(fleet, 0, &key).await.as_deref(), Some(grant.as_str()));
     let deleted = testkit::fair_rollback_on_node(&mut node, key.as_bytes(), "late.w1", &first)
         .await
@@ -478,7 +489,7 @@ pub(super) async fn late_rollbacks_and_withdrawals_touch_nothing_a_later_attempt
             .unwrap()
     );
     let renewed = "fair:late.w2:fedcba9876543210fedcba9876543210:1".to_string();
-    assert!(attempt(renewed.clone(), "late.w2", 2).await);
+    assert!(attempt(renewed.clone(), "late.w2", 2, 4).await);
     let deleted = testkit::fair_withdraw_on_node(&mut node, key.as_bytes(), "late.w1", &first)
         .await
         .unwrap();

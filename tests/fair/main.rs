@@ -173,6 +173,74 @@ async fn waiters_of_different_clients_are_served_in_the_order_they_joined_the_li
     );
 }
 
+/// A waiter of another client holds from the notices of a quorum's short grants, one round
+/// trip after the release, without an attempt to claim them: its guard holds its hand-off
+/// value (`<base>:h<round>`), and starts with the claim window's validity (5 s here), which
+/// its first renewal (the watchdog's, or one sent at once for a fixed TTL) turns into its TTL.
+#[tokio::test]
+async fn a_waiter_of_another_client_holds_from_the_grant_notices_without_a_claim() {
+    let fleet = shared_fleet();
+    let holder = client(fleet, Quorum::Majority).await;
+    // Its claim window is about its retry delay: 5 s, against a TTL of 30 s.
+    let waiting = builder(fleet, Quorum::Majority)
+        .retry_delay(Duration::from_secs(5))
+        .retry_jitter(Duration::ZERO)
+        .queue_lease(Duration::from_secs(60))
+        .build()
+        .await
+        .unwrap();
+    for watchdog in [false, true] {
+        let key = unique_key("fair-noticed");
+        let guard = holder.fair_lock(&key).ttl(LONG).acquire().await.unwrap();
+        let (locks, owned) = (waiting.clone(), key.clone());
+        let task = tokio::spawn(async move {
+            let request = locks.fair_lock(&owned);
+            match watchdog {
+                true => request.watchdog(LONG).acquire().await,
+                false => request.ttl(LONG).acquire().await,
+            }
+        });
+        eventually(fleet, LONG, "the waiter is in line everywhere", || async {
+            queued_everywhere(fleet, &key).await == 1 && waiting.stats().waiting == 1
+        })
+        .await;
+        let attempts = waiting.stats().attempts;
+        guard.release().await.unwrap();
+        let handed = task.await.unwrap().unwrap();
+        assert_eq!(
+            waiting.stats().attempts,
+            attempts,
+            "the waiter attempted to claim its grant"
+        );
+        let value = handed.holder().to_string();
+        let suffix = value.rsplit(':').next().unwrap();
+        assert!(
+            suffix.starts_with('h') && suffix[1..].parse::<u64>().is_ok(),
+            "not a hand-off value: {suffix}"
+        );
+        eventually(fleet, LONG, "the first renewal gives the TTL", || async {
+            handed.validity() > LONG / 2
+        })
+        .await;
+        let mut renewed = 0;
+        for i in 0..fleet.len() {
+            if entry(fleet, i, &key).await.as_deref() == Some(value.as_str())
+                && pttl(fleet, i, &key).await > (LONG / 2).as_millis() as i64
+            {
+                renewed += 1;
+            }
+        }
+        assert!(renewed > fleet.len() / 2, "renewed on {renewed} nodes");
+        handed.release().await.unwrap();
+        waiting.finish_background().await;
+        holder.finish_background().await;
+        assert!(
+            !any_line_keys(fleet, &key).await,
+            "the line was left behind"
+        );
+    }
+}
+
 #[tokio::test]
 async fn the_line_keeps_its_order_with_one_node_killed_and_another_paused() {
     let fleet = own_fleet(5);

@@ -77,7 +77,8 @@ if tonumber(redis.call('get', KEYS[5]) or '0') < tonumber(ARGV[4]) then
 end
 redis.call('zadd', KEYS[2], 'NX', ARGV[4], ARGV[3])
 redis.call('zadd', KEYS[3], now + tonumber(ARGV[5]), ARGV[3])
-redis.call('hset', KEYS[4], ARGV[3], ARGV[2] .. ' ' .. ARGV[6] .. ' ' .. base)
+redis.call('hset', KEYS[4], ARGV[3],
+  ARGV[2] .. ' ' .. ARGV[6] .. ' ' .. base .. ' ' .. ARGV[8] .. ' ' .. now)
 keep_line()
 if current or first_live() ~= ARGV[3] then
   return refuse(0)

@@ -1,7 +1,7 @@
 -- Shared by the fair lock's scripts: its line. KEYS[1] is the key (the holder's entry, as a
 -- mutex's), KEYS[2] the line (waiter ids, scored by ticket), KEYS[3] the waiters' queue
 -- leases (waiter id, scored by expiry in the node's ms), KEYS[4] what a release needs to hand
--- the key to a waiter (waiter id -> "ttl-ms claim-ms base"), KEYS[5] the ticket
+-- the key to a waiter (waiter id -> "ttl-ms claim-ms base round at-ms"), KEYS[5] the ticket
 -- counter. A waiter is live while its queue lease runs and all three of its entries exist;
 -- the expired ones are purged first, so "the first live waiter" is the lowest ticket left
 -- (ties broken by waiter id, the same way on every node). A waiter id is its client's tag,
@@ -24,15 +24,27 @@
 -- first_live(): the first waiter and its entry, dropping any whose entries are incomplete.
 -- next_live(after): the first live waiter behind `after` of another client ('' if none):
 --   waiters of the client that did not claim a grant are likely just as dead.
+-- Grants held from their notices (one round trip from a release to the next holder): each
+-- attempt with a ticket writes its round and the node's time into the waiter's entry
+-- ("ttl-ms claim-ms base round at-ms"). A short grant then sets the waiter's hand-off value of
+-- that round, `<base>:h<round>`, which no attempt of that round or an earlier one claims (so
+-- no late attempt, and no late rollback of one, takes it away), and its notice carries the
+-- round and the node's time between that attempt and the grant: `:<round>:<ms since>`. A
+-- waiter whose last attempt has that round and who hears such notices from a quorum holds at
+-- once: each grant was made at least `ms since` (less the drift) after the attempt was sent,
+-- and lasts its ms from then (docs/DESIGN.md, "Fair lock").
+--
 -- grant(channel, by, sure): hands the free key to the first waiter. A waiter in `sure` (the
 --   releasing client's own waiters, which it hands the lock to itself, each with the round of
---   its last attempt) gets it for its whole TTL, with its hand-off value `<base>:h<round>`. The key is set to the waiter's grant value, `<base>:g`. Any other gets a short grant: the key for its claim window (capped by its TTL and by
---   what is left of its queue lease), and its place in line for exactly as long, so that a
+--   its last attempt) gets it for its whole TTL, with its hand-off value `<base>:h<round>`. Any other gets a short grant: the key, set to its
+--   hand-off value of the round its entry records (`<base>:g` for an entry without one), for
+--   its claim window (capped by its TTL and by what is left of its queue lease), and its place in line for exactly as long, so that a
 --   waiter that does not claim in time (dead, frozen, cut off) loses both at once and the key
 --   passes on. A claim is an attempt of the waiter's, which finds one of its values on the
 --   key and sets its own attempt's value for its TTL. Announces grant:<waiter>:<by> (whole TTL) or
---   grant:<waiter>:<by>:<ms>:<next waiter> (short: the next waiter's client tries when the
---   window ends, and takes the key over if the grant lapsed), `by` being the digest of the
+--   grant:<waiter>:<by>:<ms>:<next waiter>[:<round>:<ms since its attempt>] (short: the next
+--   waiter's client tries when the window ends, and takes the key over if the grant lapsed),
+--   `by` being the digest of the
 --   holder value whose release (or withdrawal, or refused attempt) freed the key. Returns the
 --   waiter and the grant's TTL in ms.
 if redis.replicate_commands then redis.replicate_commands() end
@@ -67,7 +79,8 @@ local function mine(value, base)
 end
 local function owns(w, base)
   local entry = redis.call('hget', KEYS[4], w)
-  return entry and string.sub(entry, -(#base + 1)) == ' ' .. base
+  return entry ~= false and entry ~= nil
+    and (string.match(entry, '^%d+ %d+ (%S+)') or string.match(entry, '^%d+ (%S+)$')) == base
 end
 local function first_live()
   while true do
@@ -102,7 +115,10 @@ local function grant(channel, by, sure)
   if not first then
     return nil, nil
   end
-  local ttl, claim, base = string.match(entry, '^(%d+) (%d+) (.+)$')
+  local ttl, claim, base, round, at = string.match(entry, '^(%d+) (%d+) (%S+) (%d+) (%d+)$')
+  if not ttl then
+    ttl, claim, base = string.match(entry, '^(%d+) (%d+) (.+)$')
+  end
   if not ttl then
     -- an entry written before claim windows existed: "ttl-ms holder-value"
     ttl, base = string.match(entry, '^(%d+) (.+)$')
@@ -117,9 +133,17 @@ local function grant(channel, by, sure)
   end
   local left = tonumber(redis.call('zscore', KEYS[3], first)) - now
   local ms = math.max(1, math.min(ttl, tonumber(claim), left))
+  local noticed = ''
+  if round then
+    -- The waiter's hand-off value of the round of its attempt that wrote the entry: only its
+    -- later attempts claim it, and the notice tells the waiter how long after that attempt
+    -- ran here the grant was made (see "Grants held from their notices" above).
+    holder = base .. ':h' .. round
+    noticed = ':' .. round .. ':' .. math.max(0, now - tonumber(at))
+  end
   redis.call('set', KEYS[1], holder, 'PX', ms)
   redis.call('zadd', KEYS[3], 'XX', now + ms, first)
   redis.call('publish', channel,
-    'grant:' .. first .. ':' .. by .. ':' .. ms .. ':' .. next_live(first))
+    'grant:' .. first .. ':' .. by .. ':' .. ms .. ':' .. next_live(first) .. noticed)
   return first, ms
 end
