@@ -12,6 +12,9 @@ pub(super) enum Action {
     Tick,
     /// Request `r`, at the top of its wait loop: takes its hand-off, attempts, or gives up.
     Step(u8),
+    /// Request `r`, at the top of its wait loop, holds from the notices of a quorum's short
+    /// grants (`Line::held_from_notices`).
+    Noticed(u8),
     /// Request `r` releases its guard: the stamp, `sent` and the `sure` set.
     Release(u8),
     /// Request `r`'s release is written to every node.

@@ -115,6 +115,13 @@ pub(super) enum Bug {
     /// attempt's round and later ones included (as if the hand-off set the grant value, which
     /// any attempt claims).
     HandOffWithoutRoundFence,
+    /// A hold from grant notices counts each grant from when the notice is read (now) rather
+    /// than from the attempt's send plus the node's gap: a notice read late is over-trusted.
+    NoticeFromReading,
+    /// Short grants set the grant value `B:g` (which any attempt of the request claims)
+    /// rather than the hand-off value of the entry's round, and a hold from their notices
+    /// holds `B:g`: a late attempt of the request takes it over.
+    NoticedGrantClaimable,
 }
 
 #[derive(Clone, Debug)]
@@ -184,6 +191,12 @@ impl Config {
     /// Only these requests' timeouts fire.
     pub(super) fn timeouts(mut self, mask: u8) -> Config {
         self.timeouts = mask;
+        self
+    }
+
+    /// The claim window, in ticks.
+    pub(super) fn claim(mut self, claim: u8) -> Config {
+        self.claim = claim;
         self
     }
 

@@ -621,6 +621,94 @@ fn negative_a_grant_setting_an_attempts_value() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Grants held from their notices (`Line::held_from_notices`): one round trip from a release to
+// a waiter of another client
+// ---------------------------------------------------------------------------------------------
+
+/// r0 holds until 2, r1 of another client waits in line; short grants last two ticks, over
+/// one tick. r1 holds from the notices of a quorum's grants (its deadline from its attempt's
+/// send plus each node's gap), or claims them with an attempt.
+#[test]
+fn grants_are_held_from_their_notices_or_claimed() {
+    let plans = [holding(fair(0, 1)), in_line(fair(1, 1), 1)];
+    let cfg = Config::new(3, 2, &plans, 1)
+        .claim(2)
+        .timeouts(0)
+        .cover(SEEN_NOTICED | SEEN_SHORT_GRANT | SEEN_CLAIMED);
+    assert_safe("grants held from their notices, Majority of 3", cfg);
+}
+
+/// A waiter holds from its grants' notices while its attempt, written to a connection that
+/// failed, lands late: it finds the hand-off value of its own round and changes nothing; or
+/// its node timeouts fire and it is cut off (a new identity, whose notices are its own).
+#[test]
+fn a_hold_from_notices_survives_its_requests_late_attempt() {
+    let plans = [holding(fair(0, 1)), in_line(fair(1, 1), 1)];
+    let cfg = Config::new(3, 2, &plans, 0)
+        .claim(2)
+        .timeouts(0b10)
+        .reconnects(1)
+        .cover(SEEN_NOTICED | SEEN_LATE | SEEN_CUT_OFF);
+    assert_safe("a hold from notices, a late attempt", cfg);
+}
+
+/// On 5 nodes with one forgetful fault (a restart or a clock jump; the notices already sent
+/// still arrive).
+#[test]
+fn grants_held_from_their_notices_majority_of_5_one_forgetful() {
+    let plans = [holding(fair(0, 1)), in_line(fair(1, 1), 1)];
+    let cfg = Config::new(5, 3, &plans, 0)
+        .claim(2)
+        .timeouts(0)
+        .forgetful(1)
+        .cover(SEEN_NOTICED | SEEN_FORGOTTEN);
+    assert_safe(
+        "grants held from their notices, Majority of 5, one forgetful",
+        cfg,
+    );
+}
+
+/// The same-client hand-off beside holds from notices: r1 (the holder's client) and r2
+/// (another client) in line, on 5 nodes.
+#[test]
+fn grants_held_from_their_notices_beside_the_hand_off_majority_of_5() {
+    let cfg = Config::new(5, 3, &hand_off_cast(), 0)
+        .claim(2)
+        .timeouts(0)
+        .cover(SEEN_NOTICED | SEEN_HANDOFF);
+    assert_safe(
+        "grants held from their notices beside the hand-off, Majority of 5",
+        cfg,
+    );
+}
+
+/// Negative control: each grant counted from when its notice is read. A notice read a tick
+/// late is trusted for the whole grant from then, past the grant's end on its node.
+#[test]
+fn negative_a_notice_counted_from_its_reading() {
+    let plans = [holding(fair(0, 1)), in_line(fair(1, 1), 1)];
+    let cfg = Config::new(3, 2, &plans, 1)
+        .claim(2)
+        .timeouts(0)
+        .bug(Bug::NoticeFromReading);
+    assert_finds("a notice counted from its reading", cfg, "support");
+}
+
+/// Negative control: short grants set the grant value, which any attempt of the request
+/// claims: its earlier attempt, landing late on a node whose grant it holds from the notices,
+/// takes the key over (and its late rollback deletes it).
+#[test]
+fn negative_a_noticed_grant_that_any_attempt_claims() {
+    let plans = [holding(fair(0, 1)), in_line(fair(1, 2), 1)];
+    let cfg = Config::new(3, 2, &plans, 0)
+        .claim(2)
+        .timeouts(0b10)
+        .reconnects(1)
+        .bug(Bug::NoticedGrantClaimable);
+    assert_finds("a noticed grant that any attempt claims", cfg, "support");
+}
+
+// ---------------------------------------------------------------------------------------------
 // Larger configurations, too slow for the debug profile. Run them with:
 // cargo test --release --all-features --test model_fair -- --ignored --nocapture
 // ---------------------------------------------------------------------------------------------
@@ -882,4 +970,38 @@ fn large_negative_a_cut_off_request_keeping_its_identity() {
         cfg,
         "exclusion",
     );
+}
+
+/// Three clients: r0 holds until 2, r1 and r2 wait in line; short grants last two ticks,
+/// over two ticks: each waiter holds from its grants' notices, claims them, or lets them lapse
+/// to the next.
+#[test]
+#[ignore]
+fn large_grants_held_from_their_notices_three_clients_over_two_ticks() {
+    let plans = [
+        holding(fair(0, 1)),
+        in_line(fair(1, 1), 1),
+        in_line(fair(2, 1), 2),
+    ];
+    let cfg = Config::new(3, 2, &plans, 2)
+        .claim(2)
+        .timeouts(0)
+        .cover(SEEN_NOTICED | SEEN_SHORT_GRANT | SEEN_CLAIMED);
+    assert_safe(
+        "grants held from their notices, three clients, 2 ticks",
+        cfg,
+    );
+}
+
+/// A hold from notices with a reconnect, r1's timeouts and two attempts, over a tick.
+#[test]
+#[ignore]
+fn large_a_hold_from_notices_with_a_reconnect_over_a_tick() {
+    let plans = [holding(fair(0, 1)), in_line(fair(1, 2), 1)];
+    let cfg = Config::new(3, 2, &plans, 1)
+        .claim(2)
+        .timeouts(0b10)
+        .reconnects(1)
+        .cover(SEEN_NOTICED | SEEN_LATE);
+    assert_safe("a hold from notices, a reconnect, 1 tick", cfg);
 }

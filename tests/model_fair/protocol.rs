@@ -148,11 +148,21 @@ impl Protocol {
         }
         let left = node.lease[w] - now;
         let ms = ttl.min(self.cfg.claim).min(left).max(1);
+        // The hand-off value of the round its entry records (only that round's later
+        // attempts claim it), and a notice with that round and the node's time since that
+        // attempt ran ("Grants held from their notices" in `fair_line.lua`).
+        let holder = match attempt_value || self.cfg.has(Bug::NoticedGrantClaimable) {
+            true => holder,
+            false => Val::handed(w, node.round[w]),
+        };
         node.key = Some(Entry {
             holder,
             expiry: now + ms,
         });
         node.lease[w] = now + ms;
+        node.nr[w] = node.round[w];
+        node.nd[w] = now - node.at[w];
+        node.nms[w] = ms;
         Some((w, ms, now + ms))
     }
 
@@ -248,6 +258,8 @@ impl Protocol {
                         node.line[w] = ticket;
                     }
                     node.lease[w] = now + ql;
+                    node.round[w] = round;
+                    node.at[w] = now;
                     if self.cfg.has(Bug::GrantSetsAttemptValue) {
                         node.entry[w] = val.k();
                     }
@@ -620,6 +632,7 @@ impl Protocol {
             // guard's value (`hand_off` put it in `holder`).
             let deadline = q.granted;
             s.reqs[r].granted = 0;
+            s.reqs[r].noticeable = false;
             self.leave_waiting(s, r);
             if now < deadline {
                 s.reqs[r].phase = Phase::Holding;
@@ -638,6 +651,7 @@ impl Protocol {
             q.round += 1;
             q.holder = Val::attempt(r, q.gen, q.nonce);
             q.t0 = now;
+            q.noticeable = true;
             q.phase = Phase::Attempt;
             let (ticket, holder, round) = (q.ticket, q.holder, q.round);
             log.note(|| {
@@ -654,6 +668,88 @@ impl Protocol {
             let arg = u16::from(ticket) | u16::from(round) << 8;
             self.fan_out(s, r, self.all(), Kind::Acquire, holder, arg);
         }
+    }
+
+    /// The deadline a hold of request `r` from the notices of its short grants would have
+    /// now (`Line::held_from_notices`, `notices_deadline`): only at the top of its wait loop,
+    /// with no hand-off of its client's waiting, its latest try an attempt of round `round`
+    /// sent at `t0`; of the nodes' latest notices to its waiter id that carry that round
+    /// (any may have been delivered, with any delay), the quorum's latest end, each grant made
+    /// its node's gap after `t0` and lasting its length. `None` when that leaves no validity.
+    pub(super) fn notices_deadline(&self, s: &State, r: usize) -> Option<u8> {
+        let q = &s.reqs[r];
+        if q.phase != Phase::Pause || !q.noticeable || q.granted != 0 {
+            return None;
+        }
+        let w = waiter(r, q.gen);
+        let mut ends: Vec<u8> = s.nodes[..self.n()]
+            .iter()
+            .filter(|node| node.nr[w] == q.round)
+            .map(|node| match self.cfg.has(Bug::NoticeFromReading) {
+                true => s.now + node.nms[w],
+                false => q.t0 + node.nd[w] + node.nms[w],
+            })
+            .collect();
+        ends.sort_unstable_by(|a, b| b.cmp(a));
+        let deadline = *ends.get(usize::from(self.cfg.quorum) - 1)?;
+        (s.now < deadline).then_some(deadline)
+    }
+
+    /// Forgets the notices no hold can count any more, so that states differing only in them
+    /// are one: a notice counts only for its request's current identity, with the round of
+    /// its latest try, an attempt, before it holds, and until its grant's end (rounds and
+    /// time only grow).
+    pub(super) fn forget_spent_notices(&self, s: &mut State) {
+        let mut live = [false; SLOTS];
+        for (r, q) in s.reqs[..self.requests()].iter().enumerate() {
+            let waiting = !matches!(
+                q.phase,
+                Phase::Holding | Phase::Release { .. } | Phase::Done
+            );
+            if q.noticeable && waiting {
+                live[waiter(r, q.gen)] = true;
+            }
+        }
+        for node in &mut s.nodes[..self.n()] {
+            for (w, &live) in live.iter().enumerate() {
+                if node.nr[w] == 0 {
+                    continue;
+                }
+                let q = &s.reqs[w / GENS];
+                let end = match self.cfg.has(Bug::NoticeFromReading) {
+                    true => u8::MAX,
+                    false => q.t0 + node.nd[w] + node.nms[w],
+                };
+                if !live || node.nr[w] != q.round || end <= s.now {
+                    node.nr[w] = 0;
+                    node.nd[w] = 0;
+                    node.nms[w] = 0;
+                }
+            }
+        }
+    }
+
+    /// Request `r` holds from its grants' notices, with their hand-off value of its round.
+    pub(super) fn hold_from_notices(&self, s: &mut State, r: usize, log: &mut Log) {
+        let now = s.now;
+        let Some(deadline) = self.notices_deadline(s, r) else {
+            return;
+        };
+        self.leave_waiting(s, r);
+        self.see(s, SEEN_NOTICED);
+        let q = &mut s.reqs[r];
+        let w = waiter(r, q.gen);
+        q.holder = match self.cfg.has(Bug::NoticedGrantClaimable) {
+            true => Val::granted_to(w),
+            false => Val::handed(w, q.round),
+        };
+        q.noticeable = false;
+        q.phase = Phase::Holding;
+        q.deadline = deadline;
+        let holder = q.holder.describe();
+        log.note(|| {
+            format!("t={now} r{r} holds {holder} from its grants' notices until {deadline}")
+        });
     }
 
     /// The release's first step: the guard ends, the stamp, the instant and `waiting_before`.
@@ -826,6 +922,7 @@ impl Protocol {
         match action {
             Action::Tick => self.tick(s, log),
             Action::Step(r) => self.step_request(s, usize::from(r), log),
+            Action::Noticed(r) => self.hold_from_notices(s, usize::from(r), log),
             Action::Release(r) => self.release(s, usize::from(r), log),
             Action::SendRelease(r) => self.send_release(s, usize::from(r), log),
             Action::SendWithdraw(r) => {
@@ -854,7 +951,7 @@ impl Protocol {
                 self.see(s, SEEN_FORGOTTEN);
                 let had = describe_node(&s.nodes[n]);
                 log.note(|| format!("t={now} n{n} RESTARTS EMPTY (had {had})"));
-                s.nodes[n] = NodeState::default();
+                s.nodes[n] = s.nodes[n].restarted();
             }
             Action::ClockJump(n, to) => {
                 let n = usize::from(n);
@@ -984,6 +1081,7 @@ impl Protocol {
                     q.ticket = ticket;
                     q.nonce = 1;
                     q.round = 1;
+                    q.noticeable = true;
                     q.holder = Val::attempt(r, 0, 1);
                     let entry = if self.cfg.has(Bug::GrantSetsAttemptValue) {
                         1
@@ -995,6 +1093,7 @@ impl Protocol {
                         node.line[w] = ticket;
                         node.lease[w] = ql;
                         node.entry[w] = entry;
+                        node.round[w] = 1;
                         node.counter = node.counter.max(ticket);
                         node.counter_exp = ql;
                     }
@@ -1014,7 +1113,7 @@ pub(super) const HOLDS: [(&str, Condition); MAX_R] = [
     ("r2 holds", |_, s| s.reqs[2].holds(s.now)),
 ];
 
-pub(super) const COVERAGE: [(u16, &str); 10] = [
+pub(super) const COVERAGE: [(u16, &str); 11] = [
     (SEEN_HANDOFF, "reaches a hand-off"),
     (SEEN_CLAIMED, "reaches a claim of its own entry"),
     (SEEN_SHORT_GRANT, "reaches a short grant"),
@@ -1028,6 +1127,7 @@ pub(super) const COVERAGE: [(u16, &str); 10] = [
     (SEEN_GAVE_UP, "reaches a request that gave up"),
     (SEEN_FORGOTTEN, "reaches a forgotten node"),
     (SEEN_LATE, "reaches a late rollback or withdrawal"),
+    (SEEN_NOTICED, "reaches a hold from grant notices"),
 ];
 
 impl Model for Protocol {
@@ -1051,6 +1151,12 @@ impl Model for Protocol {
             let q = &s.reqs[r];
             let r8 = r as u8;
             match q.phase {
+                Phase::Pause if self.notices_deadline(s, r).is_some() => {
+                    actions.push(Action::Noticed(r8));
+                    if self.can_step(s, r) {
+                        actions.push(Action::Step(r8));
+                    }
+                }
                 Phase::Pause if self.can_step(s, r) => actions.push(Action::Step(r8)),
                 Phase::Holding if plan.release => actions.push(Action::Release(r8)),
                 Phase::Release { sent: false } => actions.push(Action::SendRelease(r8)),
@@ -1101,6 +1207,7 @@ impl Model for Protocol {
     fn next_state(&self, last: &State, action: Action) -> Option<State> {
         let mut s = *last;
         self.step(&mut s, action, &mut Log::off());
+        self.forget_spent_notices(&mut s);
         if self.cfg.symmetry {
             self.canonicalize(&mut s);
         }
@@ -1132,7 +1239,8 @@ impl Model for Protocol {
                     SEEN_DRAW_ROUND => |_, s| s.seen & SEEN_DRAW_ROUND != 0,
                     SEEN_GAVE_UP => |_, s| s.seen & SEEN_GAVE_UP != 0,
                     SEEN_FORGOTTEN => |_, s| s.seen & SEEN_FORGOTTEN != 0,
-                    _ => |_, s| s.seen & SEEN_LATE != 0,
+                    SEEN_LATE => |_, s| s.seen & SEEN_LATE != 0,
+                    _ => |_, s| s.seen & SEEN_NOTICED != 0,
                 };
                 p.push(Property::sometimes(name, reached));
             }

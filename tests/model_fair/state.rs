@@ -31,6 +31,16 @@ pub(super) struct NodeState {
     /// The ticket counter (`quorum-lock:ticket:{<h>}:K`), with its expiry; 0 and 0 when absent.
     pub(super) counter: u8,
     pub(super) counter_exp: u8,
+    /// The round of the attempt that last wrote each waiter's hash entry, and the node's time
+    /// then (0 and 0 when not in line).
+    pub(super) round: [u8; SLOTS],
+    pub(super) at: [u8; SLOTS],
+    /// The latest short grant's notice this node published for each waiter id: the round it
+    /// carries (0: none), the node's time since that round's attempt ran, and the grant's
+    /// length. Messages on their way: a restart keeps them.
+    pub(super) nr: [u8; SLOTS],
+    pub(super) nd: [u8; SLOTS],
+    pub(super) nms: [u8; SLOTS],
 }
 
 impl NodeState {
@@ -43,6 +53,18 @@ impl NodeState {
         self.line[w] = 0;
         self.lease[w] = 0;
         self.entry[w] = 0;
+        self.round[w] = 0;
+        self.at[w] = 0;
+    }
+
+    /// Everything forgotten but the notices already published (a restart).
+    pub(super) fn restarted(&self) -> NodeState {
+        NodeState {
+            nr: self.nr,
+            nd: self.nd,
+            nms: self.nms,
+            ..NodeState::default()
+        }
     }
 
     /// Whether the key holds one of the values of base `w` (`belongs` in the scripts).
@@ -308,6 +330,9 @@ pub(super) struct Request {
     pub(super) waiting: bool,
     /// `Granted`: a release of its client handed it the lock until this deadline (0: not).
     pub(super) granted: u8,
+    /// Its latest try was an attempt (of round `round`, sent at `t0`): short grants answering
+    /// it may be held from their notices (`Line::last_attempt` in `take/fair.rs`).
+    pub(super) noticeable: bool,
     pub(super) attempts: u8,
     /// Its ticket, 0 for none.
     pub(super) ticket: u8,
@@ -349,6 +374,8 @@ pub(super) const SEEN_GAVE_UP: u16 = 128;
 pub(super) const SEEN_FORGOTTEN: u16 = 256;
 /// A rollback or withdrawal written to a connection that failed ran on its node afterwards.
 pub(super) const SEEN_LATE: u16 = 512;
+/// A request held from the notices of a quorum's short grants.
+pub(super) const SEEN_NOTICED: u16 = 1024;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct State {
@@ -398,9 +425,19 @@ impl<const N: usize> Enc<N> {
         self.put(&key);
         // The line's members only: most of its slots are empty.
         for w in (0..SLOTS).filter(|&w| node.in_line(w)) {
-            self.put(&[w as u8, node.line[w], node.lease[w], node.entry[w]]);
+            self.put(&[
+                w as u8,
+                node.line[w],
+                node.lease[w],
+                node.entry[w],
+                node.round[w],
+                node.at[w],
+            ]);
         }
         self.put(&[u8::MAX, node.counter, node.counter_exp]);
+        for w in (0..SLOTS).filter(|&w| node.nr[w] != 0) {
+            self.put(&[w as u8, node.nr[w], node.nd[w], node.nms[w]]);
+        }
     }
 
     pub(super) fn fifo(&mut self, fifo: &Fifo) {
@@ -439,7 +476,7 @@ impl std::hash::Hash for State {
             let miss = r.miss as u8;
             e.put(&[
                 phase,
-                u8::from(r.waiting) | miss << 1,
+                u8::from(r.waiting) | miss << 1 | u8::from(r.noticeable) << 4,
                 r.gen,
                 r.nonce,
                 r.round,
