@@ -187,12 +187,19 @@ impl LockGuard {
         self.lease.renew(ttl, None).await
     }
 
-    /// Renews the lease once, to `ttl` from then, in a task of its own: a guard held from a
-    /// quorum's short grants (see `take::fair`) whose request has no watchdog gets its TTL
-    /// this way. A renewal that fails leaves the short deadline (or reports the loss).
+    /// Renews the lease once, to `ttl` from then, in a task of its own, a third into its
+    /// validity (as the watchdog's first renewal, see `watchdog::first_renewal`): a guard
+    /// held from a quorum's short grants (see `take::fair`) whose request has no watchdog gets
+    /// its TTL this way, unless it ends first. A renewal that fails leaves the short deadline
+    /// (or reports the loss).
     pub(crate) fn renew_in_background(&self, ttl: Duration) {
         let lease = self.lease.clone();
+        let due = crate::hold::watchdog::first_renewal(lease.deadline(), ttl, Instant::now());
         tokio::spawn(async move {
+            tokio::select! {
+                () = lease.signal().cancelled() => return,
+                () = tokio::time::sleep_until(due) => {}
+            }
             if !lease.is_ended() {
                 if let Err(e) = lease.renew(ttl, None).await {
                     tracing::debug!(key = %lease.key, error = %e, "first renewal failed");

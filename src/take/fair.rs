@@ -137,8 +137,9 @@ impl Line {
     /// attempt (after `t`) and the grant, so the grant was made no earlier than
     /// `t + d - drift(d)` by this client's clock, and its entry lasts its ms from then. The
     /// deadline is the quorum's latest such end (less the drift and the lock delay, as every
-    /// deadline). The guard starts with the claim window's validity; its first renewal (the
-    /// watchdog's, due at once, or one sent now for a guard without one) gives it its TTL.
+    /// deadline). The guard starts with the claim window's validity; its first renewal, a
+    /// third into it (the watchdog's, or one scheduled for a guard without one), gives it its
+    /// TTL: a short critical section ends before it.
     ///
     /// `None` when no quorum of such grants leaves a validity, or the fencing token cannot be
     /// drawn: the next attempt then claims them as any short grant.
