@@ -122,6 +122,7 @@ pub(crate) struct Counters {
     pub(crate) lost: AtomicU64,
     pub(crate) repaired: AtomicU64,
     pub(crate) woken: AtomicU64,
+    pub(crate) noticed: AtomicU64,
 }
 
 impl Counters {
@@ -142,6 +143,12 @@ impl Counters {
         };
         counter.fetch_add(1, Ordering::Relaxed);
         telemetry::attempt(end);
+    }
+
+    /// A fair lock was held from the grant notices of a quorum (counted as acquired too).
+    pub(crate) fn held_from_notices(&self) {
+        self.noticed.fetch_add(1, Ordering::Relaxed);
+        self.attempt(AttemptEnd::Acquired);
     }
 
     /// A failed or contended attempt is rolled back.
@@ -213,6 +220,7 @@ impl ClientState {
             lost: get(&c.lost),
             repaired: get(&c.repaired),
             woken: get(&c.woken),
+            noticed: get(&c.noticed),
             notices: self.wakeups.as_ref().map_or(0, |w| w.notices()),
             waiting: self.wakeups.as_ref().map_or(0, |w| w.waiting()),
             redirects: self.nodes.iter().map(crate::node::Node::redirects).sum(),
@@ -253,6 +261,10 @@ pub struct Stats {
     pub notices: u64,
     /// Tasks currently waiting for a release notice on some key (a gauge, not a counter).
     pub waiting: u64,
+    /// Of `acquired`, fair locks held from the grant notices of a quorum of nodes, without an
+    /// attempt of their own (a waiter of another client than the releasing one; docs/
+    /// DESIGN.md, "Grants held from their notices").
+    pub noticed: u64,
     /// `MOVED` and `ASK` answers of cluster nodes (docs/DESIGN.md, "Cluster nodes"): each is
     /// a request not run, one "no" of its node; the node's slot map is corrected at once.
     pub redirects: u64,

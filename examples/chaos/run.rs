@@ -216,11 +216,12 @@ pub async fn run(args: Options) -> Report {
         tally.calls += t.calls;
         tally.holds += t.holds;
         tally.failed += t.failed;
+        tally.noticed += t.noticed;
     }
     recorder.record("info", "stop", None, json!({}));
     println!(
-        "chaos: {} calls, {} holds, {} calls failed or unknown",
-        tally.calls, tally.holds, tally.failed
+        "chaos: {} calls, {} holds ({} fair locks held from grant notices), {} calls failed or unknown",
+        tally.calls, tally.holds, tally.noticed, tally.failed
     );
     let ops = match &args.history {
         Some(path) => {

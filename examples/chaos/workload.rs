@@ -101,6 +101,8 @@ pub struct Tally {
     pub calls: u64,
     pub holds: u64,
     pub failed: u64,
+    /// Fair locks held from the grant notices of a quorum (`Stats::noticed`).
+    pub noticed: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -323,6 +325,14 @@ pub fn spawn(
                 client.handles.locks.finish_background().await;
                 client.handles.peer.finish_background().await;
                 client.handles.all.finish_background().await;
+                client.tally.noticed = [
+                    &client.handles.locks,
+                    &client.handles.all,
+                    &client.handles.peer,
+                ]
+                .iter()
+                .map(|l| l.stats().noticed)
+                .sum();
                 client.control.idle.fetch_add(1, Ordering::Relaxed);
                 while !client.control.release.load(Ordering::Relaxed) {
                     tokio::time::sleep(Duration::from_millis(20)).await;

@@ -187,23 +187,21 @@ impl LockGuard {
         self.lease.renew(ttl, None).await
     }
 
-    /// Renews the lease once, to `ttl` from then, in a task of its own, a third into its
-    /// validity (as the watchdog's first renewal, see `watchdog::first_renewal`): a guard
-    /// held from a quorum's short grants (see `take::fair`) whose request has no watchdog gets
-    /// its TTL this way, unless it ends first. A renewal that fails leaves the short deadline
-    /// (or reports the loss).
-    pub(crate) fn renew_in_background(&self, ttl: Duration) {
+    /// Starts the first renewal of a guard held from a quorum's short grants (see
+    /// `take::fair`), whose entries last only the claim window: at once, in a task of its own,
+    /// for what is left of the TTL since the guard was made (`Lease::renew_first`), unless an
+    /// extend starts first. A guard with a `watchdog` leaves it to the watchdog's, due at
+    /// once. A renewal that fails leaves the short deadline (or reports the loss). Until one
+    /// starts, [`into_holder`](Self::into_holder) sends it by holder value.
+    pub(crate) fn renew_first_in_background(&self, watchdog: bool) {
+        self.lease.await_first_renewal(Instant::now());
+        if watchdog {
+            return;
+        }
         let lease = self.lease.clone();
-        let due = crate::hold::watchdog::first_renewal(lease.deadline(), ttl, Instant::now());
         tokio::spawn(async move {
-            tokio::select! {
-                () = lease.signal().cancelled() => return,
-                () = tokio::time::sleep_until(due) => {}
-            }
-            if !lease.is_ended() {
-                if let Err(e) = lease.renew(ttl, None).await {
-                    tracing::debug!(key = %lease.key, error = %e, "first renewal failed");
-                }
+            if let Err(e) = lease.renew_first().await {
+                tracing::debug!(key = %lease.key, error = %e, "first renewal failed");
             }
         });
     }
@@ -237,6 +235,21 @@ impl LockGuard {
         }
         let holder = self.lease.holder.as_str().to_string();
         if self.let_go() {
+            // A guard held from short grants whose first renewal has not started: its entries
+            // last the claim window only. That renewal goes out now, by holder value, for what
+            // is left of the TTL, so that the value given up holds what the guard did.
+            if let Some(made) = self.lease.first_renewal_due() {
+                let (lease, value) = (self.lease.clone(), holder.clone());
+                let ttl = self.lease.ttl().saturating_sub(made.elapsed());
+                crate::fanout::ordering::write_now_finish_later(
+                    &self.lease.background().clone(),
+                    async move {
+                        let key = lease.key.bytes();
+                        let _ =
+                            crate::hold::by_holder::extend(lease.client(), key, &value, ttl).await;
+                    },
+                );
+            }
             self.lease.end();
         }
         Ok(holder)

@@ -57,6 +57,10 @@ pub(crate) struct Lease {
     /// A release by holder value from this client ran on the nodes: the guard's own release has
     /// nothing left to send.
     released_by_holder_value: std::sync::atomic::AtomicBool,
+    /// For a lease held from a fair lock's short grants (see `take::fair`): when it was made,
+    /// until its first renewal starts. That renewal gives the entries what is left of the TTL
+    /// from then; any renewal that starts first takes its place.
+    first_renewal: Mutex<Option<Instant>>,
 }
 
 /// Who is calling: a tokio task, or the future a runtime's `block_on` runs (no task of its
@@ -120,6 +124,7 @@ impl Lease {
             hold: Hold::start(),
             taken_by: Caller::current(),
             released_by_holder_value: std::sync::atomic::AtomicBool::new(false),
+            first_renewal: Mutex::new(None),
         }
     }
 
@@ -320,6 +325,28 @@ impl Lease {
     /// With `repair_by` (the watchdog), the answers of the other nodes are awaited until then,
     /// and the nodes that said they lack the entry get it back.
     pub(crate) async fn renew(&self, ttl: Duration, repair_by: Option<Instant>) -> Result<()> {
+        self.renew_as(ttl, repair_by, false).await
+    }
+
+    /// Marks a lease held from short grants (see `take::fair`), made at `made`: its first
+    /// renewal is still due (see [`Lease::renew_first`]).
+    pub(crate) fn await_first_renewal(&self, made: Instant) {
+        *self.first_renewal.lock().unwrap_or_else(|p| p.into_inner()) = Some(made);
+    }
+
+    /// When the lease was made, if its first renewal is still due.
+    pub(crate) fn first_renewal_due(&self) -> Option<Instant> {
+        *self.first_renewal.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The first renewal of a lease held from short grants: what is left of the TTL since the
+    /// lease was made, unless another renewal (an extend, the watchdog's) started first.
+    pub(crate) async fn renew_first(&self) -> Result<()> {
+        let ttl = self.ttl();
+        self.renew_as(ttl, None, true).await
+    }
+
+    async fn renew_as(&self, ttl: Duration, repair_by: Option<Instant>, first: bool) -> Result<()> {
         let span = tracing::debug_span!("extend", key = %self.shape, ?ttl);
         async {
             let by = match repair_by {
@@ -338,6 +365,28 @@ impl Lease {
             // (read afresh after each wait: another renewal may have moved it).
             let Some(_ops) = self.ops_while_live().await else {
                 return lost();
+            };
+            // Every renewal takes the place of a first one still due; the first one, once
+            // another started, has nothing left to do.
+            let made = self
+                .first_renewal
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            let ttl = match (first, made) {
+                (false, _) => ttl,
+                (true, None) => return Ok(()),
+                (true, Some(made)) => {
+                    match self
+                        .client
+                        .config
+                        .check_ttl(ttl.saturating_sub(made.elapsed()))
+                    {
+                        Ok(left) => left,
+                        // Too little is left to renew: the short deadline stands.
+                        Err(_) => return Ok(()),
+                    }
+                }
             };
             let Some(current) = self.live_deadline() else {
                 return lost();

@@ -34,7 +34,10 @@ pub(crate) async fn run(lease: Arc<Lease>, ttl: Duration, max_hold: Option<Durat
         config.retry_delay.max(Duration::from_millis(10)),
         config.retry_jitter,
     );
-    let mut next = first_renewal(lease.deadline(), ttl, Instant::now());
+    let mut next = lease
+        .deadline()
+        .checked_sub(ttl * 2 / 3)
+        .unwrap_or_else(Instant::now);
     loop {
         tokio::select! {
             () = lease.signal().cancelled() => return,
@@ -62,39 +65,5 @@ pub(crate) async fn run(lease: Arc<Lease>, ttl: Duration, max_hold: Option<Durat
                 next = Instant::now() + backoff.pause(false, Some(ttl / 3), rand::random());
             }
         }
-    }
-}
-
-/// When the first renewal of a guard of `ttl` whose deadline is `deadline` is due, at `now`:
-/// a third into the lease as the acquire measured it (`deadline - 2/3 ttl`); for a guard that
-/// starts with less than two thirds of its TTL (one held from the short grants of a fair lock,
-/// see `take::fair`, or a slow acquire), a third into what is left, so that a short critical
-/// section ends before any renewal and the rest leaves room for retries.
-pub(crate) fn first_renewal(deadline: Instant, ttl: Duration, now: Instant) -> Instant {
-    match deadline.checked_sub(ttl * 2 / 3) {
-        Some(due) if due >= now => due,
-        _ => now + deadline.saturating_duration_since(now) / 3,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_first_renewal_is_a_third_into_the_lease_or_into_what_is_left() {
-        let now = Instant::now();
-        let ttl = Duration::from_secs(30);
-        // A fresh guard: a third into its TTL.
-        let deadline = now + Duration::from_millis(29_990);
-        assert_eq!(first_renewal(deadline, ttl, now), deadline - ttl * 2 / 3);
-        // A guard held from a 300 ms grant: a third into it.
-        let short = now + Duration::from_millis(300);
-        assert_eq!(
-            first_renewal(short, ttl, now),
-            now + Duration::from_millis(100)
-        );
-        // A deadline already past: at once.
-        assert_eq!(first_renewal(now, ttl, now + ttl), now + ttl);
     }
 }

@@ -137,9 +137,9 @@ impl Line {
     /// attempt (after `t`) and the grant, so the grant was made no earlier than
     /// `t + d - drift(d)` by this client's clock, and its entry lasts its ms from then. The
     /// deadline is the quorum's latest such end (less the drift and the lock delay, as every
-    /// deadline). The guard starts with the claim window's validity; its first renewal, a
-    /// third into it (the watchdog's, or one scheduled for a guard without one), gives it its
-    /// TTL: a short critical section ends before it.
+    /// deadline). The guard starts with the claim window's validity; its first renewal, sent
+    /// at once in the background, gives it what is left of its TTL (see
+    /// `LockGuard::renew_first_in_background`).
     ///
     /// `None` when no quorum of such grants leaves a validity, or the fencing token cannot be
     /// drawn: the next attempt then claims them as any short grant.
@@ -168,7 +168,7 @@ impl Line {
             return None;
         };
         self.last_attempt = None;
-        state.counters.attempt(AttemptEnd::Acquired);
+        state.counters.held_from_notices();
         tracing::debug!(
             ?validity,
             ?token,
@@ -182,9 +182,7 @@ impl Line {
             token,
             fencing,
         );
-        if !plan.watchdog {
-            guard.renew_in_background(plan.ttl);
-        }
+        guard.renew_first_in_background(plan.watchdog);
         Some(guard)
     }
 

@@ -13,6 +13,8 @@ mod combinations;
 mod common;
 mod faults;
 mod holders;
+mod review_notices;
+mod review_notices_guards;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -212,6 +214,7 @@ async fn a_waiter_of_another_client_holds_from_the_grant_notices_without_a_claim
             attempts,
             "the waiter attempted to claim its grant"
         );
+        assert_eq!(waiting.stats().noticed, u64::from(watchdog) + 1);
         let value = handed.holder().to_string();
         let suffix = value.rsplit(':').next().unwrap();
         assert!(
