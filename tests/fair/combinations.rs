@@ -619,7 +619,7 @@ async fn aborting_an_own_waiter_around_the_hand_off_leaves_the_key_free() {
 }
 
 /// `other` takes the fair lock `key` (waiting up to 20 s) in less than 3 s, and lets it go.
-async fn another_client_gets_it_soon(other: &QuorumLock, key: &str, round: &str) {
+pub(super) async fn another_client_gets_it_soon(other: &QuorumLock, key: &str, round: &str) {
     let t0 = tokio::time::Instant::now();
     let g = other
         .fair_lock(key)

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::combinations::another_client_gets_it_soon;
 use super::{any_line_keys, queued_everywhere};
 use crate::common::*;
 use quorum_lock::testkit::history::{self, Interval};
@@ -351,75 +352,66 @@ pub(super) async fn leaves_nothing(fleet: &Fleet, key: &str, clients: &[QuorumLo
 // ---------------------------------------------------------------------------------------
 // 1. Many separate clients on a healthy fleet.
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn review_notices_many_clients_exclusion_healthy() {
+/// Separate clients with the given retry delays (ms) contend for one fair key: each
+/// holder checks exclusion and the nodes' cover of its guard; nothing is left behind.
+async fn contend_with(
+    name: &str,
+    retries: &[u64],
+    tasks_per_client: usize,
+    rounds: usize,
+    lock_delay: Duration,
+) {
     let fleet = shared_fleet();
-    let key = unique_key("rn-many");
+    let key = unique_key(&format!("rn-{name}"));
     let mut clients = Vec::new();
-    for i in 0..6 {
-        // Different timers: some waiters wake on notices only, others also on a short timer.
-        let retry = [5, 40, 2000, 10, 300, 60_000][i];
-        clients.push(fair_client(fleet, Duration::from_millis(retry), Duration::ZERO).await);
+    for &retry in retries {
+        clients.push(fair_client(fleet, Duration::from_millis(retry), lock_delay).await);
     }
     let tally = Arc::new(Tally::default());
     let plan = Plan {
-        rounds: 8,
-        tasks_per_client: 1,
+        rounds,
+        tasks_per_client,
         node_checks: true,
-        lock_delay: Duration::ZERO,
+        lock_delay,
         healthy: true,
     };
     let h = contend(fleet, &key, &clients, plan, tally.clone()).await;
-    report("many-clients", &tally, &h);
+    report(name, &tally, &h);
     leaves_nothing(fleet, &key, &clients).await;
+}
+
+/// Six clients, one task each, with different timers: some waiters wake on notices only,
+/// others also on a short timer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_notices_many_clients_exclusion_healthy() {
+    contend_with(
+        "many-clients",
+        &[5, 40, 2000, 10, 300, 60_000],
+        1,
+        8,
+        Duration::ZERO,
+    )
+    .await;
 }
 
 /// Two tasks per client: waiters of the releasing client (whole-TTL hand-offs) beside
 /// waiters of others (holds from notices).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn review_notices_mixed_same_and_other_clients() {
-    let fleet = shared_fleet();
-    let key = unique_key("rn-mixed");
-    let mut clients = Vec::new();
-    for i in 0..4 {
-        let retry = [5, 60_000, 50, 500][i];
-        clients.push(fair_client(fleet, Duration::from_millis(retry), Duration::ZERO).await);
-    }
-    let tally = Arc::new(Tally::default());
-    let plan = Plan {
-        rounds: 6,
-        tasks_per_client: 3,
-        node_checks: true,
-        lock_delay: Duration::ZERO,
-        healthy: true,
-    };
-    let h = contend(fleet, &key, &clients, plan, tally.clone()).await;
-    report("mixed", &tally, &h);
-    leaves_nothing(fleet, &key, &clients).await;
+    contend_with("mixed", &[5, 60_000, 50, 500], 3, 6, Duration::ZERO).await;
 }
 
 /// With a lock delay on every client: the entries must outlive each deadline by the delay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn review_notices_with_lock_delay() {
-    let fleet = shared_fleet();
-    let key = unique_key("rn-delay");
-    let delay = Duration::from_millis(300);
-    let mut clients = Vec::new();
-    for i in 0..4 {
-        let retry = [5, 60_000, 50, 500][i];
-        clients.push(fair_client(fleet, Duration::from_millis(retry), delay).await);
-    }
-    let tally = Arc::new(Tally::default());
-    let plan = Plan {
-        rounds: 6,
-        tasks_per_client: 1,
-        node_checks: true,
-        lock_delay: delay,
-        healthy: true,
-    };
-    let h = contend(fleet, &key, &clients, plan, tally.clone()).await;
-    report("lock-delay", &tally, &h);
-    leaves_nothing(fleet, &key, &clients).await;
+    contend_with(
+        "lock-delay",
+        &[5, 60_000, 50, 500],
+        1,
+        6,
+        Duration::from_millis(300),
+    )
+    .await;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -642,20 +634,7 @@ async fn review_notices_cancel_around_release() {
             g.release().await.unwrap();
         }
         // A fresh client gets it at once.
-        let t0 = Instant::now();
-        let g = probe_client
-            .fair_lock(&key)
-            .ttl(Duration::from_secs(5))
-            .wait(Duration::from_secs(20))
-            .acquire()
-            .await
-            .unwrap();
-        assert!(
-            t0.elapsed() < Duration::from_secs(2),
-            "round {round}: {:?}",
-            t0.elapsed()
-        );
-        g.release().await.unwrap();
+        another_client_gets_it_soon(&probe_client, &key, &format!("round {round}")).await;
     }
     eprintln!("cancel-around-release: the aborted first waiter kept a guard {got_count}/24 times");
     let mut all = waiters.clone();

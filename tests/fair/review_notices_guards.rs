@@ -14,15 +14,27 @@ use quorum_lock::testkit::Fleet;
 use quorum_lock::{Error, LockGuard, Quorum, QuorumLock};
 use tokio::time::Instant;
 
-/// A holder (client A) and a waiter of client B; returns B's guard held from notices (it
-/// asserts no attempt was made by B for it).
-async fn noticed_guard(
+/// A request kept by the watchdog (a lease of `d`) or with the fixed TTL `d`.
+fn kept(
+    watchdog: bool,
+    d: Duration,
+) -> impl FnOnce(quorum_lock::LockRequest<'_>) -> quorum_lock::LockRequest<'_> + Send + 'static {
+    move |r| match watchdog {
+        true => r.watchdog(d),
+        false => r.ttl(d),
+    }
+}
+
+/// A holder (client A) takes `key`; a waiter of client B joins the line; A releases. Returns
+/// B's guard, when A's release started, and how many attempts B made after it (0: held from
+/// the notices).
+async fn hand_over(
     fleet: &Fleet,
     key: &str,
     holder: &QuorumLock,
     waiting: &QuorumLock,
     shape: impl FnOnce(quorum_lock::LockRequest<'_>) -> quorum_lock::LockRequest<'_> + Send + 'static,
-) -> (LockGuard, Instant) {
+) -> (LockGuard, Instant, u64) {
     let guard = holder.fair_lock(key).ttl(LONG).acquire().await.unwrap();
     let (locks, owned) = (waiting.clone(), key.to_string());
     let task = tokio::spawn(async move { shape(locks.fair_lock(&owned)).acquire().await });
@@ -38,7 +50,19 @@ async fn noticed_guard(
         .unwrap()
         .unwrap()
         .unwrap();
-    assert_eq!(waiting.stats().attempts, attempts, "not held from notices");
+    (handed, released, waiting.stats().attempts - attempts)
+}
+
+/// [`hand_over`], asserting that B held from the notices (no attempt, a hand-off value).
+async fn noticed_guard(
+    fleet: &Fleet,
+    key: &str,
+    holder: &QuorumLock,
+    waiting: &QuorumLock,
+    shape: impl FnOnce(quorum_lock::LockRequest<'_>) -> quorum_lock::LockRequest<'_> + Send + 'static,
+) -> (LockGuard, Instant) {
+    let (handed, released, attempts) = hand_over(fleet, key, holder, waiting, shape).await;
+    assert_eq!(attempts, 0, "not held from notices");
     assert!(is_handoff_value(handed.holder()), "{}", handed.holder());
     (handed, released)
 }
@@ -136,14 +160,7 @@ async fn review_notices_short_extend_is_not_undone_by_the_scheduled_renewal() {
     let waiting = waiting_client(fleet, Duration::from_secs(3)).await;
     for watchdog in [false, true] {
         let key = unique_key("rn-short-extend");
-        let (g, _) = noticed_guard(fleet, &key, &holder, &waiting, move |r| {
-            if watchdog {
-                r.watchdog(LONG)
-            } else {
-                r.ttl(LONG)
-            }
-        })
-        .await;
+        let (g, _) = noticed_guard(fleet, &key, &holder, &waiting, kept(watchdog, LONG)).await;
         let v0 = g.validity();
         g.extend(Duration::from_millis(600)).await.unwrap();
         let v1 = g.validity();
@@ -288,14 +305,7 @@ async fn review_notices_first_renewal_and_reported_ttl() {
     for watchdog in [false, true] {
         let key = unique_key("rn-renewal");
         let ttl = Duration::from_secs(6);
-        let (g, _) = noticed_guard(fleet, &key, &holder, &waiting, move |r| {
-            if watchdog {
-                r.watchdog(ttl)
-            } else {
-                r.ttl(ttl)
-            }
-        })
-        .await;
+        let (g, _) = noticed_guard(fleet, &key, &holder, &waiting, kept(watchdog, ttl)).await;
         let t0 = Instant::now();
         let mut samples = Vec::new();
         let mut max_v = Duration::ZERO;
@@ -342,23 +352,9 @@ async fn review_notices_lock_delay_longer_than_the_claim_window() {
     let probe = Probe::new(fleet).await;
     for round in 0..3 {
         let key = unique_key("rn-delay-long");
-        let guard = holder.fair_lock(&key).ttl(LONG).acquire().await.unwrap();
-        let (locks, owned) = (waiting.clone(), key.clone());
-        let task = tokio::spawn(async move { locks.fair_lock(&owned).ttl(LONG).acquire().await });
-        eventually(fleet, LONG, "in line", || async {
-            queued_everywhere(fleet, &key).await == 1 && waiting.stats().waiting == 1
-        })
-        .await;
-        let attempts = waiting.stats().attempts;
-        let released = Instant::now();
-        guard.release().await.unwrap();
-        let g = tokio::time::timeout(LONG, task)
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
+        let (g, released, claimed) =
+            hand_over(fleet, &key, &holder, &waiting, |r| r.ttl(LONG)).await;
         let took = released.elapsed();
-        let claimed = waiting.stats().attempts - attempts;
         let v = g.validity();
         let (cover, detail, _) = probe.covering(&g, delay).await;
         eprintln!("round {round}: took {took:?}, attempts {claimed}, holder {}, validity {v:?}, cover {cover}:{detail}", g.holder());
@@ -743,14 +739,7 @@ async fn review_notices_extend_before_and_around_the_first_renewal() {
     }
     for (n, (watchdog, wait_ms, to)) in cases.into_iter().enumerate() {
         let key = unique_key("rn-extend-renewal");
-        let (g, _) = noticed_guard(fleet, &key, &holder, &waiting, move |r| {
-            if watchdog {
-                r.watchdog(ttl)
-            } else {
-                r.ttl(ttl)
-            }
-        })
-        .await;
+        let (g, _) = noticed_guard(fleet, &key, &holder, &waiting, kept(watchdog, ttl)).await;
         let got = Instant::now();
         tokio::time::sleep(Duration::from_millis(wait_ms)).await;
         let ext = g.extend(to).await;
