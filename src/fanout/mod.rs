@@ -36,8 +36,6 @@ pub(crate) struct Outcome {
     pub(crate) unsent: Vec<usize>,
     /// The largest value among the yes answers counted.
     pub(crate) max_yes: Option<i64>,
-    /// Bit `i`: node `i` answered yes.
-    pub(crate) yes: u64,
     /// The waiters a fair lock's release handed the key to, with the grant's TTL in ms, one
     /// entry per node that did.
     pub(crate) granted: Vec<(Vec<u8>, i64)>,
@@ -127,7 +125,6 @@ impl Outcome {
             refused: Vec::new(),
             unsent: Vec::new(),
             max_yes: None,
-            yes: 0,
             granted: Vec::new(),
             drawn: 0,
             max_drawn: None,
@@ -384,7 +381,6 @@ where
         let vote = match result.map(|v| ((self.read)(&v), v)) {
             Ok((Some(Answer::Yes(value)), _)) => {
                 out.max_yes = out.max_yes.max(Some(value));
-                out.yes |= 1 << i;
                 Vote::Yes
             }
             Ok((Some(Answer::Drawn(n)), _)) => {
