@@ -193,28 +193,35 @@ async fn a_waiter_of_another_client_holds_from_the_grant_notices_without_a_claim
         .unwrap();
     for watchdog in [false, true] {
         let key = unique_key("fair-noticed");
-        let guard = holder.fair_lock(&key).ttl(LONG).acquire().await.unwrap();
-        let (locks, owned) = (waiting.clone(), key.clone());
-        let task = tokio::spawn(async move {
-            let request = locks.fair_lock(&owned);
-            match watchdog {
-                true => request.watchdog(LONG).acquire().await,
-                false => request.ttl(LONG).acquire().await,
+        // On a loaded machine the waiter's own attempt (its quick retry after subscribing)
+        // may come first and claim the grants: that hand-over is released and tried again.
+        let mut tries = 0;
+        let handed = loop {
+            tries += 1;
+            assert!(tries <= 10, "never held from the notices in 10 hand-overs");
+            let guard = holder.fair_lock(&key).ttl(LONG).acquire().await.unwrap();
+            let (locks, owned) = (waiting.clone(), key.clone());
+            let task = tokio::spawn(async move {
+                let request = locks.fair_lock(&owned);
+                match watchdog {
+                    true => request.watchdog(LONG).acquire().await,
+                    false => request.ttl(LONG).acquire().await,
+                }
+            });
+            eventually(fleet, LONG, "the waiter is in line everywhere", || async {
+                queued_everywhere(fleet, &key).await == 1 && waiting.stats().waiting == 1
+            })
+            .await;
+            let (attempts, noticed) = (waiting.stats().attempts, waiting.stats().noticed);
+            guard.release().await.unwrap();
+            let handed = task.await.unwrap().unwrap();
+            let stats = waiting.stats();
+            if stats.attempts == attempts {
+                assert_eq!(stats.noticed, noticed + 1, "{stats:?}");
+                break handed;
             }
-        });
-        eventually(fleet, LONG, "the waiter is in line everywhere", || async {
-            queued_everywhere(fleet, &key).await == 1 && waiting.stats().waiting == 1
-        })
-        .await;
-        let attempts = waiting.stats().attempts;
-        guard.release().await.unwrap();
-        let handed = task.await.unwrap().unwrap();
-        assert_eq!(
-            waiting.stats().attempts,
-            attempts,
-            "the waiter attempted to claim its grant"
-        );
-        assert_eq!(waiting.stats().noticed, u64::from(watchdog) + 1);
+            handed.release().await.unwrap();
+        };
         let value = handed.holder().to_string();
         let suffix = value.rsplit(':').next().unwrap();
         assert!(
