@@ -429,7 +429,7 @@ async fn review_notices_faults_during_handoffs() {
     }
     let tally = Arc::new(Tally::default());
     let plan = Plan {
-        rounds: 25,
+        rounds: 12,
         tasks_per_client: 1,
         node_checks: true,
         lock_delay: Duration::ZERO,
@@ -560,7 +560,7 @@ async fn review_notices_cancel_around_release() {
     }
     let probe_client = fair_client(fleet, Duration::from_millis(5), Duration::ZERO).await;
     let mut got_count = 0;
-    for round in 0..24u64 {
+    for round in 0..12u64 {
         let held = holder
             .fair_lock(&key)
             .ttl(Duration::from_secs(10))
@@ -636,7 +636,7 @@ async fn review_notices_cancel_around_release() {
         // A fresh client gets it at once.
         another_client_gets_it_soon(&probe_client, &key, &format!("round {round}")).await;
     }
-    eprintln!("cancel-around-release: the aborted first waiter kept a guard {got_count}/24 times");
+    eprintln!("cancel-around-release: the aborted first waiter kept a guard {got_count}/12 times");
     let mut all = waiters.clone();
     all.push(holder.clone());
     all.push(probe_client.clone());
@@ -671,7 +671,7 @@ async fn review_notices_tiny_timeouts_storm() {
                 history.clone(),
             );
             tasks.push(tokio::spawn(async move {
-                for r in 0..30u64 {
+                for r in 0..15u64 {
                     let ms = 1 + (r * 31 + c as u64 * 17 + t * 7) % 60;
                     let req = locks.fair_lock(&key);
                     let req = if r % 2 == 0 {
