@@ -1,7 +1,7 @@
 //! Acting on a lock by its holder value, without a guard (docs/DESIGN.md, "By holder value"): extend
 //! and release for a process that was handed the holder, or a guard given up with
-//! [`LockGuard::into_holder`](crate::LockGuard::into_holder). The rounds are a lease's own (`lease::extend_call`,
-//! `lease::release_round`); only the deadline differs: with no guard, none is known before the
+//! [`LockGuard::into_holder`](crate::LockGuard::into_holder). The rounds are a lease's own (`rounds::extend_call`,
+//! `rounds::release_round`); only the deadline differs: with no guard, none is known before the
 //! call, so the new one must hold when the quorum confirms.
 
 use std::time::Duration;
@@ -11,9 +11,8 @@ use tracing::Instrument;
 
 use crate::error::{Error, Result};
 use crate::family::{Fair, Shape};
-use crate::hold::lease::{
-    decide_extend, extend_call, release_result, release_round, Extended, Lease,
-};
+use crate::hold::lease::Lease;
+use crate::hold::rounds::{decide_extend, extend_call, release_result, release_round, Extended};
 use crate::rules::holder::Holder;
 use crate::rules::key::Key;
 use crate::state::ClientState;

@@ -242,7 +242,7 @@ impl LockGuard {
                 let (lease, value) = (self.lease.clone(), holder.clone());
                 let ttl = self.lease.ttl().saturating_sub(made.elapsed());
                 crate::fanout::ordering::write_now_finish_later(
-                    &self.lease.background().clone(),
+                    self.lease.background(),
                     async move {
                         let key = lease.key.bytes();
                         let _ =
