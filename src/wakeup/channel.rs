@@ -91,19 +91,24 @@ impl Noticed {
     }
 }
 
-/// Reads a short grant's notice's tail, `<ms>:<next waiter>:<round>:<ms since>` (the last two
-/// parts are absent from a grant to an entry without its round).
-fn noticed_grant(ms: &[u8], rest: &[u8]) -> Option<NoticedGrant> {
+/// Reads a short grant's notice's tail after its `ms`, `<next waiter>[:<round>:<ms since>]`:
+/// the next waiter, and the grant a hold from notices counts when the tail has its round (the
+/// last two parts are absent from a grant to an entry without its round).
+fn noticed_tail<'a>(ms: &[u8], rest: &'a [u8]) -> (&'a [u8], Option<NoticedGrant>) {
     let number = |b: &[u8]| std::str::from_utf8(b).ok()?.parse::<u64>().ok();
     let mut parts = rest.rsplitn(3, |&b| b == b':');
-    let since_ms = number(parts.next()?)?;
-    let round = number(parts.next()?)?;
-    parts.next()?;
-    Some(NoticedGrant {
-        round,
-        since_ms,
-        ms: number(ms)?,
-    })
+    if let (Some(since), Some(round), Some(next)) = (parts.next(), parts.next(), parts.next()) {
+        if let (Some(since_ms), Some(round), Some(ms)) = (number(since), number(round), number(ms))
+        {
+            let grant = NoticedGrant {
+                round,
+                since_ms,
+                ms,
+            };
+            return (next, Some(grant));
+        }
+    }
+    (rest, None)
 }
 
 /// A waiter's timer task, if one runs; aborted when the waiter leaves (nothing of a waiter
@@ -313,11 +318,13 @@ impl Channel {
         let mut parts = grant.splitn(4, |&b| b == b':');
         let (waiter, by) = (parts.next().unwrap_or_default(), parts.next());
         let (ms, rest) = (parts.next(), parts.next());
-        let noticed = ms.zip(rest).and_then(|(ms, rest)| noticed_grant(ms, rest));
-        let next = rest.map(|rest| match noticed {
-            Some(_) => rest.rsplitn(3, |&b| b == b':').nth(2).unwrap_or_default(),
-            None => rest,
-        });
+        let (next, noticed) = match (ms, rest) {
+            (Some(ms), Some(rest)) => {
+                let (next, noticed) = noticed_tail(ms, rest);
+                (Some(next), noticed)
+            }
+            (_, rest) => (rest, None),
+        };
         // The next waiter's take-over of a short grant, once per grant (its waiter and
         // release), whatever claim window each node cut it to.
         if let (Some(ms), Some(next)) = (ms, next) {

@@ -79,7 +79,7 @@ local function mine(value, base)
 end
 local function owns(w, base)
   local entry = redis.call('hget', KEYS[4], w)
-  return entry ~= false and entry ~= nil
+  return entry
     and (string.match(entry, '^%d+ %d+ (%S+)') or string.match(entry, '^%d+ (%S+)$')) == base
 end
 local function first_live()
