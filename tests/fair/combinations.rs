@@ -6,10 +6,10 @@
 
 use std::time::Duration;
 
-use super::{any_line_keys, line, line_lengths};
+use super::{any_line_keys, line, line_lengths, start_waiting};
 use crate::common::*;
 use quorum_lock::testkit::Fleet;
-use quorum_lock::{Error, Holder, HolderForm, LockGuard, Quorum, QuorumLock, MAX_HOLDER_LEN};
+use quorum_lock::{Error, Holder, HolderForm, Quorum, QuorumLock, MAX_HOLDER_LEN};
 
 const LONG: Duration = Duration::from_secs(30);
 
@@ -25,17 +25,6 @@ async fn tickets(fleet: &Fleet, key: &str) -> Vec<Option<u64>> {
         v.push(t);
     }
     v
-}
-
-/// Starts a fair acquire of `key` by `locks`, without waiting for its place in line.
-fn start_waiting(
-    locks: &QuorumLock,
-    key: &str,
-    ttl: Duration,
-    wait: Duration,
-) -> tokio::task::JoinHandle<quorum_lock::Result<LockGuard>> {
-    let (locks, key) = (locks.clone(), key.to_string());
-    tokio::spawn(async move { locks.fair_lock(&key).ttl(ttl).wait(wait).acquire().await })
 }
 
 async fn until_line_len(fleet: &Fleet, key: &str, n: usize) {

@@ -517,16 +517,7 @@ pub(super) async fn a_grant_to_a_dead_waiter_passes_to_the_next_one_after_its_cl
     .await;
     doomed.freeze();
     let live = patient_client(fleet).await;
-    let waiting = {
-        let (live, key) = (live.clone(), key.clone());
-        tokio::spawn(async move {
-            live.fair_lock(&key)
-                .ttl(LONG)
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await
-        })
-    };
+    let waiting = start_waiting(&live, &key, LONG, Duration::from_secs(20));
     eventually(fleet, LONG, "the live waiter joins the line", || async {
         line_lengths(fleet, &key).await.iter().all(|&n| n == 2) && live.stats().waiting == 1
     })

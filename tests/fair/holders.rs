@@ -22,16 +22,7 @@ pub(super) async fn a_fair_locks_token_releases_it_from_another_client_with_the_
         .expect("a fair lock's guard gives its token");
     holder.finish_background().await;
     let live = patient_client(fleet).await;
-    let waiting = {
-        let (live, key) = (live.clone(), key.clone());
-        tokio::spawn(async move {
-            live.fair_lock(&key)
-                .ttl(LONG)
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await
-        })
-    };
+    let waiting = start_waiting(&live, &key, LONG, Duration::from_secs(20));
     eventually(fleet, LONG, "the waiter joins the line", || async {
         queued_everywhere(fleet, &key).await == 1 && live.stats().waiting == 1
     })
@@ -71,17 +62,7 @@ pub(super) async fn a_fair_token_of_a_holder_that_came_through_the_line_hands_th
         .build()
         .await
         .unwrap();
-    let held = {
-        let (holder, key) = (holder.clone(), key.clone());
-        tokio::spawn(async move {
-            holder
-                .fair_lock(&key)
-                .ttl(LONG)
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await
-        })
-    };
+    let held = start_waiting(&holder, &key, LONG, Duration::from_secs(20));
     eventually(fleet, LONG, "the holder waits in line", || async {
         line_lengths(fleet, &key).await.iter().all(|&n| n == 1)
     })
@@ -90,16 +71,7 @@ pub(super) async fn a_fair_token_of_a_holder_that_came_through_the_line_hands_th
     let token = held.await.unwrap().unwrap().into_holder().unwrap();
     holder.finish_background().await;
     let live = patient_client(fleet).await;
-    let waiting = {
-        let (live, key) = (live.clone(), key.clone());
-        tokio::spawn(async move {
-            live.fair_lock(&key)
-                .ttl(LONG)
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await
-        })
-    };
+    let waiting = start_waiting(&live, &key, LONG, Duration::from_secs(20));
     eventually(fleet, LONG, "the live waiter joins", || async {
         live.stats().waiting == 1 && line_lengths(fleet, &key).await.iter().all(|&n| n >= 1)
     })
@@ -125,17 +97,7 @@ pub(super) async fn a_made_up_fair_token_takes_nobody_out_of_the_line() {
     let holder = client(fleet, Quorum::Majority).await;
     let guard = holder.fair_lock(&key).ttl(LONG).acquire().await.unwrap();
     let victim = patient_client(fleet).await;
-    let victim_wait = {
-        let (victim, key) = (victim.clone(), key.clone());
-        tokio::spawn(async move {
-            victim
-                .fair_lock(&key)
-                .ttl(LONG)
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await
-        })
-    };
+    let victim_wait = start_waiting(&victim, &key, LONG, Duration::from_secs(20));
     eventually(fleet, LONG, "the victim joins the line", || async {
         line_lengths(fleet, &key).await.iter().all(|&n| n == 1) && victim.stats().waiting == 1
     })
@@ -201,16 +163,7 @@ pub(super) async fn two_dead_waiters_of_one_process_cost_two_claim_windows() {
     .await;
     doomed.freeze();
     let live = patient_client(fleet).await;
-    let waiting = {
-        let (live, key) = (live.clone(), key.clone());
-        tokio::spawn(async move {
-            live.fair_lock(&key)
-                .ttl(LONG)
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await
-        })
-    };
+    let waiting = start_waiting(&live, &key, LONG, Duration::from_secs(20));
     eventually(fleet, LONG, "the live waiter joins the line", || async {
         line_lengths(fleet, &key).await.iter().all(|&n| n == 3) && live.stats().waiting == 1
     })

@@ -48,6 +48,17 @@ async fn queued_everywhere(fleet: &Fleet, key: &str) -> usize {
     least
 }
 
+/// Starts a fair acquire of `key` by `locks`, without waiting for its place in line.
+pub(crate) fn start_waiting(
+    locks: &QuorumLock,
+    key: &str,
+    ttl: Duration,
+    wait: Duration,
+) -> tokio::task::JoinHandle<quorum_lock::Result<LockGuard>> {
+    let (locks, key) = (locks.clone(), key.to_string());
+    tokio::spawn(async move { locks.fair_lock(&key).ttl(ttl).wait(wait).acquire().await })
+}
+
 /// Whether any of the fair lock's keys of `key` exists on any node.
 async fn any_line_keys(fleet: &Fleet, key: &str) -> bool {
     for i in 0..fleet.len() {

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::review_notices::{fair_client, is_handoff_value, leaves_nothing, Probe, LONG};
-use super::{line_lengths, queued_everywhere};
+use super::{line_lengths, queued_everywhere, start_waiting};
 use crate::common::*;
 use quorum_lock::testkit::Fleet;
 use quorum_lock::{Error, LockGuard, Quorum, QuorumLock};
@@ -481,14 +481,12 @@ async fn review_notices_node_paused_or_restarted_at_the_hand_off() {
         })
         .await;
         // A third client's waiter behind.
-        let (t3, owned) = (third.clone(), key.clone());
-        let behind = tokio::spawn(async move {
-            t3.fair_lock(&owned)
-                .ttl(Duration::from_secs(4))
-                .wait(Duration::from_secs(30))
-                .acquire()
-                .await
-        });
+        let behind = start_waiting(
+            &third,
+            &key,
+            Duration::from_secs(4),
+            Duration::from_secs(30),
+        );
         eventually(&fleet, LONG, "two in line", || async {
             queued_everywhere(&fleet, &key).await == 2
         })
@@ -587,14 +585,7 @@ async fn review_notices_dead_waiter_costs_a_claim_window() {
             queued_everywhere(fleet, &key).await == 1
         })
         .await;
-        let (l, k) = (live.clone(), key.clone());
-        let waiting = tokio::spawn(async move {
-            l.fair_lock(&k)
-                .ttl(LONG)
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await
-        });
+        let waiting = start_waiting(&live, &key, LONG, Duration::from_secs(20));
         eventually(fleet, LONG, "live in line", || async {
             line_lengths(fleet, &key).await.iter().all(|&n| n == 2)
         })
@@ -657,14 +648,12 @@ async fn review_notices_clock_jump_before_the_first_renewal() {
         // One node jumps (its grant is gone), and a competitor tries at once.
         let node = round % 5;
         fleet.expire_early(node, "test:*").unwrap();
-        let (t3, k) = (third.clone(), key.clone());
-        let comp = tokio::spawn(async move {
-            t3.fair_lock(&k)
-                .ttl(Duration::from_secs(5))
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await
-        });
+        let comp = start_waiting(
+            &third,
+            &key,
+            Duration::from_secs(5),
+            Duration::from_secs(20),
+        );
         let t0 = Instant::now();
         while t0.elapsed() < Duration::from_millis(2500) {
             if comp.is_finished() && g.is_held() {
@@ -797,14 +786,7 @@ async fn review_notices_by_holder_through_the_own_client_before_the_renewal() {
         let (g, _) = noticed_guard(fleet, &key, &holder, &waiting, |r| r.ttl(LONG)).await;
         let value = g.holder().to_string();
         // A next waiter of a third client.
-        let (l, k) = (next.clone(), key.clone());
-        let behind = tokio::spawn(async move {
-            l.fair_lock(&k)
-                .ttl(Duration::from_secs(5))
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await
-        });
+        let behind = start_waiting(&next, &key, Duration::from_secs(5), Duration::from_secs(20));
         eventually(fleet, LONG, "behind in line", || async {
             line_lengths(fleet, &key)
                 .await
