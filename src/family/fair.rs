@@ -238,8 +238,9 @@ impl Kind for Fair {
         true
     }
 
-    /// A fair request waits for its rollback, which may give the key straight back to it,
-    /// first in line (see `lua/fair_release.lua`).
+    /// A fair request waits for its rollback's answers from the nodes that answered its
+    /// attempt yes, one of which may give the key straight back to it, first in line (see
+    /// `lua/fair_release.lua`); not from the others (see `take::attempt::give_back`).
     fn waits_for_rollback(&self) -> bool {
         true
     }

@@ -36,6 +36,8 @@ pub(crate) struct Outcome {
     pub(crate) unsent: Vec<usize>,
     /// The largest value among the yes answers counted.
     pub(crate) max_yes: Option<i64>,
+    /// Bit `i`: node `i` answered yes.
+    pub(crate) yes: u64,
     /// The waiters a fair lock's release handed the key to, with the grant's TTL in ms, one
     /// entry per node that did.
     pub(crate) granted: Vec<(Vec<u8>, i64)>,
@@ -125,6 +127,7 @@ impl Outcome {
             refused: Vec::new(),
             unsent: Vec::new(),
             max_yes: None,
+            yes: 0,
             granted: Vec::new(),
             drawn: 0,
             max_drawn: None,
@@ -303,6 +306,17 @@ where
         ))
     }
 
+    /// Stops the requests not yet written, and lets those written finish in the background
+    /// (until the call's deadline) instead of dropping them: the driver skips a request whose
+    /// caller went away before the request left the connection's queue, so a request dropped
+    /// once written may still never reach its node. For a call whose requests should land
+    /// even after its decision (a fair attempt, which keeps its place in line with them).
+    pub(crate) fn finish_written(mut self, background: &Arc<BackgroundWork>) {
+        // No request is being written between two polls of the fan-out (see `send_all`).
+        self.call.progress.stop();
+        let _ = self.detach(background);
+    }
+
     /// The instant the requests still running time out, fixed on the first call.
     fn deadline(&mut self) -> Instant {
         *self
@@ -381,6 +395,7 @@ where
         let vote = match result.map(|v| ((self.read)(&v), v)) {
             Ok((Some(Answer::Yes(value)), _)) => {
                 out.max_yes = out.max_yes.max(Some(value));
+                out.yes |= 1 << i;
                 Vote::Yes
             }
             Ok((Some(Answer::Drawn(n)), _)) => {

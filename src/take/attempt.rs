@@ -168,16 +168,23 @@ pub(crate) async fn attempt(
         &fan.outcome.unsent,
         also_undo,
     );
+    let answered_yes = fan.outcome.yes;
     // Stops the requests not yet written; those written stay queued ahead of the rollback on
-    // their connections (ordering invariant 5).
-    drop(fan);
+    // their connections (ordering invariant 5). A fair request's rollback is not waited for
+    // everywhere (see `give_back`), so its next attempt may be written behind this one's
+    // rollback on a slow node: its attempts written there must land (they keep its place in
+    // line), not be dropped, or a node one round trip behind would never see it join.
+    match key.kind().waits_for_rollback() {
+        true => fan.finish_written(&state.background),
+        false => drop(fan),
+    }
     state.counters.attempt(match &miss {
         Miss::Contended(..) => AttemptEnd::Contended,
         Miss::Failed(_) => AttemptEnd::Failed,
     });
     state.counters.rollback();
     // RedLock step 5: roll back, also on the nodes that failed or timed out.
-    let regranted = give_back(state, key, holder, give_back_to).await;
+    let regranted = give_back(state, key, holder, give_back_to, answered_yes).await;
     let mut miss = miss;
     if let Miss::Contended(c) = &mut miss {
         c.partly |= regranted;
@@ -252,10 +259,15 @@ fn rollback_targets(
 /// An attempt's holder value is its own (a fair request's too: its base and a nonce), so a
 /// rollback that lands late can never delete a later attempt's entry, or a grant, and it is
 /// enough to write it onto every live connection now and let it finish in the background.
-/// A fair request still waits for its rollback (each node's part bounded by the node
-/// timeout; a part stopped before it was written is never sent) before it counts as waiting
-/// for a hand-off: by then its attempt, written before the rollback on each connection, has
-/// run, and cannot claim (and its rollback delete) a key a release hands over.
+/// A fair request waits for its rollback's answers from the nodes in `wait_on` (those that
+/// answered its attempt yes; each part bounded by the node timeout), to learn whether one gave
+/// the key straight back to it; the parts to the other nodes (failed, timed out, not waited
+/// for: a silent node among them) are written now and finish in the background, so that a
+/// silent node does not hold up every attempt by a node timeout. Not waiting is safe: every
+/// value of the request that a release hands over, or that a hold from notices counts, is
+/// a hand-off value of a round no earlier than this attempt's, which neither this attempt
+/// (landing late) claims nor its rollback deletes (`tests/model_fair/`, whose requests wait
+/// for the same nodes' parts; waiting for none was checked as well).
 ///
 /// Returns whether a fair request's rollback gave the key straight back to the request, first
 /// in line (see `family/lua/fair_release.lua`): its next attempt should come at once, since no other
@@ -265,20 +277,27 @@ pub(super) async fn give_back(
     shape: &Shape,
     holder: Holder,
     nodes: Vec<usize>,
+    wait_on: u64,
 ) -> bool {
     if nodes.is_empty() {
         return false;
     }
-    if !shape.kind().waits_for_rollback() {
-        let work = rollback(state.clone(), shape.clone(), holder, nodes);
+    let (waited, unwaited): (Vec<usize>, Vec<usize>) = match shape.kind().waits_for_rollback() {
+        true => nodes.into_iter().partition(|&i| wait_on & 1 << i != 0),
+        false => (Vec::new(), nodes),
+    };
+    if !unwaited.is_empty() {
+        let work = rollback(state.clone(), shape.clone(), holder.clone(), unwaited);
         write_now_finish_later(&state.background, async move {
             work.await;
         });
+    }
+    if waited.is_empty() {
         return false;
     }
     let answers = state
         .background
-        .track(rollback(state.clone(), shape.clone(), holder, nodes))
+        .track(rollback(state.clone(), shape.clone(), holder, waited))
         .await;
     answers
         .iter()

@@ -219,9 +219,12 @@ impl Line {
             // A give-up withdraws the new identity.
             *withdraw = plan.shape.withdraw();
         }
-        // The attempt's rollback, and a withdrawal, have run: a release may now hand this
-        // request the lock. Not before the withdrawal: a release in between could hand over
-        // a grant that the withdrawal then deletes and passes on to the next waiter.
+        // The attempt's rollback is written (and has run where the attempt was answered
+        // yes), and a withdrawal has run: a release may now hand this request the lock. Not
+        // before the withdrawal: a release in between could hand over a grant that the
+        // withdrawal then deletes and passes on to the next waiter. A part of the rollback
+        // still on its way deletes only the attempt's own value, and the attempt, landing
+        // late, claims no hand-off value of its round.
         self.registration.waiting(self.standing.round);
         // A fair request refused without a ticket draws one and joins the line at once.
         match miss {
@@ -301,7 +304,7 @@ async fn claim(
     state.counters.attempt(AttemptEnd::Failed);
     state.counters.rollback();
     let every = (0..state.nodes.len()).collect();
-    give_back(state, &plan.shape, holder, every).await;
+    give_back(state, &plan.shape, holder, every, u64::MAX).await;
     Err(Miss::Failed(error))
 }
 

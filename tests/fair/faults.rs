@@ -596,3 +596,50 @@ pub(super) async fn a_ticket_drawn_by_a_waiter_that_never_joins_the_line_expires
         "the ticket counter lives {left} ms after a draw round (-1: for ever)"
     );
 }
+
+/// With one of five nodes frozen, two clients contending for a fair lock still take turns. A
+/// refused attempt waits for its rollback only on the nodes that answered it yes, not for the
+/// frozen node's timeout, so the waiter is in line before the holder's client asks again.
+/// (When every rollback part was waited for, each refused attempt took a node timeout, the
+/// holder's client found the line empty on a quorum and took the key straight back, and the
+/// clients were served in runs.)
+#[tokio::test]
+async fn with_a_node_frozen_two_clients_still_take_turns() {
+    const TURNS: usize = 10;
+    let fleet = own_fleet(5);
+    let key = unique_key("fair-frozen-turns");
+    let clients = [patient_client(&fleet).await, patient_client(&fleet).await];
+    fleet.pause(4).unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for (c, locks) in clients.iter().enumerate() {
+        let (locks, key, order) = (locks.clone(), key.clone(), order.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..TURNS {
+                let guard = locks
+                    .fair_lock(&key)
+                    .ttl(Duration::from_secs(5))
+                    .wait(LONG)
+                    .acquire()
+                    .await
+                    .unwrap();
+                order.lock().unwrap().push(c);
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        tokio::time::timeout(LONG * 2, task)
+            .await
+            .expect("both clients served")
+            .unwrap();
+    }
+    fleet.resume(4).unwrap();
+    let order = order.lock().unwrap().clone();
+    let changes = order.windows(2).filter(|w| w[0] != w[1]).count();
+    assert!(
+        changes >= TURNS,
+        "{changes} changes of client in {} turns: {order:?}",
+        order.len()
+    );
+}

@@ -122,6 +122,10 @@ pub(super) enum Bug {
     /// rather than the hand-off value of the entry's round, and a hold from their notices
     /// holds `B:g`: a late attempt of the request takes it over.
     NoticedGrantClaimable,
+    /// Not a defect, a check of the argument: a failed attempt's rollback is written and not
+    /// waited for on any node (the library waits on the nodes that answered the attempt yes,
+    /// to learn whether a rollback gave the key straight back to the request).
+    RollbackUnwaited,
 }
 
 #[derive(Clone, Debug)]

@@ -1005,3 +1005,82 @@ fn large_a_hold_from_notices_with_a_reconnect_over_a_tick() {
         .cover(SEEN_NOTICED | SEEN_LATE);
     assert_safe("a hold from notices, a reconnect, 1 tick", cfg);
 }
+
+/// A rollback waited for on no node at all (the library waits on the nodes that answered its
+/// attempt yes): still safe, with the round fence, across the hand-off, reconnects, a lost
+/// request and a forgetful node.
+#[test]
+#[ignore]
+fn large_a_rollback_waited_for_on_no_node() {
+    let runs: Vec<(&str, Config)> = vec![
+        (
+            "hand-off",
+            Config::new(3, 2, &hand_off_cast(), 0).timeouts(0b010),
+        ),
+        (
+            "two clients",
+            Config::new(3, 2, &[fair(0, 1), fair(1, 2)], 0).timeouts(0b10),
+        ),
+        (
+            "two of one client",
+            Config::new(3, 2, &[fair(0, 1), fair(0, 2)], 0).timeouts(0b11),
+        ),
+        (
+            "a lost request",
+            Config::new(3, 2, &hand_off_cast(), 0)
+                .timeouts(0b010)
+                .losses(Some(1)),
+        ),
+        (
+            "a late rollback",
+            Config::new(3, 2, &[fair(0, 3)], 0)
+                .timeouts(0b1)
+                .reconnects(1),
+        ),
+        (
+            "a late withdrawal",
+            Config::new(3, 2, &[holding(fair(0, 1)), in_line(fair(0, 1), 1)], 0)
+                .timeouts(0b10)
+                .reconnects(1),
+        ),
+        (
+            "hand-off, a reconnect",
+            Config::new(3, 2, &hand_off_cast(), 0)
+                .timeouts(0b010)
+                .reconnects(1),
+        ),
+        (
+            "a hold from notices, a reconnect",
+            Config::new(3, 2, &[holding(fair(0, 1)), in_line(fair(1, 1), 1)], 0)
+                .claim(2)
+                .timeouts(0b10)
+                .reconnects(1),
+        ),
+        (
+            "two of one client, a reconnect",
+            Config::new(3, 2, &[fair(0, 1), fair(0, 2)], 0)
+                .timeouts(0b10)
+                .reconnects(1),
+        ),
+    ];
+    for (name, cfg) in runs {
+        assert_safe(name, cfg.bug(Bug::RollbackUnwaited));
+    }
+}
+
+/// The round fence dropped, with rollbacks waited for on no node: the same-client hand-off's
+/// value is claimed by the waiter's late attempt, written to a connection that failed, and
+/// deleted by its rollback (support fails). Without a replaced connection no such run exists,
+/// also without the fence: a same-client release follows the attempt on each connection, and
+/// another client's hold from notices counts only grants of the round its attempt wrote into
+/// the node's entry, made after that attempt ran there (docs/SAFETY.md).
+#[test]
+fn negative_unwaited_rollbacks_without_the_round_fence() {
+    let plans = [holding(fair(0, 1)), in_line(fair(0, 1), 1)];
+    let cfg = Config::new(3, 2, &plans, 0)
+        .timeouts(0b10)
+        .reconnects(1)
+        .bug(Bug::RollbackUnwaited)
+        .bug(Bug::HandOffWithoutRoundFence);
+    assert_finds("unwaited rollbacks without the round fence", cfg, "support");
+}

@@ -462,7 +462,7 @@ impl Protocol {
                     } else {
                         s.reqs[r].miss = Miss::Exhausted;
                         log.note(|| format!("t={now} r{r} quorum too late (deadline {deadline})"));
-                        self.rollback(s, r, self.all() & !fan.refused, log);
+                        self.rollback(s, r, self.all() & !fan.refused, fan.yes, log);
                     }
                 }
                 Decision::Impossible => {
@@ -480,7 +480,7 @@ impl Protocol {
                     }
                     let miss = q.miss;
                     log.note(|| format!("t={now} r{r} attempt fails ({}): {miss:?}", tally()));
-                    self.rollback(s, r, self.all() & !fan.refused, log);
+                    self.rollback(s, r, self.all() & !fan.refused, fan.yes, log);
                 }
             },
             Phase::Rollback if fan.pending == 0 => self.after_rollback(s, r, log),
@@ -518,19 +518,35 @@ impl Protocol {
     }
 
     /// `give_back`: FAIR_RELEASE mode 2 on `mask`, waited for.
-    pub(super) fn rollback(&self, s: &mut State, r: usize, mask: u8, log: &mut Log) {
+    /// The rollback is written to every node of `mask` and waited for on those of `wait`
+    /// (an attempt's: the nodes that answered it yes; a hand-off's give-back: all), the
+    /// parts to the others left to finish unanswered (`give_back`).
+    pub(super) fn rollback(&self, s: &mut State, r: usize, mask: u8, wait: u8, log: &mut Log) {
         let now = s.now;
         s.reqs[r].phase = Phase::Rollback;
         let holder = s.reqs[r].holder;
+        let wait = match self.cfg.has(Bug::RollbackUnwaited) {
+            true => 0,
+            false => mask & wait,
+        };
         log.note(|| {
-            let on = nodes_of(mask);
+            let (on, waits) = (nodes_of(mask), nodes_of(wait));
             format!(
-                "t={now} r{r} rolls back {} on {on} (waits)",
+                "t={now} r{r} rolls back {} on {on} (waits for {waits})",
                 holder.describe()
             )
         });
-        self.fan_out(s, r, mask, Kind::Rollback, holder, 0);
-        if mask == 0 {
+        let unwaited = mask & !wait;
+        if unwaited != 0 {
+            self.send(
+                s,
+                r,
+                unwaited,
+                Req::new(Kind::Rollback, r, holder, 0, false),
+            );
+        }
+        self.fan_out(s, r, wait, Kind::Rollback, holder, 0);
+        if wait == 0 {
             self.after_rollback(s, r, log);
         }
     }
@@ -641,7 +657,7 @@ impl Protocol {
             } else {
                 s.reqs[r].miss = Miss::Exhausted;
                 log.note(|| format!("t={now} r{r} hand-off too late (deadline {deadline})"));
-                self.rollback(s, r, self.all(), log);
+                self.rollback(s, r, self.all(), self.all(), log);
             }
         } else {
             self.leave_waiting(s, r);
