@@ -32,6 +32,12 @@ impl Backoff {
         self.quick = QUICK_RETRIES;
     }
 
+    /// Ends the quick retries of the latest wake-up: another waiter won this release's race
+    /// (the key's arbiter refused), so the next useful try follows the next notice.
+    pub(crate) fn lost_the_race(&mut self) {
+        self.quick = 0;
+    }
+
     /// The pause after an attempt: the retry delay plus `random` (in `[0, 1]`) times the
     /// jitter, capped by the holder's remaining TTL when it is known (its key is gone by then)
     /// and, after a wake-up, by the next quick retry (1, 2, 4 ms) when the attempt was
@@ -87,6 +93,16 @@ mod tests {
         b.woken();
         assert_eq!(b.pause(false, None, 0.0), 100 * MS);
         assert_eq!(b.pause(true, None, 0.0), MS);
+    }
+
+    #[test]
+    fn a_lost_race_ends_the_quick_retries() {
+        let mut b = Backoff::new(100 * MS, Duration::ZERO);
+        b.woken();
+        assert_eq!(b.pause(true, None, 0.0), MS);
+        b.lost_the_race();
+        assert_eq!(b.pause(true, None, 0.0), 100 * MS);
+        assert_eq!(b.pause(true, Some(30 * MS), 0.0), 30 * MS);
     }
 
     #[test]

@@ -32,6 +32,9 @@ pub(crate) struct Contention {
     /// Some nodes said yes (the attempt raced a change of holder: a release, a grant), or a
     /// fair request's rollback gave the key back to it.
     pub(crate) partly: bool,
+    /// The key's arbiter refused (the ordered approach): another waiter has its vote for
+    /// this release, and will hold the key or retry itself.
+    pub(crate) by_arbiter: bool,
 }
 
 /// What one attempt ended with, short of a guard.
@@ -123,6 +126,7 @@ pub(crate) async fn attempt(
                     hint: outcome.hint,
                     drawn: None,
                     partly: false,
+                    by_arbiter: true,
                 }));
             }
         };
@@ -232,6 +236,7 @@ fn short_of_quorum(outcome: &Outcome, required: usize, key: &Shape) -> Miss {
         hint: outcome.hint,
         drawn,
         partly: outcome.tally.yes() > 0,
+        by_arbiter: false,
     })
 }
 

@@ -289,6 +289,13 @@ impl<'a, 'p> Waiting<'a, 'p> {
                 if c.partly && self.line.is_some() {
                     self.backoff.woken();
                 }
+                // Refused by the key's arbiter: another waiter has its vote for this release
+                // and will hold the key (its release wakes this waiter) or, if its attempt
+                // fails, retry at once itself. Quick retries here only ask the arbiter again
+                // while the winner holds: 3 more refused attempts per client and release.
+                if c.by_arbiter {
+                    self.backoff.lost_the_race();
+                }
                 (None, c.hint)
             }
             None => (None, None),
