@@ -10,6 +10,9 @@
 //! # (SIGSTOP) halfway instead of killed; runs healthy first and prints both times
 //! cargo run --example inventory -- --clients 10 --freeze
 //!
+//! # the same buyers served in the order they asked (the fair lock): fewer attempts
+//! cargo run --example inventory -- --clients 10 --fair
+//!
 //! # against the docker-compose fleet (docker-compose.yml), killing a node halfway
 //! cargo run --example inventory -- --external --halfway 'docker-compose kill redis3'
 //! ```
@@ -48,6 +51,8 @@ struct Options {
     clients: usize,
     /// Freeze the node halfway (SIGSTOP) instead of killing it, after a healthy run.
     freeze: bool,
+    /// The fair lock (buyers served in the order they asked) instead of the mutex.
+    fair: bool,
 }
 
 /// The compose fleet's lock nodes and stock database (docker-compose.yml).
@@ -64,6 +69,7 @@ fn parse_args() -> Result<Options, String> {
         halfway: None,
         clients: 1,
         freeze: false,
+        fair: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -98,10 +104,11 @@ fn parse_args() -> Result<Options, String> {
                 }
             }
             "--freeze" => o.freeze = true,
+            "--fair" => o.fair = true,
             "-h" | "--help" => {
                 return Err(
                     "usage: inventory [--quorum majority|all] [--buyers N] [--stock N] \
-                     [--no-lock] [--clients N] [--freeze] [--external] [--halfway SHELL-COMMAND]"
+                     [--no-lock] [--clients N] [--freeze] [--fair] [--external] [--halfway SHELL-COMMAND]"
                         .into(),
                 )
             }
@@ -256,7 +263,11 @@ async fn run(
         locks.quorum_size(),
         nodes.len(),
         opts.stock / 2,
-        if opts.lock { "" } else { ", NO LOCK" }
+        match (opts.lock, opts.fair) {
+            (false, _) => ", NO LOCK",
+            (true, true) => ", fair lock",
+            (true, false) => "",
+        }
     );
 
     let tally = Arc::new(Tally {
@@ -268,8 +279,8 @@ async fn run(
     for b in 0..opts.buyers {
         let locks = clients[b as usize % clients.len()].clone();
         let (tally, mut db) = (tally.clone(), db.clone());
-        let use_lock = opts.lock;
-        buyers.spawn(async move { buy(&locks, &mut db, use_lock, &tally).await });
+        let lock = opts.lock.then_some(opts.fair);
+        buyers.spawn(async move { buy(&locks, &mut db, lock, &tally).await });
     }
     let mut killed = !fault;
     loop {
@@ -326,6 +337,15 @@ async fn run(
         sum(|s| s.released),
         sum(|s| s.release_failed)
     );
+    // An attempt asks the nodes (a waiter refused by the key's arbiter asked only it); a fair
+    // waiter handed the lock by the nodes' grants made none for it.
+    println!(
+        "attempts per lock   {:.1} ({} lock; {} of {} locks held from grant notices)",
+        sum(|s| s.attempts) as f64 / sum(|s| s.acquired).max(1) as f64,
+        if opts.fair { "fair" } else { "mutex" },
+        sum(|s| s.noticed),
+        sum(|s| s.acquired),
+    );
     if oversold > 0 || lost_updates > 0 {
         println!("\nFAILED: the stock was oversold or updates were lost");
         return Ok((ExitCode::FAILURE, elapsed));
@@ -333,15 +353,21 @@ async fn run(
     Ok((ExitCode::SUCCESS, elapsed))
 }
 
-/// One buyer: lock, read the stock, think, write it back decremented, unlock.
+/// One buyer: lock (`lock`: `Some(fair)`), read the stock, think, write it back decremented,
+/// unlock.
 async fn buy(
     locks: &QuorumLock,
     db: &mut redis::aio::MultiplexedConnection,
-    use_lock: bool,
+    lock: Option<bool>,
     tally: &Tally,
 ) {
-    let guard = if use_lock {
-        match locks.acquire(LOCK_KEY, Duration::from_secs(5)).await {
+    let guard = if let Some(fair) = lock {
+        let ttl = Duration::from_secs(5);
+        let acquired = match fair {
+            true => locks.fair_lock(LOCK_KEY).ttl(ttl).acquire().await,
+            false => locks.acquire(LOCK_KEY, ttl).await,
+        };
+        match acquired {
             Ok(g) => Some(g),
             Err(e) => {
                 tally.lock_refused.fetch_add(1, Ordering::SeqCst);
