@@ -362,21 +362,119 @@ impl NodeRequest {
 
     #[cfg(feature = "metrics")]
     fn record(&self, result: NodeResult) {
-        let node = node_label(self.node);
-        metrics::counter!(
-            names::NODE_REQUESTS,
-            "node" => node,
-            "operation" => self.operation,
-            "result" => result.label()
-        )
-        .increment(1);
+        // The keys are built once per node and operation: a `counter!` with labels builds
+        // (allocates and hashes) its key on every call, also without a recorder installed.
+        let keys = node_keys::get(self.node, self.operation);
+        let requests = &keys.requests[result as usize];
+        metrics::with_recorder(|r| r.register_counter(requests, &node_keys::METADATA)).increment(1);
         if matches!(result, NodeResult::Answered) {
-            metrics::histogram!(
-                names::NODE_DURATION,
-                "node" => node,
-                "operation" => self.operation
-            )
-            .record(self.started.elapsed());
+            metrics::with_recorder(|r| r.register_histogram(&keys.duration, &node_keys::METADATA))
+                .record(self.started.elapsed());
+        }
+    }
+}
+
+/// The metric keys of one node's requests, by operation: built on a node's first request of
+/// an operation, then kept for the process's life (a few nodes times the scripts' names).
+#[cfg(feature = "metrics")]
+mod node_keys {
+    use std::collections::HashMap;
+    use std::sync::{OnceLock, PoisonError, RwLock};
+
+    use metrics::{Key, Label, Level, Metadata};
+
+    use super::{names, node_label, NodeResult};
+
+    /// What `counter!` and `histogram!` called here would give.
+    pub(super) static METADATA: Metadata<'static> =
+        Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
+
+    /// One node and operation's keys.
+    pub(super) struct NodeKeys {
+        /// The request counter's, indexed by `NodeResult as usize`.
+        pub(super) requests: [Key; 4],
+        /// The latency histogram's.
+        pub(super) duration: Key,
+    }
+
+    /// Node index (capped as its label is), and the operation name's address and length: the
+    /// names are `&'static str` literals, so a name has one address (or a few, each its own
+    /// entry with the same labels).
+    type Id = (usize, usize, usize);
+
+    type Map = HashMap<Id, &'static NodeKeys, crate::fnv::FnvBuild>;
+
+    pub(super) fn get(node: usize, operation: &'static str) -> &'static NodeKeys {
+        static KEYS: OnceLock<RwLock<Map>> = OnceLock::new();
+        let node = node.min(crate::scripts::MAX_NODES);
+        let id = (node, operation.as_ptr() as usize, operation.len());
+        let map = KEYS.get_or_init(Default::default);
+        if let Some(keys) = map.read().unwrap_or_else(PoisonError::into_inner).get(&id) {
+            return keys;
+        }
+        let mut map = map.write().unwrap_or_else(PoisonError::into_inner);
+        map.entry(id)
+            .or_insert_with(|| Box::leak(Box::new(build(node_label(node), operation))))
+    }
+
+    fn build(node: &'static str, operation: &'static str) -> NodeKeys {
+        let key = |name: &'static str, result: Option<NodeResult>| {
+            let mut labels = vec![
+                Label::from_static_parts("node", node),
+                Label::from_static_parts("operation", operation),
+            ];
+            labels.extend(result.map(|r| Label::from_static_parts("result", r.label())));
+            Key::from_parts(name, labels)
+        };
+        let results = [
+            NodeResult::Answered,
+            NodeResult::Error,
+            NodeResult::Timeout,
+            NodeResult::Stopped,
+        ];
+        NodeKeys {
+            requests: results.map(|r| key(names::NODE_REQUESTS, Some(r))),
+            duration: key(names::NODE_DURATION, None),
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn each_result_has_its_own_key_in_the_order_of_the_enum() {
+            let keys = get(1, "acquire");
+            for (i, r) in [
+                NodeResult::Answered,
+                NodeResult::Error,
+                NodeResult::Timeout,
+                NodeResult::Stopped,
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                assert_eq!(r as usize, i);
+                let labels: Vec<_> = keys.requests[i]
+                    .labels()
+                    .map(|l| (l.key(), l.value()))
+                    .collect();
+                assert_eq!(
+                    labels,
+                    [
+                        ("node", "1"),
+                        ("operation", "acquire"),
+                        ("result", r.label())
+                    ]
+                );
+            }
+            assert!(std::ptr::eq(keys, get(1, "acquire")));
+            // A node past the labelled ones shares the "other" label's keys.
+            let far = get(usize::MAX, "acquire");
+            assert_eq!(
+                far.duration.labels().next().map(|l| l.value()),
+                Some("other")
+            );
         }
     }
 }
