@@ -67,6 +67,7 @@ pub mod failpoints;
 mod failpoints;
 mod family;
 mod fanout;
+mod fnv;
 mod hold;
 mod human;
 mod node;

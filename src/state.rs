@@ -47,7 +47,7 @@ pub(crate) struct HeldLeases(Mutex<LeasesByKey>);
 type WeakLease = Weak<dyn Any + Send + Sync>;
 
 /// The leases of each key.
-type LeasesByKey = HashMap<Vec<u8>, Vec<WeakLease>>;
+type LeasesByKey = HashMap<Vec<u8>, Vec<WeakLease>, crate::fnv::FnvBuild>;
 
 impl HeldLeases {
     fn map(&self) -> MutexGuard<'_, LeasesByKey> {
