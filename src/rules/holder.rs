@@ -160,10 +160,12 @@ fn secret() -> String {
     // own work per acquire.
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let n = rand::random::<u128>();
-    (0..32)
-        .rev()
-        .map(|i| char::from(HEX[usize::try_from((n >> (4 * i)) & 0xf).unwrap_or(0)]))
-        .collect()
+    let mut hex = [0u8; 32];
+    for (i, digit) in hex.iter_mut().rev().enumerate() {
+        *digit = HEX[usize::try_from((n >> (4 * i)) & 0xf).unwrap_or(0)];
+    }
+    // ASCII throughout: borrowed as it is, then copied once.
+    String::from_utf8_lossy(&hex).into_owned()
 }
 
 impl fmt::Debug for Holder {
