@@ -156,16 +156,7 @@ impl Holder {
 /// 128 bits from the thread's cryptographically secure generator, as 32 hex digits: the
 /// secret part of every holder value.
 fn secret() -> String {
-    // By hand: `format!("{:032x}")` cost about 1,000 instructions, a tenth of the client's
-    // own work per acquire.
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let n = rand::random::<u128>();
-    let mut hex = [0u8; 32];
-    for (i, digit) in hex.iter_mut().rev().enumerate() {
-        *digit = HEX[usize::try_from((n >> (4 * i)) & 0xf).unwrap_or(0)];
-    }
-    // ASCII throughout: borrowed as it is, then copied once.
-    String::from_utf8_lossy(&hex).into_owned()
+    format!("{:032x}", rand::random::<u128>())
 }
 
 impl fmt::Debug for Holder {
