@@ -209,8 +209,15 @@ mod tests {
         let (a, b) = (secret(), secret());
         for s in [&a, &b] {
             assert_eq!(s.len(), 32);
-            assert!(s.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)));
-            assert_eq!(u128::from_str_radix(s, 16).map(|n| format!("{n:032x}")).as_ref(), Ok(s));
+            assert!(s
+                .bytes()
+                .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)));
+            assert_eq!(
+                u128::from_str_radix(s, 16)
+                    .map(|n| format!("{n:032x}"))
+                    .as_ref(),
+                Ok(s)
+            );
         }
         assert_ne!(a, b);
     }
