@@ -208,7 +208,7 @@ impl Started {
 #[inline]
 pub(crate) fn acquire_ended(started: Started, end: AcquireEnd) {
     #[cfg(feature = "metrics")]
-    keys::histogram(names::ACQUIRE_DURATION, &[("outcome", end.label())])
+    metrics::histogram!(names::ACQUIRE_DURATION, "outcome" => end.label())
         .record(started.at.elapsed());
     #[cfg(not(feature = "metrics"))]
     let _ = (started, end);
@@ -218,7 +218,7 @@ pub(crate) fn acquire_ended(started: Started, end: AcquireEnd) {
 #[inline]
 pub(crate) fn attempt(end: AttemptEnd) {
     #[cfg(feature = "metrics")]
-    keys::counter(names::ATTEMPTS, &[("outcome", end.label())]).increment(1);
+    metrics::counter!(names::ATTEMPTS, "outcome" => end.label()).increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = end;
 }
@@ -234,7 +234,7 @@ pub(crate) fn rollback() {
 #[inline]
 pub(crate) fn lost(reason: LossReason) {
     #[cfg(feature = "metrics")]
-    keys::counter(names::LOST, &[("reason", reason.label())]).increment(1);
+    metrics::counter!(names::LOST, "reason" => reason.label()).increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = reason;
 }
@@ -243,11 +243,7 @@ pub(crate) fn lost(reason: LossReason) {
 #[inline]
 pub(crate) fn renewal(by: RenewedBy, end: RenewalEnd) {
     #[cfg(feature = "metrics")]
-    keys::counter(
-        names::RENEWALS,
-        &[("by", by.label()), ("outcome", end.label())],
-    )
-    .increment(1);
+    metrics::counter!(names::RENEWALS, "by" => by.label(), "outcome" => end.label()).increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = (by, end);
 }
@@ -259,7 +255,7 @@ pub(crate) fn release(by: ReleasedBy, confirmed: bool) {
     #[cfg(feature = "metrics")]
     {
         let outcome = if confirmed { "confirmed" } else { "not_held" };
-        keys::counter(names::RELEASES, &[("by", by.label()), ("outcome", outcome)]).increment(1);
+        metrics::counter!(names::RELEASES, "by" => by.label(), "outcome" => outcome).increment(1);
     }
     #[cfg(not(feature = "metrics"))]
     let _ = (by, confirmed);
@@ -280,7 +276,7 @@ pub(crate) fn wakeup(by_notice: bool) {
     #[cfg(feature = "metrics")]
     {
         let source = if by_notice { "notice" } else { "timer" };
-        keys::counter(names::WAKEUPS, &[("source", source)]).increment(1);
+        metrics::counter!(names::WAKEUPS, "source" => source).increment(1);
     }
     #[cfg(not(feature = "metrics"))]
     let _ = by_notice;
@@ -313,7 +309,7 @@ impl Hold {
         #[cfg(feature = "metrics")]
         {
             metrics::gauge!(names::HELD).decrement(1.0);
-            keys::histogram(names::HOLD_DURATION, &[("end", end.label())])
+            metrics::histogram!(names::HOLD_DURATION, "end" => end.label())
                 .record(self.since.elapsed());
         }
         #[cfg(not(feature = "metrics"))]
@@ -366,89 +362,80 @@ impl NodeRequest {
 
     #[cfg(feature = "metrics")]
     fn record(&self, result: NodeResult) {
-        let node = node_label(self.node);
-        keys::counter(
-            names::NODE_REQUESTS,
-            &[
-                ("node", node),
-                ("operation", self.operation),
-                ("result", result.label()),
-            ],
-        )
-        .increment(1);
+        // The keys are built once per node and operation: a `counter!` with labels builds
+        // (allocates and hashes) its key on every call, also without a recorder installed.
+        let keys = node_keys::get(self.node, self.operation);
+        let requests = &keys.requests[result as usize];
+        metrics::with_recorder(|r| r.register_counter(requests, &node_keys::METADATA)).increment(1);
         if matches!(result, NodeResult::Answered) {
-            keys::histogram(
-                names::NODE_DURATION,
-                &[("node", node), ("operation", self.operation)],
-            )
-            .record(self.started.elapsed());
+            metrics::with_recorder(|r| r.register_histogram(&keys.duration, &node_keys::METADATA))
+                .record(self.started.elapsed());
         }
     }
 }
 
-/// Metric handles by name and labels, whose keys are built once per distinct set: `counter!`
-/// and `histogram!` with labels that are not literals build (allocate and hash) their key on
-/// every call, also with no recorder installed, which cost 24 allocations and about 15,000
-/// instructions per acquire+release (BENCHMARKS.md, "client CPU"). Every name and label here
-/// is a `&'static str`: the keys kept are a few per metric and node.
+/// The metric keys of one node's requests, by operation: built on a node's first request of
+/// an operation, then kept for the process's life (a few nodes times the scripts' names).
 #[cfg(feature = "metrics")]
-mod keys {
+mod node_keys {
     use std::collections::HashMap;
     use std::sync::{OnceLock, PoisonError, RwLock};
 
-    use metrics::{Counter, Histogram, Key, Label, Level, Metadata};
+    use metrics::{Key, Label, Level, Metadata};
 
-    /// What `counter!` and `histogram!` called from this module would give.
-    static METADATA: Metadata<'static> =
+    use super::{names, node_label, NodeResult};
+
+    /// What `counter!` and `histogram!` called here would give.
+    pub(super) static METADATA: Metadata<'static> =
         Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
 
-    /// Labels per key, at most.
-    const MAX_LABELS: usize = 3;
-
-    /// The address and length of the name and of each label's key and value: literals, so
-    /// one string has one address (or a few, each an entry of its own with equal labels).
-    type Id = [usize; 2 + 4 * MAX_LABELS];
-
-    type Map = HashMap<Id, &'static Key, crate::fnv::FnvBuild>;
-
-    pub(super) fn counter(name: &'static str, labels: &[(&'static str, &'static str)]) -> Counter {
-        let key = key(name, labels);
-        metrics::with_recorder(|r| r.register_counter(key, &METADATA))
+    /// One node and operation's keys.
+    pub(super) struct NodeKeys {
+        /// The request counter's, indexed by `NodeResult as usize`.
+        pub(super) requests: [Key; 4],
+        /// The latency histogram's.
+        pub(super) duration: Key,
     }
 
-    pub(super) fn histogram(
-        name: &'static str,
-        labels: &[(&'static str, &'static str)],
-    ) -> Histogram {
-        let key = key(name, labels);
-        metrics::with_recorder(|r| r.register_histogram(key, &METADATA))
-    }
+    /// Node index (capped as its label is), and the operation name's address and length: the
+    /// names are `&'static str` literals, so a name has one address (or a few, each its own
+    /// entry with the same labels).
+    type Id = (usize, usize, usize);
 
-    /// The key of `name` with `labels` (the first [`MAX_LABELS`]).
-    fn key(name: &'static str, labels: &[(&'static str, &'static str)]) -> &'static Key {
+    type Map = HashMap<Id, &'static NodeKeys, crate::fnv::FnvBuild>;
+
+    pub(super) fn get(node: usize, operation: &'static str) -> &'static NodeKeys {
         static KEYS: OnceLock<RwLock<Map>> = OnceLock::new();
-        let labels = &labels[..labels.len().min(MAX_LABELS)];
-        let mut id: Id = [0; 2 + 4 * MAX_LABELS];
-        let words = labels
-            .iter()
-            .flat_map(|(k, v)| [*k, *v])
-            .chain([name])
-            .flat_map(|s| [s.as_ptr() as usize, s.len()]);
-        for (slot, word) in id.iter_mut().zip(words) {
-            *slot = word;
-        }
+        let node = node.min(crate::scripts::MAX_NODES);
+        let id = (node, operation.as_ptr() as usize, operation.len());
         let map = KEYS.get_or_init(Default::default);
-        if let Some(key) = map.read().unwrap_or_else(PoisonError::into_inner).get(&id) {
-            return key;
+        if let Some(keys) = map.read().unwrap_or_else(PoisonError::into_inner).get(&id) {
+            return keys;
         }
         let mut map = map.write().unwrap_or_else(PoisonError::into_inner);
-        map.entry(id).or_insert_with(|| {
-            let labels: Vec<Label> = labels
-                .iter()
-                .map(|(k, v)| Label::from_static_parts(k, v))
-                .collect();
-            Box::leak(Box::new(Key::from_parts(name, labels)))
-        })
+        map.entry(id)
+            .or_insert_with(|| Box::leak(Box::new(build(node_label(node), operation))))
+    }
+
+    fn build(node: &'static str, operation: &'static str) -> NodeKeys {
+        let key = |name: &'static str, result: Option<NodeResult>| {
+            let mut labels = vec![
+                Label::from_static_parts("node", node),
+                Label::from_static_parts("operation", operation),
+            ];
+            labels.extend(result.map(|r| Label::from_static_parts("result", r.label())));
+            Key::from_parts(name, labels)
+        };
+        let results = [
+            NodeResult::Answered,
+            NodeResult::Error,
+            NodeResult::Timeout,
+            NodeResult::Stopped,
+        ];
+        NodeKeys {
+            requests: results.map(|r| key(names::NODE_REQUESTS, Some(r))),
+            duration: key(names::NODE_DURATION, None),
+        }
     }
 
     #[cfg(test)]
@@ -456,34 +443,38 @@ mod keys {
         use super::*;
 
         #[test]
-        fn one_key_per_name_and_labels_with_those_labels() {
-            let a = key(
-                "quorum_lock_test_total",
-                &[("node", "1"), ("result", "answered")],
-            );
-            assert_eq!(a.name(), "quorum_lock_test_total");
-            let labels: Vec<_> = a.labels().map(|l| (l.key(), l.value())).collect();
-            assert_eq!(labels, [("node", "1"), ("result", "answered")]);
-            let again = key(
-                "quorum_lock_test_total",
-                &[("node", "1"), ("result", "answered")],
-            );
-            assert!(std::ptr::eq(a, again));
-            // Another value, another name, or fewer labels: another key.
-            let other = key(
-                "quorum_lock_test_total",
-                &[("node", "1"), ("result", "error")],
-            );
-            let fewer = key("quorum_lock_test_total", &[("node", "1")]);
-            let renamed = key(
-                "quorum_lock_other_total",
-                &[("node", "1"), ("result", "answered")],
-            );
-            for k in [other, fewer, renamed] {
-                assert!(!std::ptr::eq(a, k));
-                assert_ne!(a, k);
+        fn each_result_has_its_own_key_in_the_order_of_the_enum() {
+            let keys = get(1, "acquire");
+            for (i, r) in [
+                NodeResult::Answered,
+                NodeResult::Error,
+                NodeResult::Timeout,
+                NodeResult::Stopped,
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                assert_eq!(r as usize, i);
+                let labels: Vec<_> = keys.requests[i]
+                    .labels()
+                    .map(|l| (l.key(), l.value()))
+                    .collect();
+                assert_eq!(
+                    labels,
+                    [
+                        ("node", "1"),
+                        ("operation", "acquire"),
+                        ("result", r.label())
+                    ]
+                );
             }
-            assert_eq!(key("quorum_lock_test_total", &[]).labels().count(), 0);
+            assert!(std::ptr::eq(keys, get(1, "acquire")));
+            // A node past the labelled ones shares the "other" label's keys.
+            let far = get(usize::MAX, "acquire");
+            assert_eq!(
+                far.duration.labels().next().map(|l| l.value()),
+                Some("other")
+            );
         }
     }
 }
