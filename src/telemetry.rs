@@ -102,29 +102,6 @@ pub(crate) enum NodeResult {
 }
 
 #[cfg(feature = "metrics")]
-impl AcquireEnd {
-    fn label(self) -> &'static str {
-        match self {
-            AcquireEnd::Acquired => "acquired",
-            AcquireEnd::Busy => "busy",
-            AcquireEnd::Timeout => "timeout",
-            AcquireEnd::Failed => "failed",
-        }
-    }
-}
-
-#[cfg(feature = "metrics")]
-impl AttemptEnd {
-    fn label(self) -> &'static str {
-        match self {
-            AttemptEnd::Acquired => "acquired",
-            AttemptEnd::Contended => "contended",
-            AttemptEnd::Failed => "failed",
-        }
-    }
-}
-
-#[cfg(feature = "metrics")]
 impl LossReason {
     fn label(self) -> &'static str {
         match self {
@@ -151,26 +128,6 @@ impl RenewalEnd {
             RenewalEnd::Confirmed => "confirmed",
             RenewalEnd::Failed => "failed",
             RenewalEnd::Lost => "lost",
-        }
-    }
-}
-
-#[cfg(feature = "metrics")]
-impl HoldEnd {
-    fn label(self) -> &'static str {
-        match self {
-            HoldEnd::Ended => "ended",
-            HoldEnd::Lost => "lost",
-        }
-    }
-}
-
-#[cfg(feature = "metrics")]
-impl ReleasedBy {
-    fn label(self) -> &'static str {
-        match self {
-            ReleasedBy::Release => "release",
-            ReleasedBy::Drop => "drop",
         }
     }
 }
@@ -208,8 +165,17 @@ impl Started {
 #[inline]
 pub(crate) fn acquire_ended(started: Started, end: AcquireEnd) {
     #[cfg(feature = "metrics")]
-    metrics::histogram!(names::ACQUIRE_DURATION, "outcome" => end.label())
-        .record(started.at.elapsed());
+    // Literal labels, one match arm each: the macro then keeps a static key rather than
+    // building one (a `Vec` of labels) on every call.
+    match end {
+        AcquireEnd::Acquired => {
+            metrics::histogram!(names::ACQUIRE_DURATION, "outcome" => "acquired")
+        }
+        AcquireEnd::Busy => metrics::histogram!(names::ACQUIRE_DURATION, "outcome" => "busy"),
+        AcquireEnd::Timeout => metrics::histogram!(names::ACQUIRE_DURATION, "outcome" => "timeout"),
+        AcquireEnd::Failed => metrics::histogram!(names::ACQUIRE_DURATION, "outcome" => "failed"),
+    }
+    .record(started.at.elapsed());
     #[cfg(not(feature = "metrics"))]
     let _ = (started, end);
 }
@@ -218,7 +184,12 @@ pub(crate) fn acquire_ended(started: Started, end: AcquireEnd) {
 #[inline]
 pub(crate) fn attempt(end: AttemptEnd) {
     #[cfg(feature = "metrics")]
-    metrics::counter!(names::ATTEMPTS, "outcome" => end.label()).increment(1);
+    match end {
+        AttemptEnd::Acquired => metrics::counter!(names::ATTEMPTS, "outcome" => "acquired"),
+        AttemptEnd::Contended => metrics::counter!(names::ATTEMPTS, "outcome" => "contended"),
+        AttemptEnd::Failed => metrics::counter!(names::ATTEMPTS, "outcome" => "failed"),
+    }
+    .increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = end;
 }
@@ -254,8 +225,22 @@ pub(crate) fn renewal(by: RenewedBy, end: RenewalEnd) {
 pub(crate) fn release(by: ReleasedBy, confirmed: bool) {
     #[cfg(feature = "metrics")]
     {
-        let outcome = if confirmed { "confirmed" } else { "not_held" };
-        metrics::counter!(names::RELEASES, "by" => by.label(), "outcome" => outcome).increment(1);
+        let n = names::RELEASES;
+        match (by, confirmed) {
+            (ReleasedBy::Release, true) => {
+                metrics::counter!(n, "by" => "release", "outcome" => "confirmed")
+            }
+            (ReleasedBy::Release, false) => {
+                metrics::counter!(n, "by" => "release", "outcome" => "not_held")
+            }
+            (ReleasedBy::Drop, true) => {
+                metrics::counter!(n, "by" => "drop", "outcome" => "confirmed")
+            }
+            (ReleasedBy::Drop, false) => {
+                metrics::counter!(n, "by" => "drop", "outcome" => "not_held")
+            }
+        }
+        .increment(1);
     }
     #[cfg(not(feature = "metrics"))]
     let _ = (by, confirmed);
@@ -309,8 +294,11 @@ impl Hold {
         #[cfg(feature = "metrics")]
         {
             metrics::gauge!(names::HELD).decrement(1.0);
-            metrics::histogram!(names::HOLD_DURATION, "end" => end.label())
-                .record(self.since.elapsed());
+            match end {
+                HoldEnd::Ended => metrics::histogram!(names::HOLD_DURATION, "end" => "ended"),
+                HoldEnd::Lost => metrics::histogram!(names::HOLD_DURATION, "end" => "lost"),
+            }
+            .record(self.since.elapsed());
         }
         #[cfg(not(feature = "metrics"))]
         let _ = end;
