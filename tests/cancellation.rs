@@ -64,11 +64,20 @@ async fn an_acquire_cancelled_by_a_timeout_around_it_does_not_fail_the_next_call
     for i in 0..fleet.len() {
         fleet.proxy(i).heal();
     }
-    // Idle for longer than the node timeout: the abandoned requests were answered meanwhile,
-    // and their entries expire or were rolled back by their straggler handling.
+    // The abandoned requests were written before the timeout and still ran on every node,
+    // 60 ms later: the cancelled attempt's rollback, written behind them, took them back.
+    locks.finish_background().await;
+    for i in 0..fleet.len() {
+        let ttl = common::pttl(&fleet, i, &key).await;
+        assert_eq!(
+            ttl, -2,
+            "node {i} keeps the cancelled acquire's entry ({ttl} ms left)"
+        );
+    }
+    next_call_takes_the_key(&locks, &key, "the same key after a cancelled acquire").await;
+    // Idle for longer than the node timeout: the next call on another key finds every node
+    // healthy.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    // The cancelled acquire may have left its entries (nobody rolled them back): they name a
-    // holder nobody has, and go with their TTL. Another key shows the nodes' health.
     let other = common::unique_key("cancelled-acquire-next");
     next_call_takes_the_key(&locks, &other, "after a cancelled acquire").await;
 }

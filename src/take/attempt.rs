@@ -115,11 +115,19 @@ pub(crate) async fn attempt(
     // RedLock step 1: the validity is measured from before the first request is sent.
     let t0 = Instant::now();
     let call = || key.acquire(holder.as_str(), &plan.ttl_ms, standing);
+    // Declared before the fan-outs: dropped after them, so that its rollback follows what
+    // they wrote on each connection.
+    let mut undo = Undo {
+        state,
+        key,
+        holder: Some(holder.clone()),
+    };
     let (mut fan, also_undo) =
         match approach_nodes(&state.nodes, config.required, call, arbiter).await {
             Approached::Fan { fan, also_undo } => (fan, also_undo),
             Approached::Refused(outcome) => {
                 // The arbiter took nothing, and nothing else was sent: nothing to roll back.
+                undo.disarm();
                 state.counters.attempt(AttemptEnd::Contended);
                 tracing::trace!(hint = ?outcome.hint, "attempt refused by the key's arbiter");
                 return Err(Miss::Contended(Contention {
@@ -152,6 +160,7 @@ pub(crate) async fn attempt(
                         .into_iter()
                         .chain(fencing)
                         .collect();
+                    undo.disarm();
                     return Ok(hold(state, plan, holder, deadline, token, in_flight));
                 }
                 Err(error) => {
@@ -187,13 +196,52 @@ pub(crate) async fn attempt(
         Miss::Failed(_) => AttemptEnd::Failed,
     });
     state.counters.rollback();
-    // RedLock step 5: roll back, also on the nodes that failed or timed out.
+    // RedLock step 5: roll back, also on the nodes that failed or timed out. Written in the
+    // first poll of `give_back` (ordering invariant 5), so no cancellation can come between.
+    undo.disarm();
     let regranted = give_back(state, key, holder, give_back_to, answered_yes).await;
     let mut miss = miss;
     if let Miss::Contended(c) = &mut miss {
         c.partly |= regranted;
     }
     Err(miss)
+}
+
+/// An attempt under way, rolled back on every node if its future is dropped before it ends
+/// (a timeout around the acquire, a dropped future, an aborted task): its requests already
+/// written still run on their nodes, and would keep the key, with no guard anywhere, for the
+/// entry's TTL (found by a black-box review; model: `Bug::CancelLeavesEntries`). The rollback
+/// is written on every connection at once, behind the attempt's requests, whose fan-out is
+/// dropped first (requests not yet written are then never written), and deletes only this
+/// attempt's holder value. Disarmed once the attempt holds (its guard owns the entries), was
+/// refused by the arbiter (nothing taken), or sends its own rollback.
+struct Undo<'a> {
+    state: &'a Arc<ClientState>,
+    key: &'a Shape,
+    holder: Option<Holder>,
+}
+
+impl Undo<'_> {
+    fn disarm(&mut self) {
+        self.holder = None;
+    }
+}
+
+impl Drop for Undo<'_> {
+    fn drop(&mut self) {
+        let Some(holder) = self.holder.take() else {
+            return;
+        };
+        if tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        tracing::debug!("attempt cancelled by its caller: rolled back on every node");
+        let every = (0..self.state.nodes.len()).collect();
+        let work = rollback(self.state.clone(), self.key.clone(), holder, every);
+        write_now_finish_later(&self.state.background, async move {
+            work.await;
+        });
+    }
 }
 
 /// What a quorum of yes comes to (RedLock step 4), once the fencing token (if asked) was

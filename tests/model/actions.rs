@@ -36,6 +36,8 @@ pub(super) enum Action {
     Renew(u8),
     /// Client `c` releases (or drops) its guard.
     Release(u8),
+    /// Client `c`'s caller drops its acquire before it holds (a timeout around it).
+    Cancel(u8),
     /// Node `n` restarts empty (amnesia: entry, readers, mark and counter lost).
     Restart(u8),
     /// Node `n`'s clock jumps forward past time `t`: everything on it that would have expired

@@ -127,6 +127,10 @@ pub(super) enum Bug {
     /// sent again to the slot's new primary, behind what was sent there meanwhile (the
     /// library answers the call with a failure instead, `src/node/cluster.rs`).
     FollowRedirect,
+    /// An acquire whose future is dropped (a timeout around it) leaves what it wrote: no
+    /// rollback, its entries go with their TTL (the library before the cancelled attempt's
+    /// rollback, `src/take/attempt.rs`, `Undo`).
+    CancelLeavesEntries,
 }
 
 #[derive(Clone, Debug)]
@@ -172,6 +176,9 @@ pub(super) struct Config {
     /// Cluster nodes (`src/node/cluster.rs`): the head request of a connection may be answered
     /// `MOVED` (its slot moved to another primary: not run); it counts as a lost request.
     pub(super) redirects: bool,
+    /// Callers that drop an acquire in progress (a timeout around it): a client's attempt may
+    /// be cancelled at any point before it holds.
+    pub(super) cancels: bool,
 }
 
 impl Config {
@@ -202,6 +209,7 @@ impl Config {
             symmetry: true,
             ordered: false,
             redirects: false,
+            cancels: false,
         }
     }
 

@@ -339,6 +339,68 @@ fn fencing_incremented_after_quorum() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Cancelled acquires (`src/take/attempt.rs`, `Undo`): a caller drops an acquire at any point
+// before it holds (a timeout around it); its rollback goes to every node, behind what the
+// attempt wrote. Without it, see `negative_a_cancelled_acquire_that_leaves_its_entries`.
+// ---------------------------------------------------------------------------------------------
+
+/// Two clients, either one's attempt cancelled at any point, timeouts.
+#[test]
+fn two_clients_majority_of_3_cancelled() {
+    let mut cfg = Config::new(3, 2, &[acquirer(1, 2), acquirer(1, 2)], 0).cover(SEEN_ROLLBACK);
+    cfg.cancels = true;
+    assert_safe("two clients, Majority of 3, acquires cancelled", cfg);
+}
+
+/// The ordered approach's attempts cancelled: while the arbiter alone was asked, and after.
+#[test]
+fn two_clients_majority_of_3_ordered_cancelled() {
+    let mut cfg = Config::new(3, 2, &[acquirer(1, 2), acquirer(1, 2)], 0)
+        .ordered()
+        .cover(SEEN_ROLLBACK | SEEN_ARBITER_QUORUM);
+    cfg.cancels = true;
+    assert_safe(
+        "two clients, Majority of 3, ordered, acquires cancelled",
+        cfg,
+    );
+}
+
+/// With a second attempt for c0 and a tick (about 5.5 million states): `--ignored`.
+#[test]
+#[ignore]
+fn large_two_clients_majority_of_3_cancelled_retry() {
+    let mut cfg = Config::new(3, 2, &[acquirer(2, 2), acquirer(1, 2)], 1).cover(SEEN_ROLLBACK);
+    cfg.cancels = true;
+    assert_safe(
+        "two clients, Majority of 3, acquires cancelled, a retry, a tick",
+        cfg,
+    );
+}
+
+/// Cancelled while the fencing token is drawn or written back, the acquire having had its
+/// quorum (about 3 million states): `--ignored`.
+#[test]
+#[ignore]
+fn large_fencing_with_cancelled_acquires() {
+    let mut cfg = fencing_config(Fencing::AfterQuorum);
+    cfg.cancels = true;
+    assert_safe("fencing after the quorum, acquires cancelled", cfg);
+}
+
+/// An acquire dropped by its caller that rolls nothing back: its requests written before
+/// the drop still take the key on the nodes, for the entry's TTL, with no guard anywhere.
+#[test]
+fn negative_a_cancelled_acquire_that_leaves_its_entries() {
+    let mut cfg = Config::new(3, 2, &[acquirer(1, 2)], 0).bug(Bug::CancelLeavesEntries);
+    cfg.cancels = true;
+    assert_finds(
+        "a cancelled acquire that leaves its entries",
+        cfg,
+        "full rollback",
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
 // The ordered approach (`src/arbiter.rs`): every attempt of every client may ask the arbiter n0
 // first, or every node at once. The rollback goes where the library sends it, with the fix
 // (after a fallback, the arbiter too when its first request was written); without the fix,

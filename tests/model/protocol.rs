@@ -606,9 +606,7 @@ impl Protocol {
     /// A waiting writer whose last attempt failed then withdraws its mark from every node
     /// (`acquire.rs`, `Withdraw`), behind the rollback on each connection.
     pub(super) fn rollback(&self, s: &mut State, c: usize, log: &mut Log) {
-        let now = s.now;
-        let cl = &mut s.clients[c];
-        let holder = cl.holder(c);
+        let cl = &s.clients[c];
         let mask = if self.cfg.has(Bug::RollbackOnlyWhereYes) {
             cl.acquire_yes
         } else if self.cfg.ordered {
@@ -616,6 +614,28 @@ impl Protocol {
         } else {
             self.all()
         };
+        self.rollback_on(s, c, mask, log);
+    }
+
+    /// `attempt.rs`, `Undo`: the caller dropped the acquire before it held. The requests not
+    /// yet written are never written (the model's are all written); the rollback goes to
+    /// every node, behind them on each connection, as a failed attempt's (the bug: nowhere).
+    pub(super) fn cancel(&self, s: &mut State, c: usize, log: &mut Log) {
+        self.stop_waiting(s, c);
+        let now = s.now;
+        let holder = s.clients[c].holder(c);
+        log.note(|| format!("t={now} c{c}'s acquire of {holder} is cancelled by its caller"));
+        let mask = match self.cfg.has(Bug::CancelLeavesEntries) {
+            true => 0,
+            false => self.all(),
+        };
+        self.rollback_on(s, c, mask, log);
+    }
+
+    fn rollback_on(&self, s: &mut State, c: usize, mask: u8, log: &mut Log) {
+        let now = s.now;
+        let cl = &mut s.clients[c];
+        let holder = cl.holder(c);
         cl.approach = Approach::All;
         cl.give_back = 0;
         cl.cleanup[usize::from(holder.attempt)] = Cleanup {
@@ -863,6 +883,7 @@ impl Protocol {
                 self.renew(s, c, self.cfg.plans[c].ttl, true, log);
             }
             Action::Release(c) => self.release(s, usize::from(c), log),
+            Action::Cancel(c) => self.cancel(s, usize::from(c), log),
             Action::Restart(n) => {
                 let n = usize::from(n);
                 s.forgotten += 1;
@@ -1181,6 +1202,13 @@ impl Model for Protocol {
                 }
                 Phase::Lost if plan.release => actions.push(Action::Release(c8)),
                 _ => {}
+            }
+            let attempting = matches!(
+                cl.phase,
+                Phase::Arbitrating | Phase::Acquiring | Phase::Incrementing | Phase::Fencing
+            );
+            if cfg.cancels && attempting {
+                actions.push(Action::Cancel(c8));
             }
             if cfg.timeouts & bit(c) != 0 && cl.busy() {
                 actions.push(Action::GiveUp(c8));
