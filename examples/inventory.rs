@@ -106,11 +106,12 @@ fn parse_args() -> Result<Options, String> {
             "--freeze" => o.freeze = true,
             "--fair" => o.fair = true,
             "-h" | "--help" => {
-                return Err(
+                // Asked for: on standard output, and a success.
+                println!(
                     "usage: inventory [--quorum majority|all] [--buyers N] [--stock N] \
                      [--no-lock] [--clients N] [--freeze] [--fair] [--external] [--halfway SHELL-COMMAND]"
-                        .into(),
-                )
+                );
+                std::process::exit(0);
             }
             other => return Err(format!("unknown argument {other:?} (try --help)")),
         }
