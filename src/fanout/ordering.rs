@@ -49,6 +49,18 @@ pub(crate) fn write_now_finish_later(
     }
 }
 
+/// [`write_now_finish_later`] from a `Drop` (a cancelled attempt's rollback, a dropped wait's
+/// withdrawal): with no tokio runtime at hand (a client dropped after its runtime), nothing is
+/// sent, and what `work` would have undone goes with its TTL.
+pub(crate) fn write_from_drop(
+    background: &Arc<BackgroundWork>,
+    work: impl Future<Output = ()> + Send + 'static,
+) {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        write_now_finish_later(background, work);
+    }
+}
+
 /// A client's work still running in the background: the slower nodes' answers to calls that
 /// returned at quorum, rollbacks, and the releases of dropped guards (not the watchdogs).
 /// [`idle`](Self::idle) waits for it, so that a short-lived process can let every reachable

@@ -10,7 +10,7 @@ use tracing::Instrument;
 
 use crate::error::{Error, Op, Result};
 use crate::family::{read_flag, Notice, Shape, Standing};
-use crate::fanout::ordering::{write_now_finish_later, Stragglers};
+use crate::fanout::ordering::{write_from_drop, write_now_finish_later, Stragglers};
 use crate::fanout::{broadcast, fan_out, Outcome};
 use crate::hold::guard::LockGuard;
 use crate::hold::lease::Lease;
@@ -232,13 +232,10 @@ impl Drop for Undo<'_> {
         let Some(holder) = self.holder.take() else {
             return;
         };
-        if tokio::runtime::Handle::try_current().is_err() {
-            return;
-        }
-        tracing::debug!("attempt cancelled by its caller: rolled back on every node");
+        tracing::debug!("attempt cancelled by its caller: its rollback goes to every node");
         let every = (0..self.state.nodes.len()).collect();
         let work = rollback(self.state.clone(), self.key.clone(), holder, every);
-        write_now_finish_later(&self.state.background, async move {
+        write_from_drop(&self.state.background, async move {
             work.await;
         });
     }

@@ -17,7 +17,7 @@ use super::fair::{self, Line};
 use super::plan::{plan, Plan, Spec};
 use crate::error::{Error, Result};
 use crate::fanout::broadcast;
-use crate::fanout::ordering::write_now_finish_later;
+use crate::fanout::ordering::write_from_drop;
 use crate::hold::guard::LockGuard;
 use crate::hold::lease::Lease;
 use crate::rules::backoff::Backoff;
@@ -73,11 +73,8 @@ impl Drop for Withdraw<'_> {
         let Some(call) = self.call.take() else {
             return;
         };
-        if tokio::runtime::Handle::try_current().is_err() {
-            return;
-        }
         let state = self.state.clone();
-        write_now_finish_later(&self.state.background, async move {
+        write_from_drop(&self.state.background, async move {
             broadcast(&state.nodes, 0..state.nodes.len(), call, SendBy::Eval).await;
         });
     }
