@@ -102,6 +102,17 @@ pub(crate) enum NodeResult {
 }
 
 #[cfg(feature = "metrics")]
+impl NodeResult {
+    /// Every result, in declaration order: `ALL[r as usize] == r`.
+    const ALL: [NodeResult; 4] = [
+        NodeResult::Answered,
+        NodeResult::Error,
+        NodeResult::Timeout,
+        NodeResult::Stopped,
+    ];
+}
+
+#[cfg(feature = "metrics")]
 impl LossReason {
     fn label(self) -> &'static str {
         match self {
@@ -414,14 +425,8 @@ mod node_keys {
             labels.extend(result.map(|r| Label::from_static_parts("result", r.label())));
             Key::from_parts(name, labels)
         };
-        let results = [
-            NodeResult::Answered,
-            NodeResult::Error,
-            NodeResult::Timeout,
-            NodeResult::Stopped,
-        ];
         NodeKeys {
-            requests: results.map(|r| key(names::NODE_REQUESTS, Some(r))),
+            requests: NodeResult::ALL.map(|r| key(names::NODE_REQUESTS, Some(r))),
             duration: key(names::NODE_DURATION, None),
         }
     }
@@ -433,15 +438,7 @@ mod node_keys {
         #[test]
         fn each_result_has_its_own_key_in_the_order_of_the_enum() {
             let keys = get(1, "acquire");
-            for (i, r) in [
-                NodeResult::Answered,
-                NodeResult::Error,
-                NodeResult::Timeout,
-                NodeResult::Stopped,
-            ]
-            .into_iter()
-            .enumerate()
-            {
+            for (i, r) in NodeResult::ALL.into_iter().enumerate() {
                 assert_eq!(r as usize, i);
                 let labels: Vec<_> = keys.requests[i]
                     .labels()
