@@ -130,6 +130,20 @@ pub mod names {
         derived(kept::TICKETS, key)
     }
 
+    /// The holder record (a hash): what the holder of a mutex, fair or write lock published
+    /// about itself (a label, since when; an election's leader value and term), beside the
+    /// SHA1 of its holder value (never the value). Expires with the entry; shown only while
+    /// it names the entry's holder.
+    pub fn holder_record(key: &[u8]) -> Vec<u8> {
+        derived(kept::HOLDER, key)
+    }
+
+    /// The pub/sub channel on which a new holder record of the key is announced (for an
+    /// election's observers).
+    pub fn holder_channel(key: &[u8]) -> Vec<u8> {
+        derived(kept::HOLDER_CHANNEL, key)
+    }
+
     /// Whether `key` can be locked on a client with a cluster node: the check every lock
     /// call makes there before anything is sent (`quorum-lock status` makes it too). A key
     /// whose hashed part holds a `}` is refused: its own names could not share its slot.
@@ -170,7 +184,10 @@ pub mod docs {
     pub mod benchmarks {}
 }
 
-pub use client::{Builder, LockRequest, Owner, QuorumLock, Scoped};
+pub use client::{
+    Builder, Election, HeldAs, Holding, Leader, Leadership, LockRequest, Observer, Owner,
+    QuorumLock, Scoped, MAX_LABEL_LEN, MAX_LEADER_VALUE_LEN,
+};
 pub use error::{Error, FailureKind, NodeFailure, Op, Result, Unsent};
 pub use family::MAX_SET_KEYS;
 pub use hold::{LockGuard, LostSignal};

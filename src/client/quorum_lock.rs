@@ -508,4 +508,42 @@ impl QuorumLock {
     {
         self.lock(key).run(work).await
     }
+
+    /// Who holds `key`, as a quorum of nodes shows it: the kind of lock, how many hold it,
+    /// the label and since-when its holder published
+    /// ([`LockRequest::label`](crate::LockRequest::label)), how long a quorum keeps it and
+    /// the fencing counter. `None` when no holder is shown by a quorum (free, or an entry
+    /// on too few nodes). Reads every node in one step each and returns as soon as the answer
+    /// is decided: a frozen node costs nothing once a quorum has answered alike. Never
+    /// shows a holder value: the record holds its SHA1 only.
+    ///
+    /// # Errors
+    /// [`Error::InvalidKey`](crate::Error::InvalidKey);
+    /// [`Error::Unreachable`](crate::Error::Unreachable) when fewer than a quorum answered.
+    ///
+    /// # Cancel safety
+    /// Reads only: dropping the future changes nothing on the nodes.
+    pub async fn holder_of(&self, key: impl AsRef<[u8]>) -> Result<Option<crate::Holding>> {
+        let key = crate::take::plan::lock_key(&self.state, key.as_ref())?;
+        crate::client::who::holder_of(&self.state.nodes, self.state.config.required, &key).await
+    }
+
+    /// A leader election named `name` among the clients that campaign under it (etcd's
+    /// `Election`, Curator's `LeaderLatch`): leading is holding the key `name` as a lock with
+    /// a fencing token, which is the leader's term. See [`Election`].
+    ///
+    /// ```no_run
+    /// # use quorum_lock::QuorumLock;
+    /// # async fn example(locks: QuorumLock) -> Result<(), quorum_lock::Error> {
+    /// let election = locks.election("leader:billing");
+    /// let leading = election.campaign("10.0.0.7:8080").await?; // waits until elected
+    /// let term = leading.term(); // carry it with the leader's writes
+    /// # let _ = term;
+    /// leading.resign().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn election(&self, name: impl AsRef<[u8]>) -> crate::Election {
+        crate::Election::new(self.state.clone(), name.as_ref())
+    }
 }

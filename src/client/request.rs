@@ -77,6 +77,7 @@ impl std::fmt::Debug for LockRequest<'_> {
             .field("wait", &spec.wait)
             .field("fencing", &spec.fencing)
             .field("owned", &spec.owner.is_some())
+            .field("label", &spec.label)
             .finish()
     }
 }
@@ -97,6 +98,7 @@ impl<'a> LockRequest<'a> {
                 wait: None,
                 fencing: false,
                 owner: None,
+                label: None,
             },
         }
     }
@@ -142,6 +144,55 @@ impl<'a> LockRequest<'a> {
         self
     }
 
+    /// A public label for whoever holds the lock, published beside its entry once it is
+    /// held and shown by [`QuorumLock::holder_of`](crate::QuorumLock::holder_of) and
+    /// `quorum-lock status` with the time it was taken: who holds it, for the operator
+    /// (`"host-7/job-42"`). Public: never a holder value or a secret. 1 to
+    /// [`MAX_LABEL_LEN`](crate::MAX_LABEL_LEN) bytes without control characters, for a
+    /// mutex, a fair lock or a write lock (their holders have an entry of their own); else
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) naming `label`, before anything
+    /// is sent. Costs one more round trip after the acquire. Defaults to none.
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.spec.label = Some(label.into());
+        self
+    }
+
+    /// Checks the label before anything is sent.
+    fn check_label(&self) -> Result<()> {
+        let Some(label) = &self.spec.label else {
+            return Ok(());
+        };
+        crate::client::who::check_public_text("label", label, crate::MAX_LABEL_LEN)?;
+        match self.spec.target {
+            Target::Key(_) | Target::Fair(_) | Target::Write(_) => Ok(()),
+            _ => Err(crate::Error::InvalidConfig {
+                field: "label",
+                reason: format!(
+                    "{:?} keeps no holder record: a label is for a mutex, a fair lock or a write lock",
+                    self.spec.target
+                ),
+            }),
+        }
+    }
+
+    /// Publishes the label (if any) of a lock just taken. A guard whose label did not reach a
+    /// quorum is still held (the label is for operators); one found lost is an error.
+    async fn labelled(label: Option<String>, guard: LockGuard) -> Result<LockGuard> {
+        let Some(label) = label else {
+            return Ok(guard);
+        };
+        let since = crate::client::who::unix_ms_now();
+        let fields = [("label", label.as_str()), ("since", since.as_str())];
+        match guard.lease().publish(1, &fields).await {
+            Ok(()) => Ok(guard),
+            Err(e @ crate::Error::LockLost { .. }) => Err(e),
+            Err(e) => {
+                tracing::warn!(error = %e, key = %String::from_utf8_lossy(guard.key()), "the lock's label reached no quorum");
+                Ok(guard)
+            }
+        }
+    }
+
     pub(crate) fn owner(mut self, owner: &'a Arc<HoldTable>) -> Self {
         self.spec.owner = Some(owner);
         self
@@ -154,8 +205,11 @@ impl<'a> LockRequest<'a> {
     ///
     /// # Cancel safety
     /// As [`QuorumLock::acquire`](crate::QuorumLock::acquire).
-    pub async fn acquire(self) -> Result<LockGuard> {
-        crate::take::waiting::waiting(self.state, self.spec).await
+    pub async fn acquire(mut self) -> Result<LockGuard> {
+        self.check_label()?;
+        let label = self.spec.label.take();
+        let guard = crate::take::waiting::waiting(self.state, self.spec).await?;
+        Self::labelled(label, guard).await
     }
 
     /// One attempt; `Ok(None)` when another holder has the lock. See
@@ -166,8 +220,13 @@ impl<'a> LockRequest<'a> {
     ///
     /// # Cancel safety
     /// As [`QuorumLock::acquire`](crate::QuorumLock::acquire).
-    pub async fn try_acquire(self) -> Result<Option<LockGuard>> {
-        crate::take::attempt::once(self.state, self.spec).await
+    pub async fn try_acquire(mut self) -> Result<Option<LockGuard>> {
+        self.check_label()?;
+        let label = self.spec.label.take();
+        match crate::take::attempt::once(self.state, self.spec).await? {
+            Some(guard) => Self::labelled(label, guard).await.map(Some),
+            None => Ok(None),
+        }
     }
 
     /// Acquires the lock (waiting), runs `work` while holding it, and releases it. See

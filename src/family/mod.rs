@@ -11,12 +11,14 @@
 //! - [`permit`]: a permit of a semaphore (a sorted set of leases).
 //! - [`rw`]: a read or write hold of a read-write lock.
 //! - [`fair`]: a fair lock (tickets, a line, grants).
+//! - [`who`]: who holds a key: the holder record a holder publishes, and its read.
 
 pub(crate) mod fair;
 pub(crate) mod mutex;
 pub(crate) mod permit;
 pub(crate) mod rw;
 pub(crate) mod set;
+pub(crate) mod who;
 
 use std::fmt;
 use std::sync::Arc;
@@ -59,6 +61,7 @@ pub(crate) fn scripts() -> impl Iterator<Item = &'static LockScript> {
         permit::SCRIPTS,
         rw::SCRIPTS,
         fair::SCRIPTS,
+        who::SCRIPTS,
     ]
     .into_iter()
     .flatten()
@@ -287,6 +290,16 @@ impl Shape {
     pub(crate) fn single_attempt(&mut self) {
         if let Shape::Write(w) = self {
             w.waiter = None;
+        }
+    }
+
+    /// The key whose holder record this shape's holder may publish (see [`who`]): the entry
+    /// of a mutex, a fair lock or a write lock; `None` for the kinds whose holders share a
+    /// key (permits, readers) and for several keys.
+    pub(crate) fn record_key(&self) -> Option<&Key> {
+        match self {
+            Shape::Mutex(_) | Shape::Fair(_) | Shape::Write(_) => Some(self.primary()),
+            Shape::Set(_) | Shape::Permit(_) | Shape::Read(_) => None,
         }
     }
 

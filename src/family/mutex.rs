@@ -59,6 +59,17 @@ pub(crate) fn extend_entry(key: &Key, holder: &str, ttl_ms: &str) -> Call {
     )
 }
 
+/// Compare-and-PEXPIRE of a string entry and its holder record (`extend.lua` with both keys),
+/// for a holder that published one.
+pub(crate) fn extend_recorded(key: &Key, holder: &str, ttl_ms: &str) -> Call {
+    let record = super::who::record_key(key);
+    Call::with_keys(
+        &EXTEND,
+        &[key.bytes(), &record],
+        &[holder.as_bytes(), ttl_ms.as_bytes()],
+    )
+}
+
 /// The fencing increment of one key's counter: `INCR`, answering the new value.
 pub(crate) fn fence_increment(key: &Key) -> (Call, Reader) {
     (

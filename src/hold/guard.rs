@@ -66,6 +66,11 @@ impl LockGuard {
         }
     }
 
+    /// The lease this guard shares.
+    pub(crate) fn lease(&self) -> &Arc<Lease> {
+        &self.lease
+    }
+
     /// The lock key; for a multi-key lock ([`QuorumLock::lock_all`](crate::QuorumLock::lock_all))
     /// the smallest of its keys (see [`keys`](Self::keys)), for a semaphore permit
     /// ([`QuorumLock::semaphore`](crate::QuorumLock::semaphore)) the semaphore's key.

@@ -56,6 +56,8 @@ pub(crate) struct Lease {
     /// A release by holder value from this client ran on the nodes: the guard's own release has
     /// nothing left to send.
     released_by_holder_value: std::sync::atomic::AtomicBool,
+    /// A holder record was published: renewals move its expiry with the entry's.
+    recorded: std::sync::atomic::AtomicBool,
     /// For a lease held from a fair lock's short grants (see `take::fair`): when it was made,
     /// until its first renewal starts. That renewal gives the entries what is left of the TTL
     /// from then; any renewal that starts first takes its place.
@@ -123,6 +125,7 @@ impl Lease {
             hold: Hold::start(),
             taken_by: Caller::current(),
             released_by_holder_value: std::sync::atomic::AtomicBool::new(false),
+            recorded: std::sync::atomic::AtomicBool::new(false),
             first_renewal: Mutex::new(None),
         }
     }
@@ -404,7 +407,9 @@ impl Lease {
             // Invariant 2: a request that may shorten the entries cuts the deadline before it
             // is sent, never after.
             self.set_deadline(|s| s.deadline = s.deadline.min(next));
-            let mut fan = extend_call(&self.client, &self.shape, self.holder.as_str(), ttl);
+            let recorded = self.recorded.load(Ordering::Relaxed);
+            let holder = self.holder.as_str();
+            let mut fan = extend_call(&self.client, &self.shape, holder, ttl, recorded);
             let ended = decide_extend(&mut fan, &self.shape, self.deadline()).await;
             let background = &self.client.background;
             match ended {
@@ -443,6 +448,56 @@ impl Lease {
         }
         .instrument(span)
         .await
+    }
+
+    /// Publishes `fields` in the key's holder record, as `version`, where this holder holds
+    /// the entry (docs/DESIGN.md, "Who holds a lock"): `Ok` once a quorum stored it before the
+    /// deadline, after the lease's earlier calls on each node. Refused by so many nodes that
+    /// no quorum holds the entry: the lease is lost. Too many failures: the error, the lease
+    /// kept. Not for the kinds without a record ([`Shape::record_key`]).
+    pub(crate) async fn publish(&self, version: u64, fields: &[(&str, &str)]) -> Result<()> {
+        let Some(key) = self.shape.record_key() else {
+            return Err(Error::InvalidConfig {
+                field: "label",
+                reason: format!(
+                    "{} keeps no holder record (only a mutex, a fair lock and a write lock do)",
+                    self.shape
+                ),
+            });
+        };
+        let Some(_ops) = self.ops_while_live().await else {
+            return Err(self.lost_error());
+        };
+        let Some(current) = self.live_deadline() else {
+            return Err(self.lost_error());
+        };
+        if tokio::time::timeout_at(current, self.in_flight.settle())
+            .await
+            .is_err()
+        {
+            return Err(self.lost_error());
+        }
+        // Set before the record can exist anywhere: every renewal from now on moves it too.
+        self.recorded.store(true, Ordering::Relaxed);
+        let call = crate::family::who::publish(key, self.holder.as_str(), version, fields);
+        let client = &self.client;
+        let mut fan = crate::fanout::fan_out(
+            &client.nodes,
+            client.config.required,
+            call,
+            crate::family::read_flag,
+        );
+        let ended = decide_extend(&mut fan, &self.shape, self.deadline()).await;
+        self.in_flight.push(fan.detach(&client.background));
+        match ended {
+            Extended::Confirmed(_) => Ok(()),
+            Extended::TooLate => Err(self.lost_error()),
+            Extended::Refused => {
+                self.mark_lost(LossReason::Refused);
+                Err(self.lost_error())
+            }
+            Extended::Failed(error) => Err(error),
+        }
     }
 
     /// Puts the entry back on `nodes` where the key is absent, for the remaining validity

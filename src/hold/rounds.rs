@@ -28,15 +28,20 @@ pub(crate) enum Extended {
 
 /// An extend of `key` for `holder` to `ttl` on every node: the extend script, which acts only
 /// where the stored holder value matches and never creates an entry, so an expired or released
-/// lock stays gone (invariant 5). Nothing is sent until the fan-out is first polled.
+/// lock stays gone (invariant 5). With `recorded` (the holder published a holder record), the
+/// record's expiry moves with the entry's. Nothing is sent until the fan-out is first polled.
 pub(crate) fn extend_call(
     client: &ClientState,
     shape: &Shape,
     holder: &str,
     ttl: Duration,
+    recorded: bool,
 ) -> FanOut<impl Future<Output = NodeAnswer> + Send + 'static> {
     let ttl_ms = client.config.node_ttl_ms(ttl);
-    let call = shape.extend(holder, &ttl_ms);
+    let call = match shape.record_key().filter(|_| recorded) {
+        Some(key) => crate::family::mutex::extend_recorded(key, holder, &ttl_ms),
+        None => shape.extend(holder, &ttl_ms),
+    };
     fan_out(&client.nodes, client.config.required, call, read_flag)
 }
 

@@ -123,6 +123,10 @@ pub(crate) mod kept {
     pub(crate) const LINE_ENTRIES: &str = "queue-holder";
     /// A fair lock's ticket counter.
     pub(crate) const TICKETS: &str = "ticket";
+    /// What the holder published about itself (a label, since when, an election's value).
+    pub(crate) const HOLDER: &str = "holder";
+    /// The channel on which a new holder record is announced.
+    pub(crate) const HOLDER_CHANNEL: &str = "holder-published";
 }
 
 /// `quorum-lock:<what>:{<hashed>}:<key>`: the name of a key the library keeps for `key`,

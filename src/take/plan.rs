@@ -72,6 +72,8 @@ pub(crate) struct Spec<'a> {
     pub(crate) wait: Option<Duration>,
     pub(crate) fencing: bool,
     pub(crate) owner: Option<&'a Arc<HoldTable>>,
+    /// The public label to publish once held (see `client::who`).
+    pub(crate) label: Option<String>,
 }
 
 /// A checked request.
@@ -161,6 +163,16 @@ pub(crate) fn plan<'a>(state: &ClientState, spec: Spec<'a>) -> Result<Plan<'a>> 
         wait: spec.wait.unwrap_or(config.wait_timeout),
         owner: spec.owner,
     })
+}
+
+/// One key as a call that reads or administers it takes it: checked as a lock's key, and on a
+/// client with a cluster node as one whose names share its slot.
+pub(crate) fn lock_key(state: &ClientState, key: &[u8]) -> Result<Key> {
+    let key = Key::new(key)?;
+    if state.nodes.iter().any(Node::is_cluster) {
+        one_slot(std::slice::from_ref(&key))?;
+    }
+    Ok(key)
 }
 
 /// [`one_slot`] for one key given as bytes (`names::check_cluster_key`).

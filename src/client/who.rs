@@ -1,0 +1,276 @@
+//! Who holds a key ([`QuorumLock::holder_of`](crate::QuorumLock::holder_of)): each node's view
+//! read in one step (`family::who`), combined into what a quorum of nodes shows; and the
+//! public label a request may publish beside its entry.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures::stream::{FuturesUnordered, StreamExt};
+
+use crate::error::{Error, NodeFailure, Result};
+use crate::family::who::{holder_read, read_view, EntryKind, NodeView, Record};
+use crate::node::Nodes;
+use crate::rules::key::Key;
+use crate::scripts::{Call, SendBy};
+
+/// The longest label ([`LockRequest::label`](crate::LockRequest::label)), in bytes.
+pub const MAX_LABEL_LEN: usize = 256;
+
+/// The kind of lock that holds a key, as its nodes show it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum HeldAs {
+    /// A mutex (also a write lock's writer and an election's leader: on a node they look
+    /// alike).
+    Mutex,
+    /// A fair lock.
+    Fair,
+    /// Permits of a semaphore.
+    Semaphore,
+    /// Readers of a read-write lock.
+    Read,
+}
+
+/// Who holds a key, as a quorum of its nodes shows it
+/// ([`QuorumLock::holder_of`](crate::QuorumLock::holder_of)). A snapshot: the holder may
+/// release or lose the key as soon as it is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Holding {
+    /// The kind of lock.
+    pub kind: HeldAs,
+    /// How many hold it on a quorum at least: 1 for a mutex or a fair lock, the live permits
+    /// or readers otherwise.
+    pub holders: u64,
+    /// The label the holder published ([`LockRequest::label`](crate::LockRequest::label)),
+    /// for a mutex, a fair lock and a write lock.
+    pub label: Option<String>,
+    /// When the holder took the key, by its own clock, where it published a label (or an
+    /// election's leader did).
+    pub since: Option<SystemTime>,
+    /// How long a quorum of nodes keeps the entry at least, as they answered (before a
+    /// renewal moves it).
+    pub ttl: Duration,
+    /// The key's fencing counter, the largest among the nodes that show the holder: the
+    /// holder's token when it asked for one, unless a later attempt drew another.
+    pub fencing_token: Option<u64>,
+    /// An election's leader value and term, from the holder record.
+    pub(crate) record: Option<Record>,
+}
+
+/// Checks a label or an election's value: 1 to `max` bytes, no control characters. A label is
+/// public: it is stored on the nodes and shown by `quorum-lock status`.
+pub(crate) fn check_public_text(field: &'static str, text: &str, max: usize) -> Result<()> {
+    let reason = if text.is_empty() {
+        "must not be empty".to_string()
+    } else if text.len() > max {
+        format!("{} bytes, longer than {max}", text.len())
+    } else if text.chars().any(char::is_control) {
+        "must not hold control characters (newlines, tabs, escapes)".to_string()
+    } else {
+        return Ok(());
+    };
+    Err(Error::InvalidConfig { field, reason })
+}
+
+/// Now, as Unix time in ms (the "since" of a holder record).
+pub(crate) fn unix_ms_now() -> String {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    now.as_millis().to_string()
+}
+
+/// Reads every node's view of `key` and combines what a quorum of `required` shows; returns
+/// as soon as that is decided (a frozen node costs nothing once a quorum has answered alike).
+/// Fewer than `required` nodes answering is [`Error::Unreachable`].
+pub(crate) async fn holder_of(
+    nodes: &Nodes,
+    required: usize,
+    key: &Key,
+) -> Result<Option<Holding>> {
+    let call = std::sync::Arc::new(holder_read(key));
+    let mut pending: FuturesUnordered<_> = (0..nodes.len())
+        .map(|i| {
+            let (nodes, call) = (nodes.clone(), call.clone());
+            async move { (i, read_one(&nodes, &call, i).await) }
+        })
+        .collect();
+    let mut views = Vec::with_capacity(nodes.len());
+    let mut failures = Vec::new();
+    while let Some((_, answer)) = pending.next().await {
+        match answer {
+            Ok(view) => views.push(view),
+            Err(failure) => failures.push(failure),
+        }
+        if let Some(decided) = decide(&views, pending.len(), required) {
+            return Ok(decided);
+        }
+    }
+    if views.len() < required {
+        failures.sort_by_key(|f| f.to_string());
+        return Err(Error::Unreachable {
+            reachable: views.len(),
+            nodes: nodes.len(),
+            required,
+            failures,
+        });
+    }
+    Ok(combine(&views, required))
+}
+
+async fn read_one(
+    nodes: &Nodes,
+    call: &Call,
+    i: usize,
+) -> std::result::Result<NodeView, NodeFailure> {
+    let node = &nodes[i];
+    let value = node.run_within_timeout(call, SendBy::Sha, i).await?;
+    read_view(&value).ok_or_else(|| {
+        NodeFailure::new(
+            node.name(),
+            crate::error::FailureKind::Protocol,
+            "unexpected answer to the holder read",
+        )
+    })
+}
+
+/// What one holder (or one kind of shared holding) is shown by: its nodes' views.
+fn groups(views: &[NodeView]) -> Vec<Vec<&NodeView>> {
+    let mut groups: Vec<Vec<&NodeView>> = Vec::new();
+    for view in views.iter().filter(|v| v.kind != EntryKind::Free) {
+        let same = |g: &Vec<&NodeView>| match view.kind {
+            EntryKind::Mutex | EntryKind::Fair => g[0].digest == view.digest,
+            kind => g[0].kind == kind,
+        };
+        match groups.iter_mut().find(|g| same(g)) {
+            Some(group) => group.push(view),
+            None => groups.push(vec![view]),
+        }
+    }
+    groups
+}
+
+/// Decided once a holder is shown by a quorum, or none can be with the answers still to come.
+fn decide(views: &[NodeView], pending: usize, required: usize) -> Option<Option<Holding>> {
+    if let Some(found) = combine(views, required) {
+        return Some(Some(found));
+    }
+    let best = groups(views).iter().map(Vec::len).max().unwrap_or(0);
+    (views.len() >= required && best + pending < required).then_some(None)
+}
+
+/// The holder a quorum of `required` shows among `views`, if any.
+fn combine(views: &[NodeView], required: usize) -> Option<Holding> {
+    let groups = groups(views);
+    let group = groups.into_iter().find(|g| g.len() >= required)?;
+    // The value a quorum shows at least: the `required`-th largest.
+    let at_least = |mut values: Vec<i64>| {
+        values.sort_unstable_by(|a, b| b.cmp(a));
+        values[required - 1]
+    };
+    let ttl = at_least(group.iter().map(|v| v.ttl_ms).collect());
+    let holders = at_least(group.iter().map(|v| v.holders as i64).collect());
+    let fair = group.iter().filter(|v| v.kind == EntryKind::Fair).count();
+    let kind = match group[0].kind {
+        EntryKind::Mutex | EntryKind::Fair if fair * 2 > group.len() => HeldAs::Fair,
+        EntryKind::Semaphore => HeldAs::Semaphore,
+        EntryKind::Read => HeldAs::Read,
+        _ => HeldAs::Mutex,
+    };
+    let record = group
+        .iter()
+        .filter_map(|v| v.record.as_ref())
+        .max_by_key(|r| r.version)
+        .cloned();
+    Some(Holding {
+        kind,
+        holders: holders.max(0) as u64,
+        label: record.as_ref().and_then(|r| r.label.clone()),
+        since: record
+            .as_ref()
+            .and_then(|r| r.since_ms)
+            .map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
+        ttl: Duration::from_millis(ttl.max(0) as u64),
+        fencing_token: group.iter().filter_map(|v| v.fence).max(),
+        record,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(digest: &str, ttl_ms: i64, record: Option<u64>) -> NodeView {
+        NodeView {
+            kind: EntryKind::Mutex,
+            ttl_ms,
+            holders: 1,
+            digest: digest.into(),
+            fence: Some(3),
+            record: record.map(|version| Record {
+                label: Some(format!("v{version}")),
+                since_ms: Some(1_000),
+                value: None,
+                term: None,
+                version,
+            }),
+        }
+    }
+
+    fn free() -> NodeView {
+        NodeView {
+            kind: EntryKind::Free,
+            ttl_ms: -2,
+            holders: 0,
+            digest: String::new(),
+            fence: None,
+            record: None,
+        }
+    }
+
+    #[test]
+    fn a_holder_counts_only_where_a_quorum_shows_the_same_entry() {
+        let views = [
+            entry("a", 900, Some(1)),
+            entry("a", 500, Some(2)),
+            entry("b", 990, None),
+        ];
+        assert_eq!(combine(&views, 3), None);
+        let held = combine(&views, 2).unwrap();
+        assert_eq!(held.ttl, Duration::from_millis(500));
+        assert_eq!(held.label.as_deref(), Some("v2"), "the newest record wins");
+        assert_eq!(held.kind, HeldAs::Mutex);
+    }
+
+    #[test]
+    fn the_decision_waits_only_while_a_quorum_could_still_form() {
+        let views = [entry("a", 900, None), free()];
+        assert_eq!(
+            decide(&views, 1, 2),
+            None,
+            "the third node may still show a"
+        );
+        assert_eq!(decide(&views, 0, 2), Some(None));
+        let views = [free(), free()];
+        assert_eq!(
+            decide(&views, 1, 2),
+            Some(None),
+            "no holder can reach a quorum"
+        );
+        assert!(
+            decide(&[entry("a", 9, None), entry("a", 9, None)], 1, 2).is_some_and(|h| h.is_some())
+        );
+    }
+
+    #[test]
+    fn public_text_is_bounded_and_printable() {
+        assert!(check_public_text("label", "host-7/job-42", 256).is_ok());
+        for bad in ["", "a\nb", &"x".repeat(257)] {
+            let e = check_public_text("label", bad, 256).unwrap_err();
+            assert!(
+                matches!(e, Error::InvalidConfig { field: "label", .. }),
+                "{e}"
+            );
+        }
+    }
+}

@@ -1,0 +1,51 @@
+-- What one node knows of a key's holder (docs/DESIGN.md, "Who holds a lock"), read in one
+-- step: the kind of entry, its remaining TTL, the holder's digest (the SHA1 of its value,
+-- never the value), the fencing counter, and the holder record where it names the holder of
+-- the entry (a record left by an earlier holder is not shown).
+--
+-- KEYS[1] the lock key, KEYS[2] its holder record, KEYS[3] its fencing counter, KEYS[4] a
+-- read-write lock's readers.
+-- Reply: {kind, ttl ms, holders, digest or "", fencing counter or "", label, since, value,
+-- term, version}, the last five "" where no record names the holder. kind: "free", "mutex"
+-- (a mutex's or a write lock's entry), "fair", "semaphore" (permits), "read" (readers).
+local kind, ttl, holders, digest = 'free', -2, 0, ''
+local record = {'', '', '', '', ''}
+local now = redis.call('time')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local function live(set)
+  local n = redis.call('zcount', set, '(' .. now_ms, '+inf')
+  if n > 0 then
+    local last = redis.call('zrevrange', set, 0, 0, 'withscores')
+    return n, tonumber(last[2]) - now_ms
+  end
+  return 0, -2
+end
+local t = redis.call('type', KEYS[1])['ok']
+if t == 'string' then
+  local value = redis.call('get', KEYS[1])
+  kind, ttl, holders = 'mutex', redis.call('pttl', KEYS[1]), 1
+  -- A fair lock's holder values start so (rules/holder.rs, FAIR_PREFIX).
+  if string.sub(value, 1, 5) == 'fair:' then
+    kind = 'fair'
+  end
+  digest = redis.sha1hex(value)
+  local r = redis.call('hmget', KEYS[2], 'h', 'label', 'since', 'value', 'term', 'ver')
+  if r[1] == digest then
+    for i = 2, 6 do
+      record[i - 1] = r[i] or ''
+    end
+  end
+elseif t == 'zset' then
+  holders, ttl = live(KEYS[1])
+  if holders > 0 then
+    kind = 'semaphore'
+  end
+end
+if kind == 'free' and redis.call('exists', KEYS[4]) == 1 then
+  holders, ttl = live(KEYS[4])
+  if holders > 0 then
+    kind = 'read'
+  end
+end
+local fence = redis.call('get', KEYS[3]) or ''
+return {kind, ttl, holders, digest, fence, record[1], record[2], record[3], record[4], record[5]}

@@ -1,0 +1,190 @@
+//! Who holds a key (docs/DESIGN.md, "Who holds a lock"): the holder record a holder publishes
+//! beside its entry (a label, since when, an election's value and term), and the read of
+//! what one node knows of a key's holder. The record is a hash at
+//! [`names::holder_record`](crate::names::holder_record), written only where the entry is the
+//! publishing holder's (`lua/publish.lua`), kept as long as the entry (the extend script
+//! moves both), and shown only while it names the entry's holder (`lua/holder_read.lua`).
+
+use redis::Value;
+
+use super::{rw, script};
+use crate::rules::key::{kept, Key};
+use crate::scripts::{Call, LockScript};
+
+pub(crate) static PUBLISH: LockScript = script!("publish": "publish.lua");
+pub(crate) static HOLDER_READ: LockScript = script!("holder-read": "holder_read.lua");
+
+pub(super) static SCRIPTS: &[&LockScript] = &[&PUBLISH, &HOLDER_READ];
+
+/// The holder record of `key`.
+pub(crate) fn record_key(key: &Key) -> Vec<u8> {
+    key.derived(kept::HOLDER)
+}
+
+/// The channel on which a new holder record of `key` is announced.
+pub(crate) fn record_channel(key: &Key) -> Vec<u8> {
+    key.derived(kept::HOLDER_CHANNEL)
+}
+
+/// Publishes `fields` (name, value) in `key`'s holder record where `holder` holds the key's
+/// entry, as version `version` (a record of the holder with a version not below it is kept).
+/// Answers 1 / 0 ([`read_flag`](super::read_flag)).
+pub(crate) fn publish(key: &Key, holder: &str, version: u64, fields: &[(&str, &str)]) -> Call {
+    let version = version.to_string();
+    let channel = record_channel(key);
+    let mut argv: Vec<&[u8]> = Vec::with_capacity(3 + 2 * fields.len());
+    argv.push(holder.as_bytes());
+    argv.push(version.as_bytes());
+    argv.push(&channel);
+    for (name, value) in fields {
+        argv.push(name.as_bytes());
+        argv.push(value.as_bytes());
+    }
+    let record = record_key(key);
+    Call::with_keys(&PUBLISH, &[key.bytes(), &record], &argv)
+}
+
+/// The read of what a node knows of `key`'s holder ([`read_view`] reads the answer).
+pub(crate) fn holder_read(key: &Key) -> Call {
+    let keys = [
+        key.bytes().to_vec(),
+        record_key(key),
+        key.fence_key(),
+        rw::readers_key(key),
+    ];
+    let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+    Call::with_keys(&HOLDER_READ, &keys, &[])
+}
+
+/// The kind of entry a node has at a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum EntryKind {
+    Free,
+    /// A mutex's entry, or a write lock's (the two look alike on a node).
+    Mutex,
+    Fair,
+    Semaphore,
+    Read,
+}
+
+/// A holder record as a node keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Record {
+    pub(crate) label: Option<String>,
+    /// Unix time in ms.
+    pub(crate) since_ms: Option<u64>,
+    pub(crate) value: Option<String>,
+    pub(crate) term: Option<u64>,
+    pub(crate) version: u64,
+}
+
+/// What one node knows of a key's holder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NodeView {
+    pub(crate) kind: EntryKind,
+    /// The remaining TTL in ms (negative: none).
+    pub(crate) ttl_ms: i64,
+    /// Live holders (1 for an exclusive entry).
+    pub(crate) holders: u64,
+    /// The SHA1 of an exclusive entry's holder value (empty otherwise).
+    pub(crate) digest: String,
+    pub(crate) fence: Option<u64>,
+    /// The holder record, where it names the entry's holder.
+    pub(crate) record: Option<Record>,
+}
+
+/// Reads a node's answer to [`holder_read`]; `None` when it is not one.
+pub(crate) fn read_view(v: &Value) -> Option<NodeView> {
+    let Value::Array(items) = v else {
+        return None;
+    };
+    let text = |i: usize| -> Option<String> {
+        match items.get(i)? {
+            Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+            Value::SimpleString(s) => Some(s.clone()),
+            Value::Okay => Some("OK".into()),
+            _ => None,
+        }
+    };
+    let int = |i: usize| super::int(items.get(i)?);
+    let some = |s: String| (!s.is_empty()).then_some(s);
+    let kind = match text(0)?.as_str() {
+        "free" => EntryKind::Free,
+        "mutex" => EntryKind::Mutex,
+        "fair" => EntryKind::Fair,
+        "semaphore" => EntryKind::Semaphore,
+        "read" => EntryKind::Read,
+        _ => return None,
+    };
+    let fence = some(text(4)?).map(|f| f.parse().ok()).unwrap_or(Some(0))?;
+    let version = some(text(9)?).map(|v| v.parse::<u64>().ok());
+    let record = match version {
+        None => None,
+        Some(None) => return None,
+        Some(Some(version)) => Some(Record {
+            label: some(text(5)?),
+            since_ms: some(text(6)?).and_then(|s| s.parse().ok()),
+            value: some(text(7)?),
+            term: some(text(8)?).and_then(|t| t.parse().ok()),
+            version,
+        }),
+    };
+    Some(NodeView {
+        kind,
+        ttl_ms: int(1)?,
+        holders: u64::try_from(int(2)?).ok()?,
+        digest: text(3)?,
+        fence: (fence > 0).then_some(fence),
+        record,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn a_node_view_is_read_with_and_without_its_record() {
+        let with = Value::Array(vec![
+            bulk("mutex"),
+            Value::Int(900),
+            Value::Int(1),
+            bulk("ab12"),
+            bulk("7"),
+            bulk("host-7"),
+            bulk("1700000000000"),
+            bulk(""),
+            bulk(""),
+            bulk("1"),
+        ]);
+        let view = read_view(&with).unwrap();
+        assert_eq!(view.kind, EntryKind::Mutex);
+        assert_eq!(view.fence, Some(7));
+        let record = view.record.unwrap();
+        assert_eq!(record.label.as_deref(), Some("host-7"));
+        assert_eq!(record.since_ms, Some(1_700_000_000_000));
+        assert_eq!(record.value, None);
+        let without = Value::Array(vec![
+            bulk("free"),
+            Value::Int(-2),
+            Value::Int(0),
+            bulk(""),
+            bulk(""),
+            bulk(""),
+            bulk(""),
+            bulk(""),
+            bulk(""),
+            bulk(""),
+        ]);
+        let view = read_view(&without).unwrap();
+        assert_eq!(
+            (view.kind, view.fence, view.record),
+            (EntryKind::Free, None, None)
+        );
+        assert_eq!(read_view(&Value::Int(1)), None);
+    }
+}

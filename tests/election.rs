@@ -1,0 +1,366 @@
+//! Who holds a lock (`LockRequest::label`, `QuorumLock::holder_of`) and leader election
+//! (`QuorumLock::election`: campaign, proclaim, resign, leader, observe), across separate
+//! clients on real servers, with nodes killed and frozen and a leader cut off.
+
+mod common;
+
+use std::time::{Duration, SystemTime};
+
+use common::*;
+use quorum_lock::testkit::Fleet;
+use quorum_lock::{names, Error, HeldAs, Quorum, MAX_LABEL_LEN};
+use tokio::time::Instant;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_label_shows_who_holds_a_lock_to_another_client_and_goes_with_it() {
+    let fleet = shared_fleet();
+    let holder = client(fleet, Quorum::Majority).await;
+    let other = client(fleet, Quorum::Majority).await;
+    for fair in [false, true] {
+        let key = unique_key("labelled");
+        let request = match fair {
+            false => holder.lock(&key),
+            true => holder.fair_lock(&key),
+        };
+        let before = SystemTime::now() - Duration::from_secs(1);
+        let guard = request
+            .label("host-7/job-42")
+            .fencing(true)
+            .acquire()
+            .await
+            .unwrap();
+        let seen = other.holder_of(&key).await.unwrap().expect("held");
+        assert_eq!(seen.kind, if fair { HeldAs::Fair } else { HeldAs::Mutex });
+        assert_eq!(seen.label.as_deref(), Some("host-7/job-42"));
+        assert_eq!(seen.holders, 1);
+        assert_eq!(seen.fencing_token, guard.fencing_token());
+        assert!(
+            seen.since
+                .is_some_and(|s| s >= before && s <= SystemTime::now()),
+            "{seen:?}"
+        );
+        assert!(
+            seen.ttl > Duration::ZERO && seen.ttl <= Duration::from_secs(30),
+            "{seen:?}"
+        );
+        // The record on the nodes holds the holder's digest, never its value.
+        let mut conn = conn(fleet, 0).await;
+        let record: Vec<String> = redis::cmd("HGETALL")
+            .arg(names::holder_record(key.as_bytes()))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(record.iter().any(|f| f == "host-7/job-42"), "{record:?}");
+        assert!(
+            !record.iter().any(|f| f.contains(guard.holder())),
+            "{record:?}"
+        );
+        guard.release().await.unwrap();
+        assert_eq!(other.holder_of(&key).await.unwrap(), None);
+        // The next holder without a label shows none: the old record names the old holder.
+        let next = other
+            .try_acquire(&key, Duration::from_secs(10))
+            .await
+            .unwrap()
+            .unwrap();
+        let seen = holder.holder_of(&key).await.unwrap().expect("held");
+        assert_eq!((seen.label, seen.since), (None, None));
+        next.release().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_label_lasts_as_long_as_the_watchdog_keeps_the_lock() {
+    let fleet = shared_fleet();
+    let locks = client(fleet, Quorum::Majority).await;
+    let key = unique_key("label-renewed");
+    let lease = Duration::from_millis(600);
+    let guard = locks
+        .lock(&key)
+        .watchdog(lease)
+        .label("renewed")
+        .acquire()
+        .await
+        .unwrap();
+    // Three leases later the record is still there: the renewals moved its expiry too.
+    tokio::time::sleep(lease * 3).await;
+    assert!(guard.is_held());
+    let seen = locks.holder_of(&key).await.unwrap().expect("held");
+    assert_eq!(seen.label.as_deref(), Some("renewed"));
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holder_of_names_shared_holders_and_refuses_bad_input() {
+    let fleet = shared_fleet();
+    let locks = client(fleet, Quorum::All).await;
+    let key = unique_key("shared");
+    let a = locks.semaphore(&key, 3).acquire().await.unwrap();
+    let b = locks.semaphore(&key, 3).acquire().await.unwrap();
+    let seen = locks.holder_of(&key).await.unwrap().expect("held");
+    assert_eq!(
+        (seen.kind, seen.holders, seen.label),
+        (HeldAs::Semaphore, 2, None)
+    );
+    drop((a, b));
+    let key = unique_key("readers");
+    let r = locks.read_lock(&key).acquire().await.unwrap();
+    let seen = locks.holder_of(&key).await.unwrap().expect("held");
+    assert_eq!((seen.kind, seen.holders), (HeldAs::Read, 1));
+    r.release().await.unwrap();
+    // A label where holders share a key, or one that is not a public line of text: refused
+    // before anything is sent.
+    let long = "x".repeat(MAX_LABEL_LEN + 1);
+    for result in [
+        locks.read_lock(&key).label("reader").try_acquire().await,
+        locks.semaphore(&key, 2).label("permit").try_acquire().await,
+        locks
+            .lock_all([&key, &unique_key("b")])
+            .label("set")
+            .try_acquire()
+            .await,
+        locks.lock(&key).label("two\nlines").try_acquire().await,
+        locks.lock(&key).label("").try_acquire().await,
+        locks.lock(&key).label(long).try_acquire().await,
+    ] {
+        let e = result.unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidConfig { field: "label", .. }),
+            "{e}"
+        );
+    }
+    assert_eq!(locks.holder_of(&key).await.unwrap(), None);
+    assert!(matches!(
+        locks.holder_of("").await,
+        Err(Error::InvalidKey { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn successive_leaders_of_separate_clients_have_rising_terms_and_one_leads_at_a_time() {
+    let fleet = shared_fleet();
+    let name = unique_key("election");
+    let reader = client(fleet, Quorum::Majority).await;
+    assert_eq!(reader.election(&name).leader().await.unwrap(), None);
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        clients.push(client(fleet, Quorum::Majority).await);
+    }
+    let mut last_term = 0;
+    // Each client campaigns; the first wins at once, the others wait for its resignation.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut tasks = Vec::new();
+    for (i, locks) in clients.iter().enumerate() {
+        let election = locks.election(&name);
+        let tx = tx.clone();
+        tasks.push(tokio::spawn(async move {
+            let leading = election.campaign(format!("node-{i}")).await.unwrap();
+            let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+            tx.send((i, leading.term(), done_tx)).unwrap();
+            let _ = done_rx.await;
+            assert!(leading.is_leader());
+            leading.resign().await.unwrap();
+        }));
+    }
+    for _ in 0..3 {
+        let (i, term, done) = rx.recv().await.unwrap();
+        assert!(term > last_term, "terms rise: {term} after {last_term}");
+        last_term = term;
+        let leader = reader
+            .election(&name)
+            .leader()
+            .await
+            .unwrap()
+            .expect("a leader");
+        assert_eq!((leader.value, leader.term), (format!("node-{i}"), term));
+        assert!(leader.since.is_some());
+        done.send(()).unwrap();
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    finish_background(&clients).await;
+    assert_eq!(reader.election(&name).leader().await.unwrap(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_hears_a_new_value_a_resignation_and_a_new_leader_within_a_round_trip() {
+    let fleet = shared_fleet();
+    let name = unique_key("observed");
+    let watcher = client(fleet, Quorum::Majority).await;
+    let a = client(fleet, Quorum::Majority).await;
+    let b = client(fleet, Quorum::Majority).await;
+    // Reads on a timer only every minute: every change below must come from announcements.
+    let mut observer = watcher
+        .election(&name)
+        .observe()
+        .every(Duration::from_secs(60));
+    assert_eq!(observer.next().await.unwrap(), None);
+    let bound = Duration::from_secs(5);
+    let mut leading = a.election(&name).campaign("a-1").await.unwrap();
+    let seen = tokio::time::timeout(bound, observer.next())
+        .await
+        .expect("heard")
+        .unwrap();
+    assert_eq!(
+        seen.map(|l| (l.value, l.term)),
+        Some(("a-1".into(), leading.term()))
+    );
+    leading.proclaim("a-2").await.unwrap();
+    assert_eq!(leading.value(), "a-2");
+    let seen = tokio::time::timeout(bound, observer.next())
+        .await
+        .expect("heard")
+        .unwrap();
+    assert_eq!(
+        seen.map(|l| (l.value, l.term)),
+        Some(("a-2".into(), leading.term()))
+    );
+    let first_term = leading.term();
+    let waiting = tokio::spawn({
+        let election = b.election(&name);
+        async move { election.campaign("b-1").await.unwrap() }
+    });
+    leading.resign().await.unwrap();
+    // Nobody, then b (or straight to b, when b was elected before the observer read).
+    let mut seen = tokio::time::timeout(bound, observer.next())
+        .await
+        .expect("heard")
+        .unwrap();
+    if seen.is_none() {
+        seen = tokio::time::timeout(bound, observer.next())
+            .await
+            .expect("heard")
+            .unwrap();
+    }
+    let next = waiting.await.unwrap();
+    let seen = seen.expect("b leads");
+    assert_eq!((seen.value.as_str(), seen.term), ("b-1", next.term()));
+    assert!(next.term() > first_term);
+    next.resign().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_election_input_is_refused_before_anything_is_sent() {
+    let fleet = shared_fleet();
+    let locks = client(fleet, Quorum::Majority).await;
+    let name = unique_key("bad-election");
+    for value in [
+        "",
+        "a\tb",
+        &"v".repeat(quorum_lock::MAX_LEADER_VALUE_LEN + 1),
+    ] {
+        let e = locks.election(&name).campaign(value).await.unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidConfig { field: "value", .. }),
+            "{e}"
+        );
+    }
+    assert_eq!(locks.election(&name).leader().await.unwrap(), None);
+    let e = locks.election("").campaign("v").await.unwrap_err();
+    assert!(matches!(e, Error::InvalidKey { .. }), "{e}");
+    // A bounded campaign against a leader gives up with the wait's error.
+    let leading = locks.election(&name).campaign("first").await.unwrap();
+    let other = client(fleet, Quorum::Majority).await;
+    let e = other
+        .election(&name)
+        .wait(Duration::from_millis(300))
+        .campaign("second")
+        .await
+        .unwrap_err();
+    assert!(e.is_wait_timeout(), "{e}");
+    leading.resign().await.unwrap();
+}
+
+/// A leader cut off from every node (its connections black-holed) stops believing it leads by
+/// its deadline, before the next leader is elected; the next term is higher.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_off_leader_knows_it_is_deposed_before_the_next_leader_is_elected() {
+    let fleet = Fleet::builder().nodes(3).proxied(true).start().unwrap();
+    let name = unique_key("cut-off");
+    let lease = Duration::from_millis(900);
+    let cut = builder(&fleet, Quorum::Majority).build().await.unwrap();
+    let direct: Vec<String> = (0..3).map(|i| fleet.direct_url(i)).collect();
+    let other = quorum_lock::QuorumLock::builder()
+        .nodes(direct)
+        .node_timeout(Duration::from_millis(250))
+        .build()
+        .await
+        .unwrap();
+    let leading = cut
+        .election(&name)
+        .lease(lease)
+        .campaign("old")
+        .await
+        .unwrap();
+    let old_term = leading.term();
+    for i in 0..3 {
+        fleet.proxy(i).black_hole();
+    }
+    let next = other
+        .election(&name)
+        .lease(lease)
+        .campaign("new")
+        .await
+        .unwrap();
+    let elected = Instant::now();
+    assert!(
+        !leading.is_leader(),
+        "the old leader still believed it led when the next was elected"
+    );
+    assert!(leading.deadline() <= elected);
+    assert!(next.term() > old_term);
+    let seen = other
+        .election(&name)
+        .leader()
+        .await
+        .unwrap()
+        .expect("a leader");
+    assert_eq!((seen.value.as_str(), seen.term), ("new", next.term()));
+    next.resign().await.unwrap();
+    for i in 0..3 {
+        fleet.proxy(i).heal();
+    }
+    drop(leading);
+}
+
+/// Elections go on with a minority of nodes killed or frozen; the leader read answers fast
+/// with a frozen node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elections_go_on_with_a_node_killed_and_one_frozen() {
+    let fleet = own_fleet(5);
+    let name = unique_key("faults");
+    let a = client(&fleet, Quorum::Majority).await;
+    let b = client(&fleet, Quorum::Majority).await;
+    let leading = a
+        .election(&name)
+        .lease(Duration::from_secs(2))
+        .campaign("a")
+        .await
+        .unwrap();
+    fleet.kill(1).unwrap();
+    fleet.pause(3).unwrap();
+    // The watchdog keeps the leadership over the three nodes left.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(leading.is_leader());
+    let started = Instant::now();
+    let seen = b.election(&name).leader().await.unwrap().expect("a leader");
+    assert_eq!((seen.value.as_str(), seen.term), ("a", leading.term()));
+    assert!(
+        started.elapsed() < Duration::from_millis(250),
+        "waited for the frozen node"
+    );
+    let term = leading.term();
+    let waiting = tokio::spawn({
+        let election = b.election(&name);
+        async move { election.campaign("b").await.unwrap() }
+    });
+    leading.resign().await.unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("elected")
+        .unwrap();
+    assert!(next.term() > term);
+    fleet.resume(3).unwrap();
+    next.resign().await.unwrap();
+}
