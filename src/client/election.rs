@@ -256,6 +256,11 @@ impl Leadership {
         &self.guard
     }
 
+    /// The lock this leadership holds, to keep as a lock: releasing it resigns.
+    pub fn into_guard(self) -> LockGuard {
+        self.guard
+    }
+
     /// Publishes `value` as the leader's value, keeping the term: readers see it once a
     /// quorum stored it.
     ///

@@ -151,12 +151,12 @@ fn check_reports_what_weakens_safety() {
 }
 
 /// The README's minimal ACL rule, for keys under `acl:`, with its additions for `check`
-/// (TIME, ROLE) and `status` (TYPE, ZCOUNT, reading the family's keys). The commands: SET (acquire, repair); EVAL, EVALSHA, SCRIPT LOAD (the
+/// (TIME, ROLE) and `status` (TYPE, ZCOUNT, HMGET, reading the family's keys and holder records). The commands: SET (acquire, repair); EVAL, EVALSHA, SCRIPT LOAD (the
 /// scripts); GET, DEL, EXISTS, PEXPIRE, INCR, PTTL and PUBLISH (inside the scripts, where
 /// ACLs apply too); SUBSCRIBE, UNSUBSCRIBE (release notices); INFO and CONFIG GET (build-time
 /// checks). On Redis 7.2 and later also CLIENT SETINFO (the redis crate's handshake, which
 /// ignores a refusal), added by the test when the server knows it.
-const ACL_RULE: [&str; 32] = [
+const ACL_RULE: [&str; 34] = [
     "locker",
     "on",
     ">s3cret-pw",
@@ -166,6 +166,7 @@ const ACL_RULE: [&str; 32] = [
     "%R~quorum-lock:readers:{acl:*",
     "%R~quorum-lock:writer-waiting:{acl:*",
     "%R~quorum-lock:queue-expiry:{acl:*",
+    "%R~quorum-lock:holder:{acl:*",
     "resetchannels",
     "&quorum-lock:released:{acl:*",
     "-@all",
@@ -189,6 +190,7 @@ const ACL_RULE: [&str; 32] = [
     "+role",
     "+type",
     "+zcount",
+    "+hmget",
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

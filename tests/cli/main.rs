@@ -29,6 +29,7 @@ mod common;
 
 mod access;
 mod edges;
+mod elect;
 mod hold;
 mod run;
 

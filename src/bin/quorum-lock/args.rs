@@ -9,7 +9,10 @@ use clap::{Args, Parser, Subcommand};
 use quorum_lock::Quorum;
 
 use crate::exit;
-use crate::values::{parse_duration, parse_key, parse_quorum, parse_signal, parse_wait};
+use crate::values::{
+    parse_duration, parse_key, parse_label, parse_leader_value, parse_quorum, parse_signal,
+    parse_wait,
+};
 
 /// The exit codes, shown by `--help` (and documented in the README).
 const EXIT_CODES: &str = "\
@@ -156,6 +159,63 @@ pub enum Command {
     /// Check every node for what weakens the lock's safety.
     #[command(after_help = CHECK_EXIT)]
     Check(CheckArgs),
+    /// Campaign in the election NAME (the KEY below) and run a command while leading.
+    #[command(after_help = ELECT_HELP)]
+    Elect(ElectArgs),
+    /// Print the leader of the election NAME: its value and term.
+    #[command(after_help = LEADER_EXIT)]
+    Leader(LeaderArgs),
+}
+
+const ELECT_HELP: &str = "\
+Campaigns in the election KEY (waiting up to --wait, as `run` waits for its lock) and runs
+the command while leading, as `run` does under a lock: the command gets QUORUM_LOCK_KEY,
+QUORUM_LOCK_HELD=1, QUORUM_LOCK_TERM (the leader's term, higher for every new leader: carry
+it with the leader's writes as a fencing token, as QUORUM_LOCK_FENCING_TOKEN) and
+QUORUM_LOCK_LEADER_VALUE, and is stopped before leadership can lapse. Resigns when the
+command ends, and the next candidate is elected at once.
+
+Examples:
+  quorum-lock elect billing-leader --value \"$(hostname):8080\" -w 1d -- ./billing --leader
+  quorum-lock leader billing-leader            # prints the value and term; exit 1: nobody
+
+Exit codes:
+  as `run`: the command's code; 1 (-E) not elected within --wait; 64 usage; 69 nodes
+  unreachable; 75 leadership lost while it ran; 78 configuration";
+
+const LEADER_EXIT: &str = "\
+Prints `VALUE TERM` (or a JSON object with --json), as a quorum of nodes shows it. With
+--watch, a line at the start and at every change (`-` alone while nobody leads), until INT
+or TERM.
+
+Exit codes:
+  0 a leader (with --watch: stopped by a signal); 1 nobody leads; 64 usage; 69 too few
+  nodes answered; 71 stdout not writable; 78 configuration";
+
+#[derive(Debug, Args)]
+pub struct ElectArgs {
+    /// The value published for this leader while it leads (an address, a host name):
+    /// public, shown by `leader` and `status`.
+    #[arg(long, value_name = "V", value_parser = parse_leader_value)]
+    pub value: String,
+
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct LeaderArgs {
+    /// Print a line at every change until INT or TERM.
+    #[arg(long)]
+    pub watch: bool,
+
+    /// Print JSON objects.
+    #[arg(long)]
+    pub json: bool,
+
+    /// The election's name (its key).
+    #[arg(value_parser = parse_key)]
+    pub name: String,
 }
 
 const HOLD_EXIT: &str = "\
@@ -294,6 +354,11 @@ pub struct WatchArgs {
     /// textfile collector) when the command ends; replaced atomically.
     #[arg(long, value_name = "FILE")]
     pub metrics_textfile: Option<PathBuf>,
+
+    /// A public label for the holder (who holds it: `host-7/job-42`), shown by `status`
+    /// with the time it was taken. For a mutex, a fair lock or a write lock.
+    #[arg(long, value_name = "TEXT", value_parser = parse_label)]
+    pub label: Option<String>,
 }
 
 impl WatchArgs {
@@ -423,6 +488,10 @@ pub struct AcquireArgs {
     /// Print a JSON object instead of the plain line.
     #[arg(long)]
     pub json: bool,
+
+    /// A public label for the holder, shown by `status` with the time it was taken.
+    #[arg(long, value_name = "TEXT", value_parser = parse_label)]
+    pub label: Option<String>,
 
     /// The lock key.
     #[arg(value_parser = parse_key)]

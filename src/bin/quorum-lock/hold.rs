@@ -67,14 +67,52 @@ pub async fn take_watched(
         lease,
         fencing,
         max_hold,
+        label,
         ..
     } = watch;
     let mut req = kind.request(client, key).watchdog(*lease).fencing(*fencing);
     if let Some(max) = *max_hold {
         req = req.max_hold(max);
     }
+    if let Some(label) = label {
+        req = req.label(label.as_str());
+    }
     tokio::select! {
         taken = take(req, wait, key, "--lease") => taken.map(Ok),
+        signal = signals.recv() => Ok(Err(exit::signalled(signal))),
+    }
+}
+
+/// `elect`'s leadership of the election `name` with `value`, waiting as `watch` says (a
+/// mutex with a fencing token, the term), unless one of the CLI's signals comes first.
+///
+/// # Errors
+/// As [`take_watched`].
+pub async fn take_leadership(
+    client: &QuorumLock,
+    signals: &mut Signals,
+    name: &str,
+    value: &str,
+    watch: &WatchArgs,
+) -> Result<Result<quorum_lock::Leadership, u8>, Failure> {
+    let cx = Context {
+        conflict: watch.wait.conflict_exit_code,
+        ttl: "--lease",
+    };
+    let wait = match watch.wait.nonblock {
+        true => std::time::Duration::ZERO,
+        false => watch.wait.wait,
+    };
+    let election = client.election(name).lease(watch.lease).wait(wait);
+    tokio::select! {
+        taken = election.campaign(value) => match taken {
+            Ok(leading) => Ok(Ok(leading)),
+            Err(e @ quorum_lock::Error::WaitTimeout { .. }) => Err(Failure::busy(
+                cx.conflict,
+                format!("not elected: {e}"),
+            )),
+            Err(e) => Err(Failure::from_lock(&e, &cx)),
+        },
         signal = signals.recv() => Ok(Err(exit::signalled(signal))),
     }
 }
@@ -245,7 +283,10 @@ async fn stdin_closed() {
 /// As [`take`].
 pub async fn acquire(settings: &Settings, args: &AcquireArgs) -> Result<u8, Failure> {
     let client = settings.connect().await?;
-    let req = client.lock(&args.key).ttl(args.ttl).fencing(args.fencing);
+    let mut req = client.lock(&args.key).ttl(args.ttl).fencing(args.fencing);
+    if let Some(label) = &args.label {
+        req = req.label(label.as_str());
+    }
     let guard = take(req, &args.wait, &args.key, "--ttl").await?;
     if let Err(failure) = print_holder(&guard, &args.key, args.json) {
         let _ = guard.release().await;

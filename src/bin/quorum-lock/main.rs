@@ -24,6 +24,7 @@ mod direct;
 mod exit;
 mod exporter;
 mod hold;
+mod leader;
 mod run;
 mod settings;
 mod status;
@@ -71,7 +72,9 @@ fn main() {
 async fn dispatch(cli: Cli) -> Result<u8, Failure> {
     let settings = Settings::load(&cli.global)?;
     match &cli.command {
-        Command::Run(args) => run::run(&settings, args).await,
+        Command::Run(args) => run::run(&settings, args, None).await,
+        Command::Elect(args) => run::run(&settings, &args.run, Some(&args.value)).await,
+        Command::Leader(args) => leader::leader(&settings, args).await,
         Command::Hold(args) => hold::hold(&settings, args).await,
         Command::Acquire(args) => hold::acquire(&settings, args).await,
         Command::Extend(args) => steps::extend(&settings, args).await,

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use crate::args::RunArgs;
 use crate::child::{exit_code, Command, Group, Signals};
 use crate::exit::{self, Failure};
-use crate::hold::take_watched;
+use crate::hold::{take_leadership, take_watched};
 use crate::settings::Settings;
 use crate::values::{format_duration, signal_name};
 
@@ -66,21 +66,31 @@ struct Stop {
     killed: bool,
 }
 
-pub async fn run(settings: &Settings, args: &RunArgs) -> Result<u8, Failure> {
+/// `run`, or with `elect` (the leader value) `elect`: the command runs while leading the
+/// election named by the key.
+pub async fn run(settings: &Settings, args: &RunArgs, elect: Option<&str>) -> Result<u8, Failure> {
     // Installed first: the metrics file says how the run ended, however it ended (a usage
     // error, a command not found, nodes down).
     let metrics = match &args.watch.metrics_textfile {
         Some(_) => Some(crate::exporter::install()?),
         None => None,
     };
-    let result = supervised(settings, args).await;
+    let result = supervised(settings, args, elect).await;
     let textfile = args.watch.metrics_textfile.as_deref();
-    crate::exporter::write_at_end(textfile, metrics.as_ref(), "run", &result);
+    let what = if elect.is_some() { "elect" } else { "run" };
+    crate::exporter::write_at_end(textfile, metrics.as_ref(), what, &result);
     result
 }
 
 /// `run` once its metrics are set up.
-async fn supervised(settings: &Settings, args: &RunArgs) -> Result<u8, Failure> {
+async fn supervised(
+    settings: &Settings,
+    args: &RunArgs,
+    elect: Option<&str>,
+) -> Result<u8, Failure> {
+    if elect.is_some() {
+        check_elect(args)?;
+    }
     crate::hold::check_max_hold(&args.watch)?;
     if args.kill_grace.is_some_and(|g| g.is_zero()) {
         return Err(Failure::usage(
@@ -116,17 +126,30 @@ async fn supervised(settings: &Settings, args: &RunArgs) -> Result<u8, Failure> 
     let result = async {
         // Installed before the wait, so that INT or TERM while waiting ends it cleanly.
         let mut signals = Signals::install()?;
-        let taken = take_watched(&client, &mut signals, &args.key, &args.watch);
-        let guard = match taken.await? {
-            Ok(guard) => guard,
-            Err(signalled) => return Ok(signalled),
-        };
-        let acquired = Instant::now();
-
         let mut env = vec![
             ("QUORUM_LOCK_KEY", args.key.clone()),
             ("QUORUM_LOCK_HELD", "1".to_string()),
         ];
+        let guard = match elect {
+            None => match take_watched(&client, &mut signals, &args.key, &args.watch).await? {
+                Ok(guard) => guard,
+                Err(signalled) => return Ok(signalled),
+            },
+            Some(value) => {
+                let taken = take_leadership(&client, &mut signals, &args.key, value, &args.watch);
+                let leading = match taken.await? {
+                    Ok(leading) => leading,
+                    Err(signalled) => return Ok(signalled),
+                };
+                env.push(("QUORUM_LOCK_TERM", leading.term().to_string()));
+                env.push(("QUORUM_LOCK_LEADER_VALUE", leading.value().to_string()));
+                // From here on, the leadership is its lock: released (resigned) as `run`
+                // releases.
+                leading.into_guard()
+            }
+        };
+        let acquired = Instant::now();
+
         if let Some(token) = guard.fencing_token() {
             env.push(("QUORUM_LOCK_FENCING_TOKEN", token.to_string()));
         }
@@ -194,6 +217,24 @@ async fn supervised(settings: &Settings, args: &RunArgs) -> Result<u8, Failure> 
     // land before the process exits.
     client.finish_background().await;
     result
+}
+
+/// What `elect` refuses: the options of `run` that do not apply to an election's lock.
+fn check_elect(args: &RunArgs) -> Result<(), Failure> {
+    let watch = &args.watch;
+    let kind = &watch.kind;
+    let refused = if kind.read || kind.write || kind.fair {
+        "--read, --write and --fair: an election's key is taken as a mutex"
+    } else if watch.fencing {
+        "--fencing: a leader always has its term, in QUORUM_LOCK_TERM and QUORUM_LOCK_FENCING_TOKEN"
+    } else if watch.max_hold.is_some() {
+        "--max-hold: a leader leads until its command ends (or use --lease)"
+    } else if watch.label.is_some() {
+        "--label: a leader's public text is its --value"
+    } else {
+        return Ok(());
+    };
+    Err(Failure::usage(format!("elect does not take {refused}")))
 }
 
 /// Waits for the command, forwarding INT/TERM/HUP to its group, and stops the group when the

@@ -42,6 +42,24 @@ struct NodeView {
     /// Live waiters in a fair lock's line.
     #[serde(skip_serializing_if = "Option::is_none")]
     line: Option<u64>,
+    /// What the holder published beside its entry (a label, since when; an election's
+    /// leader value and term), where the record names this node's holder.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    record: Option<Published>,
+}
+
+/// A holder record (see `quorum_lock::names::holder_record`).
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+struct Published {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    label: Option<String>,
+    /// Unix time in ms, by the holder's clock.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    since_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    leader_value: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    term: Option<u64>,
 }
 
 /// What a node answered, before holder values are replaced by numbers.
@@ -56,6 +74,7 @@ struct Raw {
     /// `Some` when the key is a sorted set (a semaphore).
     permits: Option<u64>,
     line: u64,
+    record: Option<Published>,
 }
 
 #[derive(Debug, Serialize)]
@@ -77,6 +96,9 @@ struct Report {
     /// The quorum is every node because the key is a semaphore of more than one permit.
     #[serde(skip)]
     every_node: bool,
+    /// The holder record of the holder a quorum shows, if it published one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    holder: Option<Published>,
     node_status: Vec<NodeView>,
 }
 
@@ -127,6 +149,7 @@ pub async fn status(settings: &Settings, args: &StatusArgs) -> Result<u8, Failur
                     writer_waiting: raw.writer_waiting,
                     permits: raw.permits,
                     line: (kind == "fair").then_some(raw.line),
+                    record: raw.record,
                 }
             }
             Err(e) => NodeView {
@@ -141,6 +164,7 @@ pub async fn status(settings: &Settings, args: &StatusArgs) -> Result<u8, Failur
                 writer_waiting: false,
                 permits: None,
                 line: None,
+                record: None,
             },
         };
         views.push(view);
@@ -153,6 +177,12 @@ pub async fn status(settings: &Settings, args: &StatusArgs) -> Result<u8, Failur
     let reachable = views.iter().filter(|v| v.reachable).count();
     let unreachable = nodes.len() - reachable;
     let held_by = counts.iter().copied().max().unwrap_or(0);
+    // The record of the most common holder (the one a quorum may show).
+    let most = (1..=counts.len()).max_by_key(|&n| counts[n - 1]);
+    let holder = views
+        .iter()
+        .filter(|v| v.holder.is_some() && v.holder == most)
+        .find_map(|v| v.record.clone());
     // Where the key is free for a new holder of its kind: no entry (mutex, fair, writer);
     // for a read-write lock, no writer and no reader either; for a semaphore, a permit left
     // (when the count is known) or none taken.
@@ -206,6 +236,7 @@ pub async fn status(settings: &Settings, args: &StatusArgs) -> Result<u8, Failur
         free,
         permits: args.permits,
         every_node: all_nodes,
+        holder: holder.filter(|_| verdict == "held"),
         node_status: views,
     };
     if args.json {
@@ -302,6 +333,16 @@ async fn read_node(settings: &Settings, node: &NodeClient, key: &str) -> Result<
         }
         Some("string") => {
             raw.holder = text(&ask(cmd("GET", &[key])).await?);
+            if let Some(holder) = &raw.holder {
+                let record = text_name(quorum_lock::names::holder_record(key.as_bytes()));
+                let fields = ["h", "label", "since", "value", "term"];
+                let mut args = vec![record.as_str()];
+                args.extend(fields);
+                // Optional: a node whose ACL rule predates holder records refuses the read,
+                // and the entry is shown without its record.
+                let answer = ask(cmd("HMGET", &args)).await;
+                raw.record = answer.ok().and_then(|a| published(&a, holder));
+            }
             // -2: no key (it expired between the two commands), -1: no TTL.
             raw.pttl = int(&ask(cmd("PTTL", &[key])).await?).filter(|&t| t != -2);
         }
@@ -316,6 +357,43 @@ async fn read_node(settings: &Settings, node: &NodeClient, key: &str) -> Result<
     let fence = text_name(quorum_lock::names::fencing_counter(key.as_bytes()));
     raw.fence = int(&ask(cmd("GET", &[&fence])).await?);
     Ok(raw)
+}
+
+/// A holder record's fields (HMGET h label since value term), where it names `holder`.
+fn published(answer: &redis::Value, holder: &str) -> Option<Published> {
+    let redis::Value::Array(fields) = answer else {
+        return None;
+    };
+    let field = |i: usize| fields.get(i).and_then(text);
+    let digest = sha1_smol::Sha1::from(holder).digest().to_string();
+    (field(0)? == digest).then(|| Published {
+        label: field(1),
+        since_ms: field(2).and_then(|s| s.parse().ok()),
+        leader_value: field(3),
+        term: field(4).and_then(|t| t.parse().ok()),
+    })
+}
+
+/// `ms` (Unix time) as UTC, `YYYY-MM-DDTHH:MM:SSZ`.
+pub fn utc(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rest) = ((secs / 86_400) as i64, secs % 86_400);
+    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
 }
 
 /// The member that serves `key`: `node` itself, or, when it answers `MOVED` (a cluster
@@ -494,5 +572,33 @@ fn plain(r: &Report) -> String {
         ),
     };
     let _ = writeln!(out, "verdict: {verdict}");
+    if let Some(p) = &r.holder {
+        if let Some(label) = &p.label {
+            let _ = writeln!(out, "label: {label}");
+        }
+        if let (Some(value), Some(term)) = (&p.leader_value, p.term) {
+            let _ = writeln!(out, "leader: {value} (term {term})");
+        }
+        if let Some(since) = p.since_ms {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_millis() as u64;
+            let ago = std::time::Duration::from_millis(now.saturating_sub(since) / 1000 * 1000);
+            let _ = writeln!(out, "since: {} ({} ago)", utc(since), format_duration(ago));
+        }
+    }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::utc;
+
+    #[test]
+    fn unix_ms_reads_as_utc() {
+        assert_eq!(utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc(951_782_400_000), "2000-02-29T00:00:00Z");
+        assert_eq!(utc(1_795_865_977_123), "2026-11-28T10:19:37Z");
+    }
 }

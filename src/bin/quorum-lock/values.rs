@@ -127,6 +127,32 @@ pub fn signal_name(signal: i32) -> String {
 /// A lock key the library accepts: 1 byte to 64 KiB, outside its reserved prefix. Checked
 /// here too, so that `status`, which reads the nodes directly, refuses the same keys, and every
 /// command refuses a bad key before it connects.
+/// A public line of text of at most `max` bytes: a label, a leader value.
+fn public_text(what: &str, text: &str, max: usize) -> Result<String, String> {
+    if text.is_empty() {
+        return Err(format!("the {what} must not be empty"));
+    }
+    if text.len() > max {
+        return Err(format!("the {what} is longer than {max} bytes"));
+    }
+    if text.chars().any(char::is_control) {
+        return Err(format!(
+            "the {what} must not hold control characters (newlines, tabs, escapes)"
+        ));
+    }
+    Ok(text.to_string())
+}
+
+/// `--label`: public, shown by `status` (never a secret).
+pub fn parse_label(text: &str) -> Result<String, String> {
+    public_text("label", text, quorum_lock::MAX_LABEL_LEN)
+}
+
+/// `elect --value`: public, shown by `leader` and `status`.
+pub fn parse_leader_value(text: &str) -> Result<String, String> {
+    public_text("leader value", text, quorum_lock::MAX_LEADER_VALUE_LEN)
+}
+
 pub fn parse_key(text: &str) -> Result<String, String> {
     if text.is_empty() {
         return Err("the key must not be empty".into());

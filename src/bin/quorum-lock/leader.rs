@@ -1,0 +1,68 @@
+//! `leader NAME [--watch]`: the election's leader as a quorum of nodes shows it.
+
+use quorum_lock::Leader;
+
+use crate::args::LeaderArgs;
+use crate::child::Signals;
+use crate::exit::{self, Context, Failure};
+use crate::settings::Settings;
+
+/// The exit code when nobody leads.
+const NOBODY: u8 = 1;
+
+pub async fn leader(settings: &Settings, args: &LeaderArgs) -> Result<u8, Failure> {
+    let client = settings.connect().await?;
+    let election = client.election(&args.name);
+    if !args.watch {
+        return match election.leader().await {
+            Ok(Some(leader)) => {
+                exit::print(&line(&args.name, Some(&leader), args.json))?;
+                Ok(exit::OK)
+            }
+            Ok(None) => {
+                if args.json {
+                    exit::print(&line(&args.name, None, true))?;
+                }
+                Err(Failure::busy(
+                    NOBODY,
+                    format!("nobody leads {:?}", args.name),
+                ))
+            }
+            Err(e) => Err(Failure::from_lock(&e, &Context::NONE)),
+        };
+    }
+    let mut signals = Signals::install()?;
+    let mut observer = election.observe();
+    loop {
+        tokio::select! {
+            next = observer.next() => match next {
+                Ok(leader) => exit::print(&line(&args.name, leader.as_ref(), args.json))?,
+                Err(e) => eprintln!("quorum-lock: warning: reading the leader: {e}"),
+            },
+            _ = signals.recv() => return Ok(exit::OK),
+        }
+    }
+}
+
+/// `VALUE TERM` (`-` alone: nobody leads), or a JSON object.
+fn line(name: &str, leader: Option<&Leader>, json: bool) -> String {
+    match (leader, json) {
+        (Some(l), false) => format!("{} {}\n", l.value, l.term),
+        (None, false) => "-\n".to_string(),
+        (l, true) => {
+            let since = l.and_then(|l| l.since).and_then(|s| {
+                s.duration_since(std::time::UNIX_EPOCH)
+                    .ok()
+                    .map(|d| d.as_millis() as u64)
+            });
+            let object = serde_json::json!({
+                "name": name,
+                "leader": l.map(|l| l.value.as_str()),
+                "term": l.map(|l| l.term),
+                "since_ms": since,
+                "ttl_ms": l.map(|l| l.ttl.as_millis() as u64),
+            });
+            format!("{object}\n")
+        }
+    }
+}
