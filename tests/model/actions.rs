@@ -43,6 +43,10 @@ pub(super) enum Action {
     /// Node `n`'s clock jumps forward past time `t`: everything on it that would have expired
     /// by `t` expires now (entry, readers, mark).
     ClockJump(u8, u8),
+    /// Elections: client `c` publishes its holder record on every node.
+    Publish(u8),
+    /// Elections: the leader read reads node `n`.
+    Read(u8),
 }
 
 /// Collects the narration of a step, only when asked (never during the search).
@@ -144,6 +148,7 @@ pub(super) enum Effect {
     Withdrawn(bool),
     /// The fencing counter is now this.
     Counter(u8),
+    Published(bool),
 }
 
 impl std::fmt::Display for Effect {
@@ -182,6 +187,8 @@ impl std::fmt::Display for Effect {
             Effect::Withdrawn(true) => write!(f, "mark deleted"),
             Effect::Withdrawn(false) => write!(f, "no mark of its own"),
             Effect::Counter(counter) => write!(f, "counter now {counter}"),
+            Effect::Published(true) => write!(f, "record written"),
+            Effect::Published(false) => write!(f, "not its entry: nothing written"),
         }
     }
 }

@@ -57,6 +57,7 @@ pub(super) fn narrate(
             Action::Answer(c, n) => Action::Answer(c, r(n)),
             Action::Restart(n) => Action::Restart(r(n)),
             Action::ClockJump(n, to) => Action::ClockJump(r(n), to),
+            Action::Read(n) => Action::Read(r(n)),
             other => other,
         };
         let mut log = Log::on();

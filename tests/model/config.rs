@@ -89,6 +89,10 @@ pub(super) enum Fencing {
 /// A defect of an earlier (or imagined) version of the library, for the negative controls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Bug {
+    /// The holder record (an election's leader value and term) written by the acquire itself
+    /// where it takes the key, instead of published once the guard exists (`Lease::publish`):
+    /// an attempt that never wins shows as the leader on the nodes it took.
+    RecordInAcquire,
     /// A shorter extend that does not cut the deadline before its request is sent, and keeps
     /// the old deadline when the quorum is not confirmed (an earlier version's).
     NoCutBeforeShorterExtend,
@@ -179,6 +183,10 @@ pub(super) struct Config {
     /// Callers that drop an acquire in progress (a timeout around it): a client's attempt may
     /// be cancelled at any point before it holds.
     pub(super) cancels: bool,
+    /// Leader election (`src/client/election.rs`): a holder publishes its holder record
+    /// (PUBLISH, `lua/publish.lua`) once it holds, and a reader reads each node once
+    /// (`lua/holder_read.lua`), naming the leader a quorum shows with its record.
+    pub(super) elections: bool,
 }
 
 impl Config {
@@ -210,6 +218,7 @@ impl Config {
             ordered: false,
             redirects: false,
             cancels: false,
+            elections: false,
         }
     }
 

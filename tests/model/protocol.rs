@@ -103,6 +103,7 @@ impl Protocol {
         let now = s.now;
         let cl = &mut s.clients[c];
         cl.attempts += 1;
+        cl.published = false;
         cl.t0 = now;
         cl.approach = Approach::All;
         let holder = cl.holder(c);
@@ -285,6 +286,9 @@ impl Protocol {
             }
             Kind::Acquire | Kind::Repair => {
                 node.entry = Some(Entry { holder, expiry });
+                if req.kind() == Kind::Acquire && self.cfg.has(Bug::RecordInAcquire) {
+                    node.record = Some(holder);
+                }
                 if req.kind() == Kind::Repair {
                     (Vote::Yes(0), Effect::Recreated(expiry))
                 } else if self.cfg.fencing == Some(Fencing::InAcquire) {
@@ -332,6 +336,14 @@ impl Protocol {
                     node.mark = None;
                 }
                 (Vote::Yes(0), Effect::Withdrawn(ours))
+            }
+            // PUBLISH: only where the entry is this holder's.
+            Kind::Publish => {
+                let ours = node.entry.is_some_and(|e| e.holder == holder);
+                if ours {
+                    node.record = Some(holder);
+                }
+                (Vote::Yes(0), Effect::Published(ours))
             }
         }
     }
@@ -408,6 +420,7 @@ impl Protocol {
             }
             Kind::Release => (Vote::Refused, Effect::NotMember),
             Kind::Withdraw => unreachable!("a reader has no mark"),
+            Kind::Publish => unreachable!("a reader publishes no record"),
         }
     }
 
@@ -884,8 +897,20 @@ impl Protocol {
             }
             Action::Release(c) => self.release(s, usize::from(c), log),
             Action::Cancel(c) => self.cancel(s, usize::from(c), log),
+            Action::Publish(c) => {
+                let c = usize::from(c);
+                let holder = s.clients[c].holder(c);
+                s.clients[c].published = true;
+                for n in 0..self.n() {
+                    s.conn(c, n)
+                        .push(Req::new(Kind::Publish, holder.attempt, 0, false));
+                }
+                log.note(|| format!("t={now} c{c} publishes {holder}'s record on every node"));
+            }
+            Action::Read(n) => self.read(s, usize::from(n), log),
             Action::Restart(n) => {
                 let n = usize::from(n);
+                // (`settle_records` drops the node's record with its entry.)
                 s.forgotten += 1;
                 s.see(SEEN_FORGOTTEN);
                 let node = s.nodes[n];
@@ -917,6 +942,62 @@ impl Protocol {
                 });
             }
         }
+        if self.cfg.elections {
+            self.settle_records(s);
+        }
+    }
+
+    /// Elections: the leader read reads node `n` (`lua/holder_read.lua`): the entry's
+    /// holder where its record names it. Once a quorum of the nodes read name one holder,
+    /// the read returns it as the leader: property "a leader read names a holder that held"
+    /// then asks that it held a guard at some point.
+    fn read(&self, s: &mut State, n: usize, log: &mut Log) {
+        let node = &s.nodes[n];
+        let named = node.entry.filter(|e| node.record == Some(e.holder));
+        s.read[n] = named.map_or(1, |e| 2 + slot(e.holder) as u8);
+        let now = s.now;
+        log.note(|| match named {
+            Some(e) => format!(
+                "t={now} the leader read reads n{n}: {} with its record",
+                e.holder
+            ),
+            None => format!("t={now} the leader read reads n{n}: no leader"),
+        });
+        if let Some(e) = named {
+            let shown = s.read.iter().filter(|&&r| r == s.read[n]).count();
+            if shown == usize::from(self.cfg.quorum) {
+                s.see(SEEN_LEADER_READ);
+                let held = s.guarded & 1 << slot(e.holder) != 0;
+                s.read_wrong |= !held;
+                log.note(|| {
+                    let what = if held {
+                        "held a guard"
+                    } else {
+                        "NEVER HELD A GUARD"
+                    };
+                    format!(
+                        "t={now} the leader read returns {} as the leader: it {what}",
+                        e.holder
+                    )
+                });
+            }
+        }
+    }
+
+    /// After every step: the holders inside their validity are marked as having held; a
+    /// record that no longer names its node's entry (released, expired, taken by another,
+    /// restarted) is dropped, as no read would show it.
+    pub(super) fn settle_records(&self, s: &mut State) {
+        for c in 0..self.clients() {
+            if s.clients[c].holds(s.now) {
+                s.guarded |= 1 << slot(s.clients[c].holder(c));
+            }
+        }
+        for node in &mut s.nodes[..self.n()] {
+            if node.record.is_some() && node.record != node.entry.map(|e| e.holder) {
+                node.record = None;
+            }
+        }
     }
 
     /// Renames the nodes so that equivalent states become one: nodes sorted by everything the
@@ -946,6 +1027,7 @@ impl Protocol {
                     | (cl.give_back >> i & 1) << 7;
                 e.put(&[masks, cl.fan.skipped_mask >> i & 1]);
             }
+            e.put(&[s.read[i]]);
             e
         };
         let keys: [Enc<96>; MAX_N] = [
@@ -965,6 +1047,7 @@ impl Protocol {
         let remap = |m: u8| (0..n).fold(0u8, |acc, i| acc | (m >> order[i] & 1) << i);
         for (i, &o) in order[..n].iter().enumerate() {
             s.nodes[i] = old.nodes[o];
+            s.read[i] = old.read[o];
             for c in 0..clients {
                 s.conns[c * MAX_N + i] = old.conns[c * MAX_N + o];
                 s.clients[c].fan.slots[i] = old.clients[c].fan.slots[o];
@@ -1067,7 +1150,12 @@ pub(super) const HOLDS: [(&str, Condition); MAX_C] = [
 ];
 
 /// The coverage properties: paths a configuration must reach.
-pub(super) const COVERAGE: [(u16, &str, Condition); 13] = [
+pub(super) const COVERAGE: [(u16, &str, Condition); 14] = [
+    (
+        SEEN_LEADER_READ,
+        "reaches a leader read that names a leader",
+        |_, s| s.saw(SEEN_LEADER_READ),
+    ),
     (SEEN_ROLLBACK, "reaches a rollback", |_, s| {
         s.saw(SEEN_ROLLBACK)
     }),
@@ -1138,6 +1226,9 @@ impl Model for Protocol {
             nodes: [NodeState::default(); MAX_N],
             clients: [Client::default(); MAX_C],
             conns: [Fifo::default(); MAX_C * MAX_N],
+            read: [0; MAX_N],
+            guarded: 0,
+            read_wrong: false,
         };
         // Fencing counters left by an earlier history: every vector of values up to
         // `counters`. The largest token handed out before is at most the q-th largest
@@ -1199,6 +1290,9 @@ impl Model for Protocol {
                     if plan.release {
                         actions.push(Action::Release(c8));
                     }
+                    if cfg.elections && !cl.published && s.now < cl.deadline {
+                        actions.push(Action::Publish(c8));
+                    }
                 }
                 Phase::Lost if plan.release => actions.push(Action::Release(c8)),
                 _ => {}
@@ -1233,6 +1327,13 @@ impl Model for Protocol {
                 }
                 if let Slot::Replied(_) = cl.fan.slots[n] {
                     actions.push(Action::Answer(c8, n8));
+                }
+            }
+        }
+        if cfg.elections {
+            for n in 0..self.n() {
+                if s.read[n] == 0 {
+                    actions.push(Action::Read(n as u8));
                 }
             }
         }
@@ -1273,6 +1374,9 @@ impl Model for Protocol {
             Property::<Self>::always("tokens increase", |_, s| !s.token_regressed),
             Property::<Self>::always("full rollback", |m, s| m.rolled_back(s)),
             Property::<Self>::always("repair within validity", |_, s| !s.repair_overrun),
+            Property::<Self>::always("a leader read names a holder that held", |_, s| {
+                !s.read_wrong
+            }),
         ];
         for (name, holds) in &HOLDS[..self.clients()] {
             p.push(Property::sometimes(name, *holds));

@@ -44,6 +44,10 @@ pub(super) struct NodeState {
     pub(super) mark: Option<Mark>,
     /// The fencing counter (`quorum-lock:fence:{<h>}:K`): no TTL, lost only on a restart.
     pub(super) counter: u8,
+    /// The holder record (`quorum-lock:holder:{<h>}:K`), by the holder it names; kept only
+    /// while it names the entry's holder (a record naming another is never shown, so the
+    /// model drops it: see [`Protocol::settle_records`]).
+    pub(super) record: Option<Holder>,
 }
 
 /// A holder's place in a node's readers.
@@ -115,6 +119,8 @@ pub(super) enum Kind {
     Incr = 5,
     /// WRITE_WITHDRAW: a waiting writer that gave up deletes its pending mark.
     Withdraw = 6,
+    /// PUBLISH: the holder record, written where the entry is this holder's.
+    Publish = 7,
 }
 
 /// A request on its connection, packed into 16 bits to keep states small: hashing and copying
@@ -138,7 +144,8 @@ impl Req {
             3 => Kind::Repair,
             4 => Kind::Release,
             5 => Kind::Incr,
-            _ => Kind::Withdraw,
+            6 => Kind::Withdraw,
+            _ => Kind::Publish,
         }
     }
 
@@ -177,6 +184,7 @@ impl Req {
             Kind::Release => format!("{read}release {holder}"),
             Kind::Incr => format!("incr {holder}"),
             Kind::Withdraw => format!("withdraw c{c}'s mark"),
+            Kind::Publish => format!("publish {holder}'s record"),
         }
     }
 }
@@ -339,6 +347,8 @@ pub(super) struct Client {
     pub(super) give_back: u8,
     pub(super) fan: Fan,
     pub(super) cleanup: [Cleanup; MAX_ATTEMPTS],
+    /// The current hold's record was published (elections).
+    pub(super) published: bool,
 }
 
 impl Client {
@@ -385,6 +395,8 @@ pub(super) const SEEN_ARBITER_REFUSED: u16 = 1024;
 pub(super) const SEEN_ARBITER_QUORUM: u16 = 2048;
 /// A request answered `MOVED` (cluster nodes).
 pub(super) const SEEN_REDIRECTED: u16 = 4096;
+/// A leader read that named a leader.
+pub(super) const SEEN_LEADER_READ: u16 = 8192;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct State {
@@ -406,6 +418,13 @@ pub(super) struct State {
     pub(super) clients: [Client; MAX_C],
     /// Request queues, index `client * MAX_N + node`.
     pub(super) conns: [Fifo; MAX_C * MAX_N],
+    /// The leader read (elections), per node: 0 not read yet, 1 read and naming nobody,
+    /// `2 + slot(h)` naming `h` (its entry with its record).
+    pub(super) read: [u8; MAX_N],
+    /// Holders that held a guard at some point (a bit per [`slot`]).
+    pub(super) guarded: u8,
+    /// The property "a leader read names a holder that held" broke.
+    pub(super) read_wrong: bool,
 }
 
 impl State {
@@ -451,6 +470,9 @@ impl<const N: usize> Enc<N> {
         match (node.entry, node.mark, node.has_readers()) {
             // The mutex's nodes, in one write.
             (None, None, false) => self.put(&[0, node.counter]),
+            (Some(e), None, false) if node.record.is_some() => {
+                self.put(&[3, e.holder.client, e.holder.attempt, e.expiry, node.counter])
+            }
             (Some(e), None, false) => {
                 self.put(&[1, e.holder.client, e.holder.attempt, e.expiry, node.counter])
             }
@@ -489,10 +511,14 @@ impl std::hash::Hash for State {
             self.forgotten,
             self.max_token,
             self.max_writer_token,
-            u8::from(self.token_regressed) | u8::from(self.repair_overrun) << 1,
+            u8::from(self.token_regressed)
+                | u8::from(self.repair_overrun) << 1
+                | u8::from(self.read_wrong) << 2,
             self.seen as u8,
             (self.seen >> 8) as u8,
+            self.guarded,
         ]);
+        e.put(&self.read);
         for node in &self.nodes {
             e.node(node);
         }
@@ -540,6 +566,7 @@ impl std::hash::Hash for State {
                 cl.fan.max_yes,
                 cl.fan.yes_mask,
                 cl.fan.refused_mask,
+                u8::from(cl.published),
             ]);
             for slot in cl.fan.slots {
                 e.slot(slot);
