@@ -32,6 +32,9 @@ pub enum FailPoint {
     /// A fair waiter joins the line at a random place at or before its ticket's: a later
     /// waiter may be served before an earlier one.
     FairPlaceAtRandom,
+    /// A leader publishes the term after its own: leader reads show a term its campaign
+    /// never had.
+    LeaderTermOffByOne,
 }
 
 #[cfg(feature = "failpoints")]

@@ -225,6 +225,17 @@ fn a_fair_lock_that_serves_out_of_order_is_caught() {
     );
 }
 
+#[test]
+#[ignore = "a further negative control (15-35 s): CI runs it; `-- --ignored` here"]
+fn a_leader_published_with_a_wrong_term_is_caught() {
+    caught(
+        FailPoint::LeaderTermOffByOne,
+        31,
+        |r| !r.wrong_leader.is_empty(),
+        "a leader publishes a term its campaign never had",
+    );
+}
+
 /// Programs the shrinker printed (`chaos ... --shrink RUNS`), replayed as they were printed:
 /// each must still be caught. The first: the token control (seed 25), shrunk from a 10 s run
 /// of six clients with its schedule's faults to two clients, 5 s, no fault.

@@ -29,6 +29,10 @@
 //!   same key invoked at least [`FAIR_MARGIN`] before B (time enough to take its place in
 //!   line), was still waiting, with no node fault and no freeze of A's or B's client from
 //!   that margin before A to B's completion;
+//! - **leaders**: a leader read that named a campaign (`g<guard>`) never made before the
+//!   read ended, one that found the election busy (it never led), or a term other than the
+//!   one the campaign reported (a campaign that failed or was cancelled may have led for a
+//!   moment: its value may be read);
 //! - **leaks**: anything the run's final scan found on the nodes after the quiet period
 //!   (a lock entry, a queue, a mark, a subscription).
 
@@ -53,6 +57,9 @@ pub struct Report {
     pub lost_updates: Vec<String>,
     pub spurious_failures: Vec<String>,
     pub out_of_order: Vec<String>,
+    pub wrong_leader: Vec<String>,
+    /// Leader reads that named a leader.
+    pub leader_reads: usize,
     pub leaks: Vec<String>,
     /// The numbers of the faults the run planned (filled in by the run, for shrinking).
     pub planned: Vec<u64>,
@@ -68,6 +75,7 @@ impl Report {
             + self.lost_updates.len()
             + self.spurious_failures.len()
             + self.out_of_order.len()
+            + self.wrong_leader.len()
             + self.leaks.len()
             + self.malformed.len()
     }
@@ -79,6 +87,7 @@ impl Report {
             .chain(&self.lost_updates)
             .chain(&self.spurious_failures)
             .chain(&self.out_of_order)
+            .chain(&self.wrong_leader)
             .chain(&self.leaks)
             .chain(&self.malformed)
     }
@@ -88,19 +97,21 @@ impl std::fmt::Display for Report {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             f,
-            "{} ops, {} holds, {} register writes, {} fair pairs judged, {} faults: {} exclusion, {} on another's \
-             lock, {} lost updates, {} spurious failures, {} out of fair order, {} leaks, {} \
-             malformed: {} anomalies",
+            "{} ops, {} holds, {} register writes, {} fair pairs judged, {} leader reads, {} faults: {} exclusion, \
+             {} on another's lock, {} lost updates, {} spurious failures, {} out of fair order, {} \
+             wrong leaders, {} leaks, {} malformed: {} anomalies",
             self.ops,
             self.holds,
             self.register_writes,
             self.fair_pairs,
+            self.leader_reads,
             self.faults,
             self.overlaps.len(),
             self.wrong_holder.len(),
             self.lost_updates.len(),
             self.spurious_failures.len(),
             self.out_of_order.len(),
+            self.wrong_leader.len(),
             self.leaks.len(),
             self.malformed.len(),
             self.anomalies()
@@ -478,6 +489,7 @@ pub fn check(mut ops: Vec<Op>, bound: u64) -> Report {
     );
 
     report.wrong_holder = on_anothers_lock(&holds, &calls_ok, run_start);
+    (report.wrong_leader, report.leader_reads) = wrong_leaders(&ops, &invokes, run_start);
     (report.out_of_order, report.fair_pairs) = out_of_fair_order(&fair, &faults, run_start);
 
     for ((register, value), by) in writes {
@@ -541,6 +553,66 @@ pub fn check(mut ops: Vec<Op>, bound: u64) -> Report {
         }
     }
     report
+}
+
+/// Leader reads that named a campaign never made before the read ended, one that found the
+/// election busy, or a term other than the campaign's; and how many reads named a leader.
+fn wrong_leaders(
+    ops: &[Op],
+    invokes: &HashMap<(u64, u64), &Op>,
+    run_start: u64,
+) -> (Vec<String>, usize) {
+    // Campaigns by guard: invoked when, and how their acquire ended (kind, token, error).
+    let mut campaigns: HashMap<u64, (u64, Option<&Op>)> = HashMap::new();
+    for op in ops.iter().filter(|o| o.f == "acquire") {
+        let invoke = op.process.zip(op.u64("n")).and_then(|k| invokes.get(&k));
+        let election = invoke.is_some_and(|i| i.str("kind") == Some("election"));
+        match (op.u64("guard"), op.kind.as_str()) {
+            (Some(g), "invoke") if op.str("kind") == Some("election") => {
+                campaigns.insert(g, (op.time, None));
+            }
+            (Some(g), _) if election => {
+                if let Some(c) = campaigns.get_mut(&g) {
+                    c.1 = Some(op);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut wrong = Vec::new();
+    let mut reads = 0;
+    for read in ops.iter().filter(|o| o.f == "leader" && o.kind == "ok") {
+        let Some(value) = read.str("value") else {
+            continue;
+        };
+        reads += 1;
+        let at = (read.time.saturating_sub(run_start)) as f64 / 1e9;
+        let term = read.u64("term");
+        let campaign = value
+            .strip_prefix('g')
+            .and_then(|g| g.parse::<u64>().ok())
+            .and_then(|g| campaigns.get(&g));
+        let problem = match campaign {
+            None => Some("no campaign of that guard".to_string()),
+            Some((invoked, _)) if *invoked > read.time => {
+                Some("a campaign invoked after the read ended".to_string())
+            }
+            Some((_, Some(end))) if end.kind == "fail" && end.str("error") == Some("busy") => {
+                Some("a campaign that found the election busy".to_string())
+            }
+            Some((_, Some(end))) if end.kind == "ok" && end.u64("token") != term => {
+                Some(format!("the campaign's term was {:?}", end.u64("token")))
+            }
+            _ => None,
+        };
+        if let Some(problem) = problem {
+            wrong.push(format!(
+                "at {at:.2} s, process {:?}: a leader read named {value} with term {term:?}: {problem}",
+                read.process
+            ));
+        }
+    }
+    (wrong, reads)
 }
 
 /// Fair requests served while an earlier waiter of the same key waited on a healthy fleet.

@@ -100,6 +100,7 @@ pub fn parse_from(argv: impl IntoIterator<Item = String>) -> Result<Args, String
                     "token-goes-back" => FailPoint::TokenGoesBack,
                     "refused-release-reports-ok" => FailPoint::RefusedReleaseReportsOk,
                     "fair-place-at-random" => FailPoint::FairPlaceAtRandom,
+                    "leader-term-off-by-one" => FailPoint::LeaderTermOffByOne,
                     other => return Err(format!("--fail-point {other}: unknown")),
                 });
             }

@@ -14,6 +14,10 @@
 //! `QuorumLock`, as another service), which extends and releases it by holder value or lets
 //! it expire. After some holds another client retries a call with the ended hold's holder
 //! value (extend or release by holder value: it must be refused, whoever holds the key now).
+//!
+//! Elections are a kind too: a campaign (waiting or not, sometimes cancelled) whose
+//! leadership is then held as its lock (its term the fencing token); now and then a client
+//! reads the election's leader, which the checker matches against the campaigns.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -58,7 +62,7 @@ pub struct Settings {
 }
 
 /// Every kind's name, as `--kinds` takes them.
-pub const KIND_NAMES: [&str; 8] = [
+pub const KIND_NAMES: [&str; 9] = [
     "mutex",
     "multi-key",
     "fair",
@@ -67,6 +71,7 @@ pub const KIND_NAMES: [&str; 8] = [
     "semaphore-1",
     "semaphore-2",
     "reentrant",
+    "election",
 ];
 
 /// What the nemesis tells the clients.
@@ -115,9 +120,10 @@ enum Kind {
     Permit1,
     Permits2,
     Reentrant,
+    Leader,
 }
 
-const KINDS: [(Kind, u32); 8] = [
+const KINDS: [(Kind, u32); 9] = [
     (Kind::Mutex, 25),
     (Kind::Multi, 12),
     (Kind::Fair, 16),
@@ -126,6 +132,7 @@ const KINDS: [(Kind, u32); 8] = [
     (Kind::Permit1, 10),
     (Kind::Permits2, 8),
     (Kind::Reentrant, 13),
+    (Kind::Leader, 10),
 ];
 
 impl Kind {
@@ -163,6 +170,7 @@ impl Kind {
             Kind::Permit1 => "semaphore-1",
             Kind::Permits2 => "semaphore-2",
             Kind::Reentrant => "reentrant",
+            Kind::Leader => "election",
         }
     }
 
@@ -194,6 +202,7 @@ impl Kind {
             Kind::Read | Kind::Write => vec![one("rw", 2, rng)],
             Kind::Permit1 => vec![one("s", 1, rng)],
             Kind::Permits2 => vec![one("s2-", 1, rng)],
+            Kind::Leader => vec![one("e", 1, rng)],
         }
     }
 }
@@ -459,7 +468,8 @@ impl Client {
 
     fn request<'a>(&self, kind: Kind, keys: &[String], locks: &'a QuorumLock) -> LockRequest<'a> {
         match kind {
-            Kind::Mutex | Kind::Reentrant => locks.lock(&keys[0]),
+            // (An election campaigns instead: see `hold_once`; its key is a mutex's.)
+            Kind::Mutex | Kind::Reentrant | Kind::Leader => locks.lock(&keys[0]),
             Kind::Multi => locks.lock_all(keys),
             Kind::Fair => locks.fair_lock(&keys[0]),
             Kind::Read => locks.read_lock(&keys[0]),
@@ -469,8 +479,33 @@ impl Client {
         }
     }
 
+    /// Reads the leader of the run's election key: the checker matches what it names
+    /// (`g<guard>` and a term) against the campaigns.
+    async fn read_leader(&mut self) {
+        let key = format!("{}e0", self.settings.prefix);
+        let n = self.invoke("leader", json!({ "key": key }));
+        let election = self.handles.locks.election(&key);
+        let outcome = match maybe_cancelled(&mut self.rng, election.leader()).await {
+            None => Outcome::Info(json!({"error": "cancelled"})),
+            Some(Ok(leader)) => Outcome::Ok(json!({
+                "value": leader.as_ref().map(|l| l.value.clone()),
+                "term": leader.as_ref().map(|l| l.term),
+            })),
+            Some(Err(e)) => Outcome::Fail(Self::failure(0, &e, false)),
+        };
+        self.complete("leader", n, outcome);
+    }
+
     /// One hold: take, hold (with the calls a holder makes), and end it.
     async fn hold_once(&mut self) {
+        let elections = self
+            .settings
+            .kinds
+            .as_ref()
+            .is_none_or(|k| k.iter().any(|n| n == "election"));
+        if elections && self.rng.random_bool(0.2) {
+            self.read_leader().await;
+        }
         // A service is idle now and then: its connections go quiet (what a breaker that
         // counts only the answers its callers read gets wrong).
         let lining_up = self.control.line.load(Ordering::Relaxed) > self.seen_line;
@@ -493,7 +528,8 @@ impl Client {
         };
         let keys = kind.keys(&self.settings.prefix, &mut self.rng);
         let all = kind == Kind::Permits2;
-        let fenced = self.rng.random_bool(0.9);
+        // A leader always has its term.
+        let fenced = kind == Kind::Leader || self.rng.random_bool(0.9);
         let watchdog = self.rng.random_bool(0.4);
         let lease = Duration::from_millis(self.rng.random_range(600..2000));
         let waiting = queue || self.rng.random_bool(0.5);
@@ -537,10 +573,21 @@ impl Client {
                 "lease_ms": lease.as_millis() as u64, "fenced": fenced, "all": all,
             }),
         );
+        let election = (kind == Kind::Leader).then(|| {
+            let wait = if waiting { wait } else { Duration::ZERO };
+            locks.election(&keys[0]).lease(lease).wait(wait)
+        });
+        let value = format!("g{g}");
         let acquire = async {
-            match waiting {
-                true => request.acquire().await.map(Some),
-                false => request.try_acquire().await,
+            match (&election, waiting) {
+                // Its leadership is held as its lock from here on.
+                (Some(election), _) => match election.campaign(value.as_str()).await {
+                    Ok(leading) => Ok(Some(leading.into_guard())),
+                    Err(e) if e.is_wait_timeout() && !waiting => Ok(None),
+                    Err(e) => Err(e),
+                },
+                (None, true) => request.acquire().await.map(Some),
+                (None, false) => request.try_acquire().await,
             }
         };
         let result = match cancel_after {
@@ -578,6 +625,8 @@ impl Client {
                         self.reenter(g, &guard, owner).await;
                     }
                 }
+                // A leader (or any client meanwhile) reads who leads.
+                15 | 16 if kind == Kind::Leader => self.read_leader().await,
                 _ => {
                     let pause = self.rng.random_range(0..lease.as_millis() as u64 / 4);
                     tokio::time::sleep(Duration::from_millis(pause)).await;
@@ -593,7 +642,7 @@ impl Client {
         // client took the key (the call must be refused, never extend or release that one).
         let stale = matches!(
             kind,
-            Kind::Mutex | Kind::Fair | Kind::Reentrant | Kind::Multi
+            Kind::Mutex | Kind::Fair | Kind::Reentrant | Kind::Multi | Kind::Leader
         ) && self.rng.random_bool(0.3);
         let kept = stale.then(|| (self.some_key(&guard), guard.holder().to_string()));
         self.end(g, guard).await;

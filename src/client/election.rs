@@ -278,7 +278,11 @@ impl Leadership {
     }
 
     async fn publish(&mut self, value: String) -> Result<()> {
-        let (term, since) = (self.term.to_string(), unix_ms(self.since));
+        let term = match crate::failpoints::on(crate::failpoints::FailPoint::LeaderTermOffByOne) {
+            true => self.term + 1,
+            false => self.term,
+        };
+        let (term, since) = (term.to_string(), unix_ms(self.since));
         let fields = [
             ("value", value.as_str()),
             ("term", term.as_str()),
