@@ -23,6 +23,9 @@ pub(crate) mod names {
     pub(crate) const NODE_REQUESTS: &str = "quorum_lock_node_requests_total";
     pub(crate) const NODE_DURATION: &str = "quorum_lock_node_request_duration_seconds";
     pub(crate) const WAKEUPS: &str = "quorum_lock_wakeups_total";
+    pub(crate) const LEADERSHIPS: &str = "quorum_lock_leaderships";
+    pub(crate) const LEADER_TERM: &str = "quorum_lock_leader_term";
+    pub(crate) const LEADER_CHANGES: &str = "quorum_lock_leader_changes_total";
 }
 
 /// How one acquire call (all its attempts) ended.
@@ -212,6 +215,13 @@ pub(crate) fn rollback() {
     metrics::counter!(names::ROLLBACKS).increment(1);
 }
 
+/// An observer saw its election's leader change. (No label names the election: its name is
+/// a key, and keys are never labels.)
+pub(crate) fn leader_changed() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(names::LEADER_CHANGES).increment(1);
+}
+
 /// A lock was found lost.
 #[inline]
 pub(crate) fn lost(reason: LossReason) {
@@ -283,6 +293,9 @@ pub(crate) fn wakeup(by_notice: bool) {
 pub(crate) struct Hold {
     #[cfg(feature = "metrics")]
     since: Instant,
+    /// The hold is an election's leadership (counted in its gauge until it ends).
+    #[cfg(feature = "metrics")]
+    leads: std::sync::atomic::AtomicBool,
 }
 
 impl Hold {
@@ -293,10 +306,24 @@ impl Hold {
             metrics::gauge!(names::HELD).increment(1.0);
             Hold {
                 since: Instant::now(),
+                leads: std::sync::atomic::AtomicBool::new(false),
             }
         }
         #[cfg(not(feature = "metrics"))]
         Hold {}
+    }
+
+    /// The hold became an election's leadership, with `term`; before it ended (a hold that
+    /// ended first is not counted).
+    pub(crate) fn leads(&self, term: u64) {
+        #[cfg(feature = "metrics")]
+        {
+            self.leads.store(true, std::sync::atomic::Ordering::SeqCst);
+            metrics::gauge!(names::LEADERSHIPS).increment(1.0);
+            metrics::gauge!(names::LEADER_TERM).set(term as f64);
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = term;
     }
 
     /// The hold ended; called once per hold.
@@ -305,6 +332,9 @@ impl Hold {
         #[cfg(feature = "metrics")]
         {
             metrics::gauge!(names::HELD).decrement(1.0);
+            if self.leads.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                metrics::gauge!(names::LEADERSHIPS).decrement(1.0);
+            }
             match end {
                 HoldEnd::Ended => metrics::histogram!(names::HOLD_DURATION, "end" => "ended"),
                 HoldEnd::Lost => metrics::histogram!(names::HOLD_DURATION, "end" => "lost"),
@@ -537,5 +567,14 @@ pub fn describe_metrics() {
     describe_counter!(
         names::WAKEUPS,
         "Waits between acquire attempts, by what ended them"
+    );
+    describe_gauge!(names::LEADERSHIPS, "Elections this process leads");
+    describe_gauge!(
+        names::LEADER_TERM,
+        "The term of the latest leadership this process won"
+    );
+    describe_counter!(
+        names::LEADER_CHANGES,
+        "Changes of leader, term or value that this process's observers returned"
     );
 }

@@ -615,3 +615,34 @@ async fn requests_to_a_silent_node_are_recorded_as_timed_out() {
     }
     locks.finish_background().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leadership_and_the_changes_an_observer_sees_are_recorded() {
+    let _turn = turn().await;
+    let fleet = shared_fleet();
+    let locks = client(fleet, Quorum::Majority).await;
+    let name = unique_key("metrics-leader");
+    let mut observer = locks
+        .election(&name)
+        .observe()
+        .every(Duration::from_secs(60));
+    assert_eq!(observer.next().await.unwrap(), None);
+    let before = record();
+    let leaderships = before.gauge("quorum_lock_leaderships");
+    let leading = locks.election(&name).campaign("v1").await.unwrap();
+    let during = record();
+    assert_eq!(during.gauge("quorum_lock_leaderships"), leaderships + 1.0);
+    assert_eq!(
+        during.gauge("quorum_lock_leader_term"),
+        leading.term() as f64
+    );
+    assert!(observer.next().await.unwrap().is_some());
+    leading.resign().await.unwrap();
+    assert_eq!(observer.next().await.unwrap(), None);
+    let after = record();
+    assert_eq!(after.gauge("quorum_lock_leaderships"), leaderships);
+    assert_eq!(
+        after.counter_since(&before, "quorum_lock_leader_changes_total", &[]),
+        2
+    );
+}

@@ -128,6 +128,8 @@ impl Election {
             since: SystemTime::now(),
         };
         leadership.publish(value).await?;
+        // Counted as a leadership until its lease ends (resigned, dropped or lost).
+        leadership.guard.lease().leads(term);
         Ok(leadership)
     }
 

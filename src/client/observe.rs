@@ -76,6 +76,9 @@ impl Observer {
             let leader = self.election.leader().await?;
             let seen = leader.as_ref().map(|l| (l.term, l.value.clone()));
             if self.last.as_ref() != Some(&seen) {
+                if self.last.is_some() {
+                    crate::telemetry::leader_changed();
+                }
                 self.last = Some(seen);
                 return Ok(leader);
             }

@@ -450,6 +450,15 @@ impl Lease {
         .await
     }
 
+    /// The lease is an election's leadership with `term` (its metrics count it so until it
+    /// ends; a lease already ended or lost is not counted).
+    pub(crate) fn leads(&self, term: u64) {
+        let s = self.state();
+        if !s.lost && !s.ended {
+            self.hold.leads(term);
+        }
+    }
+
     /// Publishes `fields` in the key's holder record, as `version`, where this holder holds
     /// the entry (docs/DESIGN.md, "Who holds a lock"): `Ok` once a quorum stored it before the
     /// deadline, after the lease's earlier calls on each node. Refused by so many nodes that
