@@ -218,6 +218,8 @@ pub enum Op {
     Extend,
     /// Releasing the lock.
     Release,
+    /// Breaking the lock ([`QuorumLock::break_lock`](crate::QuorumLock::break_lock)).
+    Break,
 }
 
 impl fmt::Display for Op {
@@ -226,6 +228,7 @@ impl fmt::Display for Op {
             Op::Acquire => "acquire",
             Op::Extend => "extend",
             Op::Release => "release",
+            Op::Break => "break",
         })
     }
 }

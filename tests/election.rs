@@ -364,3 +364,154 @@ async fn elections_go_on_with_a_node_killed_and_one_frozen() {
     fleet.resume(3).unwrap();
     next.resign().await.unwrap();
 }
+
+/// `break_lock`: the holder's next renewal finds its lock lost, and nobody takes the key
+/// before the broken entries would have expired; `holder_of` shows it broken meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_lock_is_lost_at_its_holders_next_renewal_and_kept_from_others_until_it_expires() {
+    let fleet = shared_fleet();
+    let holder = client(fleet, Quorum::Majority).await;
+    let admin = client(fleet, Quorum::Majority).await;
+    let other = client(fleet, Quorum::Majority).await;
+    let key = unique_key("broken");
+    assert_eq!(admin.break_lock(&key).await.unwrap(), 0, "a free key");
+    let lease = Duration::from_millis(900);
+    let guard = holder
+        .lock(&key)
+        .watchdog(lease)
+        .label("stuck")
+        .acquire()
+        .await
+        .unwrap();
+    let broken_at = Instant::now();
+    assert_eq!(admin.break_lock(&key).await.unwrap(), 1);
+    let seen = other.holder_of(&key).await.unwrap().expect("kept");
+    assert_eq!(
+        (seen.kind, seen.holders, seen.label),
+        (HeldAs::Broken, 0, None)
+    );
+    assert!(
+        other.try_acquire(&key, lease).await.unwrap().is_none(),
+        "kept from others"
+    );
+    tokio::time::timeout(lease, guard.lost())
+        .await
+        .expect("lost at the next renewal");
+    assert!(!guard.is_held());
+    // Free once the broken entries expire (a renewal had moved them on by at most a lease).
+    let next = loop {
+        if let Some(next) = other.try_acquire(&key, lease).await.unwrap() {
+            break next;
+        }
+        assert!(broken_at.elapsed() < lease * 3, "still kept");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        !guard.is_held(),
+        "the broken holder believed it held when the next one took it"
+    );
+    next.release().await.unwrap();
+    drop(guard);
+}
+
+/// The breaking client's lock delay keeps the key that long at least; permits and readers are
+/// broken too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_break_honours_the_lock_delay_and_breaks_permits_and_readers() {
+    let fleet = shared_fleet();
+    let locks = client(fleet, Quorum::All).await;
+    let delay = Duration::from_millis(1200);
+    let admin = builder(fleet, Quorum::Majority)
+        .lock_delay(delay)
+        .build()
+        .await
+        .unwrap();
+    let key = unique_key("delayed-break");
+    let short = Duration::from_millis(400);
+    let guard = locks.try_acquire(&key, short).await.unwrap().unwrap();
+    let broken_at = Instant::now();
+    assert_eq!(admin.break_lock(&key).await.unwrap(), 1);
+    tokio::time::sleep(short * 2).await;
+    assert!(!guard.is_held());
+    assert!(
+        locks.try_acquire(&key, short).await.unwrap().is_none(),
+        "within the delay"
+    );
+    let next = loop {
+        if let Some(next) = locks.try_acquire(&key, short).await.unwrap() {
+            break next;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        broken_at.elapsed() >= delay - Duration::from_millis(100),
+        "{:?}",
+        broken_at.elapsed()
+    );
+    drop(next);
+    // Two permits of three and a reader: every holder broken, each finds it at its renewal.
+    let sem = unique_key("broken-permits");
+    let lease = Duration::from_millis(900);
+    let a = locks
+        .semaphore(&sem, 3)
+        .watchdog(lease)
+        .acquire()
+        .await
+        .unwrap();
+    let b = locks
+        .semaphore(&sem, 3)
+        .watchdog(lease)
+        .acquire()
+        .await
+        .unwrap();
+    assert_eq!(admin.break_lock(&sem).await.unwrap(), 2);
+    assert_eq!(
+        locks.holder_of(&sem).await.unwrap().map(|h| h.kind),
+        Some(HeldAs::Broken)
+    );
+    let rw = unique_key("broken-readers");
+    let r = locks
+        .read_lock(&rw)
+        .watchdog(lease)
+        .acquire()
+        .await
+        .unwrap();
+    assert_eq!(admin.break_lock(&rw).await.unwrap(), 1);
+    for guard in [&a, &b, &r] {
+        tokio::time::timeout(lease, guard.lost())
+            .await
+            .expect("lost at the next renewal");
+    }
+    assert!(
+        locks.write_lock(&rw).try_acquire().await.unwrap().is_none(),
+        "kept from a writer"
+    );
+}
+
+/// A broken leader is deposed: the next candidate leads once its entries expire, with a
+/// higher term.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_leader_is_deposed_and_the_next_one_has_a_higher_term() {
+    let fleet = shared_fleet();
+    let a = client(fleet, Quorum::Majority).await;
+    let b = client(fleet, Quorum::Majority).await;
+    let name = unique_key("broken-leader");
+    let lease = Duration::from_millis(900);
+    let leading = a.election(&name).lease(lease).campaign("a").await.unwrap();
+    let waiting = tokio::spawn({
+        let election = b.election(&name).lease(lease);
+        async move { election.campaign("b").await.unwrap() }
+    });
+    assert_eq!(b.break_lock(&name).await.unwrap(), 1);
+    assert_eq!(b.election(&name).leader().await.unwrap(), None);
+    tokio::time::timeout(lease, leading.lost())
+        .await
+        .expect("deposed");
+    let next = tokio::time::timeout(lease * 4, waiting)
+        .await
+        .expect("elected")
+        .unwrap();
+    assert!(!leading.is_leader());
+    assert!(next.term() > leading.term());
+    next.resign().await.unwrap();
+}

@@ -528,6 +528,29 @@ impl QuorumLock {
         crate::client::who::holder_of(&self.state.nodes, self.state.config.required, &key).await
     }
 
+    /// Breaks `key` (administration: a stuck lock, a holder that must stop): whatever holds
+    /// it, of any kind, loses it on every node. Its entries are replaced by tombstones that
+    /// keep the key taken until they would have expired (and for this client's
+    /// [`lock_delay`](crate::Builder::lock_delay) at least), so that no one else can take
+    /// it while a broken holder may still believe it holds; a broken holder's next renewal
+    /// finds its lock lost (its loss signal fires), and a `quorum-lock run` holding it stops
+    /// its command then. Returns how many holders were broken (the largest count among the
+    /// nodes; 0 when the key was free). An election's leader is deposed the same way.
+    ///
+    /// # Errors
+    /// [`Error::InvalidKey`](crate::Error::InvalidKey);
+    /// [`Error::NoQuorum`](crate::Error::NoQuorum) (`Op::Break`) when fewer than a quorum of
+    /// nodes answered (the break may have run on those that did).
+    ///
+    /// # Cancel safety
+    /// The break may then have run on some nodes: call it again.
+    pub async fn break_lock(&self, key: impl AsRef<[u8]>) -> Result<u64> {
+        let key = crate::take::plan::lock_key(&self.state, key.as_ref())?;
+        let config = &self.state.config;
+        crate::client::who::break_lock(&self.state.nodes, config.required, config.lock_delay, &key)
+            .await
+    }
+
     /// A leader election named `name` among the clients that campaign under it (etcd's
     /// `Election`, Curator's `LeaderLatch`): leading is holding the key `name` as a lock with
     /// a fencing token, which is the leader's term. See [`Election`].

@@ -28,6 +28,9 @@ pub enum HeldAs {
     Semaphore,
     /// Readers of a read-write lock.
     Read,
+    /// Broken ([`QuorumLock::break_lock`](crate::QuorumLock::break_lock)): kept from new
+    /// holders until the broken holders' entries would have expired (`ttl`); `holders` 0.
+    Broken,
 }
 
 /// Who holds a key, as a quorum of its nodes shows it
@@ -134,6 +137,44 @@ async fn read_one(
     })
 }
 
+/// Breaks `key` on every node ([`QuorumLock::break_lock`](crate::QuorumLock::break_lock)):
+/// how many holders a node broke, at most; waits for every node (each bounded by its
+/// timeout) so that the count is exact.
+pub(crate) async fn break_lock(
+    nodes: &Nodes,
+    required: usize,
+    delay: Duration,
+    key: &Key,
+) -> Result<u64> {
+    let tombstone = format!("broken {}", uuid::Uuid::new_v4().simple());
+    let call = crate::family::who::break_call(key, &tombstone, &delay.as_millis().to_string());
+    let answers = crate::fanout::broadcast(nodes, 0..nodes.len(), call, SendBy::Sha).await;
+    let mut failures = Vec::new();
+    let (mut confirmed, mut broken) = (0, 0);
+    for answer in answers {
+        match answer.map(|v| crate::family::int(&v)) {
+            Ok(Some(n)) => {
+                confirmed += 1;
+                broken = broken.max(n.max(0) as u64);
+            }
+            Ok(None) => {}
+            Err(failure) => failures.push(failure),
+        }
+    }
+    if confirmed < required {
+        return Err(Error::NoQuorum {
+            op: crate::error::Op::Break,
+            key: key.to_string(),
+            confirmed,
+            required,
+            refused: 0,
+            failures,
+        });
+    }
+    tracing::info!(key = %key, broken, "lock broken");
+    Ok(broken)
+}
+
 /// What one holder (or one kind of shared holding) is shown by: its nodes' views.
 fn groups(views: &[NodeView]) -> Vec<Vec<&NodeView>> {
     let mut groups: Vec<Vec<&NodeView>> = Vec::new();
@@ -175,6 +216,7 @@ fn combine(views: &[NodeView], required: usize) -> Option<Holding> {
         EntryKind::Mutex | EntryKind::Fair if fair * 2 > group.len() => HeldAs::Fair,
         EntryKind::Semaphore => HeldAs::Semaphore,
         EntryKind::Read => HeldAs::Read,
+        EntryKind::Broken => HeldAs::Broken,
         _ => HeldAs::Mutex,
     };
     let record = group

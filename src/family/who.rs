@@ -13,8 +13,19 @@ use crate::scripts::{Call, LockScript};
 
 pub(crate) static PUBLISH: LockScript = script!("publish": "publish.lua");
 pub(crate) static HOLDER_READ: LockScript = script!("holder-read": "holder_read.lua");
+pub(crate) static BREAK: LockScript = script!("break": "break.lua");
 
-pub(super) static SCRIPTS: &[&LockScript] = &[&PUBLISH, &HOLDER_READ];
+pub(super) static SCRIPTS: &[&LockScript] = &[&PUBLISH, &HOLDER_READ, &BREAK];
+
+/// The break of `key` (`lua/break.lua`): every holder's entry replaced by a tombstone
+/// (`tombstone`, which has a space: no holder value has one) that keeps the key taken until
+/// the entry would have expired, and for `delay_ms` at least. Answers how many holders it
+/// broke on the node.
+pub(crate) fn break_call(key: &Key, tombstone: &str, delay_ms: &str) -> Call {
+    let keys = [key.bytes().to_vec(), rw::readers_key(key), record_key(key)];
+    let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+    Call::with_keys(&BREAK, &keys, &[tombstone.as_bytes(), delay_ms.as_bytes()])
+}
 
 /// The holder record of `key`.
 pub(crate) fn record_key(key: &Key) -> Vec<u8> {
@@ -65,6 +76,8 @@ pub(crate) enum EntryKind {
     Fair,
     Semaphore,
     Read,
+    /// Only a break's tombstones.
+    Broken,
 }
 
 /// A holder record as a node keeps it.
@@ -114,6 +127,7 @@ pub(crate) fn read_view(v: &Value) -> Option<NodeView> {
         "fair" => EntryKind::Fair,
         "semaphore" => EntryKind::Semaphore,
         "read" => EntryKind::Read,
+        "broken" => EntryKind::Broken,
         _ => return None,
     };
     let fence = some(text(4)?).map(|f| f.parse().ok()).unwrap_or(Some(0))?;

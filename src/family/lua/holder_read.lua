@@ -7,18 +7,26 @@
 -- read-write lock's readers.
 -- Reply: {kind, ttl ms, holders, digest or "", fencing counter or "", label, since, value,
 -- term, version}, the last five "" where no record names the holder. kind: "free", "mutex"
--- (a mutex's or a write lock's entry), "fair", "semaphore" (permits), "read" (readers).
+-- (a mutex's or a write lock's entry), "fair", "semaphore" (permits), "read" (readers),
+-- "broken" (only the tombstones of a break: values with a space, which no holder has).
 local kind, ttl, holders, digest = 'free', -2, 0, ''
 local record = {'', '', '', '', ''}
 local now = redis.call('time')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+-- Live members: how many are holders (not a break's tombstones), how many in all, and the
+-- remaining TTL of the latest.
 local function live(set)
-  local n = redis.call('zcount', set, '(' .. now_ms, '+inf')
-  if n > 0 then
-    local last = redis.call('zrevrange', set, 0, 0, 'withscores')
-    return n, tonumber(last[2]) - now_ms
+  local members = redis.call('zrangebyscore', set, '(' .. now_ms, '+inf', 'withscores')
+  if #members == 0 then
+    return 0, 0, -2
   end
-  return 0, -2
+  local holders = 0
+  for i = 1, #members, 2 do
+    if not string.find(members[i], ' ', 1, true) then
+      holders = holders + 1
+    end
+  end
+  return holders, #members / 2, tonumber(members[#members]) - now_ms
 end
 local t = redis.call('type', KEYS[1])['ok']
 if t == 'string' then
@@ -27,6 +35,8 @@ if t == 'string' then
   -- A fair lock's holder values start so (rules/holder.rs, FAIR_PREFIX).
   if string.sub(value, 1, 5) == 'fair:' then
     kind = 'fair'
+  elseif string.find(value, ' ', 1, true) then
+    kind, holders = 'broken', 0
   end
   digest = redis.sha1hex(value)
   local r = redis.call('hmget', KEYS[2], 'h', 'label', 'since', 'value', 'term', 'ver')
@@ -36,15 +46,21 @@ if t == 'string' then
     end
   end
 elseif t == 'zset' then
-  holders, ttl = live(KEYS[1])
+  local all
+  holders, all, ttl = live(KEYS[1])
   if holders > 0 then
     kind = 'semaphore'
+  elseif all > 0 then
+    kind = 'broken'
   end
 end
 if kind == 'free' and redis.call('exists', KEYS[4]) == 1 then
-  holders, ttl = live(KEYS[4])
+  local all
+  holders, all, ttl = live(KEYS[4])
   if holders > 0 then
     kind = 'read'
+  elseif all > 0 then
+    kind = 'broken'
   end
 end
 local fence = redis.call('get', KEYS[3]) or ''
