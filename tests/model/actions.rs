@@ -47,6 +47,8 @@ pub(super) enum Action {
     Publish(u8),
     /// Elections: the leader read reads node `n`.
     Read(u8),
+    /// Breaks: the operator's break reaches node `n`.
+    Break(u8),
 }
 
 /// Collects the narration of a step, only when asked (never during the search).

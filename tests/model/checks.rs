@@ -58,6 +58,7 @@ pub(super) fn narrate(
             Action::Restart(n) => Action::Restart(r(n)),
             Action::ClockJump(n, to) => Action::ClockJump(r(n), to),
             Action::Read(n) => Action::Read(r(n)),
+            Action::Break(n) => Action::Break(r(n)),
             other => other,
         };
         let mut log = Log::on();

@@ -93,6 +93,9 @@ pub(super) enum Bug {
     /// where it takes the key, instead of published once the guard exists (`Lease::publish`):
     /// an attempt that never wins shows as the leader on the nodes it took.
     RecordInAcquire,
+    /// A break that deletes the entries (a forced release) instead of replacing them with
+    /// tombstones that keep the key until they would have expired.
+    BreakDeletes,
     /// A shorter extend that does not cut the deadline before its request is sent, and keeps
     /// the old deadline when the quorum is not confirmed (an earlier version's).
     NoCutBeforeShorterExtend,
@@ -187,6 +190,10 @@ pub(super) struct Config {
     /// (PUBLISH, `lua/publish.lua`) once it holds, and a reader reads each node once
     /// (`lua/holder_read.lua`), naming the leader a quorum shows with its record.
     pub(super) elections: bool,
+    /// An operator's break (`QuorumLock::break_lock`, `lua/break.lua`) reaches each node at
+    /// any moment, once per node: the entry replaced by a tombstone with its expiry (lock delay
+    /// 0), which the holder's calls do not recognise as its own.
+    pub(super) breaks: bool,
 }
 
 impl Config {
@@ -219,6 +226,7 @@ impl Config {
             redirects: false,
             cancels: false,
             elections: false,
+            breaks: false,
         }
     }
 

@@ -100,6 +100,12 @@
 //!   its earlier requests on each connection; a record that no longer names its node's entry
 //!   is never shown, and the model drops it. The negative control [`Bug::RecordInAcquire`]
 //!   writes the record with the acquire instead: a timed-out attempt then shows as the leader.
+//! - **Breaking a lock** (`QuorumLock::break_lock`, `lua/break.lua`; in configurations with
+//!   `breaks`): an operator's break reaches each node at any moment (each once), replacing the
+//!   entry by a tombstone with its expiry (lock delay 0) that no holder's call recognises as
+//!   its own: the holder's next renewal is refused, and the tombstone keeps the key until the
+//!   entry would have expired. Property (a') counts a holder's tombstones as its entries. The
+//!   negative control [`Bug::BreakDeletes`] deletes the entries instead: (a) fails.
 //!
 //! Property (b) failed for the library's first fencing scheme (increments with the acquire):
 //! `negative_fencing_incremented_during_the_acquire_can_repeat_tokens` keeps the
@@ -418,6 +424,57 @@ fn negative_an_election_record_written_by_the_acquire() {
         cfg,
         "a leader read names a holder that held",
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Breaking a lock (`QuorumLock::break_lock`): an operator's break reaches each node at any
+// moment; the holder learns of it at its next renewal (refused), and nobody else may hold
+// before the broken entries would have expired.
+// ---------------------------------------------------------------------------------------------
+
+/// Two clients, timeouts, a break at any moment.
+#[test]
+fn breaks_two_clients_majority_of_3() {
+    let mut cfg = Config::new(3, 2, &[acquirer(1, 2), acquirer(1, 2)], 0).cover(SEEN_BROKEN_HOLDER);
+    cfg.breaks = true;
+    assert_safe("breaks: two clients, Majority of 3", cfg);
+}
+
+/// A broken holder's watchdog renewal finds its lock lost; its entries' tombstones keep the
+/// key (property (a'), support) until they expire.
+#[test]
+fn breaks_one_client_renewal() {
+    let watchdog = Plan {
+        renewals: 2,
+        ..acquirer(1, 2)
+    };
+    let mut cfg = Config::new(3, 2, &[watchdog], 2).cover(SEEN_BROKEN_HOLDER | SEEN_LOST);
+    cfg.breaks = true;
+    assert_safe("breaks: one client, Majority of 3, two renewals", cfg);
+}
+
+/// A holder with a watchdog renewal, a contender and a tick (about 11.7 million states):
+/// `--ignored`.
+#[test]
+#[ignore]
+fn large_breaks_two_clients_with_a_renewal() {
+    let watchdog = Plan {
+        renewals: 1,
+        ..acquirer(1, 2)
+    };
+    let mut cfg =
+        Config::new(3, 2, &[watchdog, acquirer(1, 2)], 1).cover(SEEN_BROKEN_HOLDER | SEEN_LOST);
+    cfg.breaks = true;
+    assert_safe("breaks: two clients, Majority of 3, a renewal, a tick", cfg);
+}
+
+/// A break that deletes the entries: the contender holds while the broken holder still
+/// believes it holds.
+#[test]
+fn negative_a_break_that_deletes_the_entries() {
+    let mut cfg = Config::new(3, 2, &[acquirer(1, 2), acquirer(1, 2)], 0).bug(Bug::BreakDeletes);
+    cfg.breaks = true;
+    assert_finds("a break that deletes the entries", cfg, "exclusion");
 }
 
 /// With a second attempt for c0 and a tick (about 5.5 million states): `--ignored`.

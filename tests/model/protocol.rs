@@ -908,6 +908,36 @@ impl Protocol {
                 log.note(|| format!("t={now} c{c} publishes {holder}'s record on every node"));
             }
             Action::Read(n) => self.read(s, usize::from(n), log),
+            Action::Break(n) => {
+                let n = usize::from(n);
+                s.broke |= bit(n);
+                let broken = s.nodes[n].entry.map(|e| e.holder);
+                if (0..self.clients())
+                    .any(|c| s.clients[c].holds(now) && Some(s.clients[c].holder(c)) == broken)
+                {
+                    s.see(SEEN_BROKEN_HOLDER);
+                }
+                let node = &mut s.nodes[n];
+                let before = node.entry;
+                node.entry = match before {
+                    _ if self.cfg.has(Bug::BreakDeletes) => None,
+                    Some(e) => Some(Entry {
+                        holder: e.holder.tombstone(),
+                        expiry: e.expiry,
+                    }),
+                    None => None,
+                };
+                log.note(|| match (before, self.cfg.has(Bug::BreakDeletes)) {
+                    (Some(e), true) => {
+                        format!("t={now} the break reaches n{n}: {} DELETED", e.holder)
+                    }
+                    (Some(e), false) => format!(
+                        "t={now} the break reaches n{n}: {} replaced by its tombstone until {}",
+                        e.holder, e.expiry
+                    ),
+                    (None, _) => format!("t={now} the break reaches n{n}: nothing held"),
+                });
+            }
             Action::Restart(n) => {
                 let n = usize::from(n);
                 // (`settle_records` drops the node's record with its entry.)
@@ -1027,7 +1057,7 @@ impl Protocol {
                     | (cl.give_back >> i & 1) << 7;
                 e.put(&[masks, cl.fan.skipped_mask >> i & 1]);
             }
-            e.put(&[s.read[i]]);
+            e.put(&[s.read[i], s.broke >> i & 1]);
             e
         };
         let keys: [Enc<96>; MAX_N] = [
@@ -1053,6 +1083,7 @@ impl Protocol {
                 s.clients[c].fan.slots[i] = old.clients[c].fan.slots[o];
             }
         }
+        s.broke = remap(old.broke);
         for cl in &mut s.clients[..clients] {
             cl.acquire_yes = remap(cl.acquire_yes);
             cl.give_back = remap(cl.give_back);
@@ -1103,9 +1134,13 @@ impl Protocol {
                 return true;
             }
             let holder = cl.holder(c);
+            // A break's tombstone keeps the key for the holder it replaced, until the same
+            // expiry.
             let entries = s.nodes[..self.n()]
                 .iter()
-                .filter(|node| node.keeps(holder))
+                .filter(|node| {
+                    node.keeps(holder) || node.entry.is_some_and(|e| e.holder == holder.tombstone())
+                })
                 .count() as u8;
             entries + s.forgotten >= self.cfg.quorum
         })
@@ -1150,7 +1185,12 @@ pub(super) const HOLDS: [(&str, Condition); MAX_C] = [
 ];
 
 /// The coverage properties: paths a configuration must reach.
-pub(super) const COVERAGE: [(u16, &str, Condition); 14] = [
+pub(super) const COVERAGE: [(u16, &str, Condition); 15] = [
+    (
+        SEEN_BROKEN_HOLDER,
+        "reaches a break of a holder's entry",
+        |_, s| s.saw(SEEN_BROKEN_HOLDER),
+    ),
     (
         SEEN_LEADER_READ,
         "reaches a leader read that names a leader",
@@ -1229,6 +1269,7 @@ impl Model for Protocol {
             read: [0; MAX_N],
             guarded: 0,
             read_wrong: false,
+            broke: 0,
         };
         // Fencing counters left by an earlier history: every vector of values up to
         // `counters`. The largest token handed out before is at most the q-th largest
@@ -1334,6 +1375,14 @@ impl Model for Protocol {
             for n in 0..self.n() {
                 if s.read[n] == 0 {
                     actions.push(Action::Read(n as u8));
+                }
+            }
+        }
+        if cfg.breaks {
+            for n in 0..self.n() {
+                let live = s.nodes[n].entry.is_some_and(|e| !e.holder.is_tombstone());
+                if s.broke & bit(n) == 0 && live {
+                    actions.push(Action::Break(n as u8));
                 }
             }
         }

@@ -13,9 +13,34 @@ pub(super) struct Holder {
     pub(super) attempt: u8,
 }
 
+/// A break's tombstone stands for the holder it replaced at `client + TOMBSTONE`.
+pub(super) const TOMBSTONE: u8 = 4;
+
+impl Holder {
+    /// The tombstone a break leaves in place of this holder's entry.
+    pub(super) fn tombstone(self) -> Holder {
+        Holder {
+            client: self.client + TOMBSTONE,
+            attempt: self.attempt,
+        }
+    }
+
+    pub(super) fn is_tombstone(self) -> bool {
+        self.client >= TOMBSTONE
+    }
+}
+
 impl std::fmt::Display for Holder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "c{}#{}", self.client, self.attempt + 1)
+        match self.is_tombstone() {
+            true => write!(
+                f,
+                "tombstone of c{}#{}",
+                self.client - TOMBSTONE,
+                self.attempt + 1
+            ),
+            false => write!(f, "c{}#{}", self.client, self.attempt + 1),
+        }
     }
 }
 
@@ -397,6 +422,8 @@ pub(super) const SEEN_ARBITER_QUORUM: u16 = 2048;
 pub(super) const SEEN_REDIRECTED: u16 = 4096;
 /// A leader read that named a leader.
 pub(super) const SEEN_LEADER_READ: u16 = 8192;
+/// A break replaced the entry of a client inside its validity.
+pub(super) const SEEN_BROKEN_HOLDER: u16 = 16384;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct State {
@@ -425,6 +452,8 @@ pub(super) struct State {
     pub(super) guarded: u8,
     /// The property "a leader read names a holder that held" broke.
     pub(super) read_wrong: bool,
+    /// Nodes the break reached (a bit per node).
+    pub(super) broke: u8,
 }
 
 impl State {
@@ -517,6 +546,7 @@ impl std::hash::Hash for State {
             self.seen as u8,
             (self.seen >> 8) as u8,
             self.guarded,
+            self.broke,
         ]);
         e.put(&self.read);
         for node in &self.nodes {
