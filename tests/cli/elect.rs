@@ -174,3 +174,45 @@ fn a_label_shows_in_status_and_elect_refuses_what_does_not_apply() {
         assert!(err.contains(what), "{args:?}: {err}");
     }
 }
+
+/// `break` ends the holder's `run` as a loss (its command stopped, exit 75); `status` shows
+/// the key broken meanwhile, and the next `run` gets it once the tombstones expire.
+#[test]
+fn break_stops_the_holders_run_and_status_shows_the_key_broken() {
+    let fleet = Fleet::start(3).expect("fleet");
+    let dir = tempdir();
+    let started = dir.path().join("started");
+    let script = format!("touch {}; sleep 30", started.display());
+    let mut run_cmd = cli(&fleet);
+    run_cmd
+        .args([
+            "run",
+            "--lease",
+            "1500ms",
+            "--kill-grace",
+            "300ms",
+            "job",
+            "-c",
+            &script,
+        ])
+        .stderr(Stdio::piped());
+    let mut holder = Running::spawn(&mut run_cmd);
+    wait_for(Duration::from_secs(10), "the command started", || {
+        started.exists()
+    });
+    let (code, out, err) = run(cli(&fleet).args(["break", "job"]));
+    assert_eq!((code, out.as_str()), (0, "broken 1\n"), "{err}");
+    let (_, out, _) = run(cli(&fleet).args(["status", "job"]));
+    assert!(out.contains("verdict: broken"), "{out}");
+    assert_eq!(
+        holder.exit_code(Duration::from_secs(5)),
+        75,
+        "{}",
+        holder.stderr()
+    );
+    let (code, _, err) = run(cli(&fleet).args(["run", "-w", "5s", "job", "true"]));
+    assert_eq!(code, 0, "{err}");
+    let (code, out, _) = run(cli(&fleet).args(["break", "--json", "job"]));
+    assert_eq!(code, 0);
+    assert_eq!(json(&out)["broken"], 0);
+}

@@ -165,6 +165,36 @@ pub enum Command {
     /// Print the leader of the election NAME: its value and term.
     #[command(after_help = LEADER_EXIT)]
     Leader(LeaderArgs),
+    /// Break KEY: whatever holds it loses it (an operator's last resort).
+    #[command(name = "break", after_help = BREAK_HELP)]
+    Break(BreakArgs),
+}
+
+const BREAK_HELP: &str = "\
+Every holder of KEY, of any kind, loses it on every node: its entries are replaced by
+tombstones that keep the key from new holders until they would have expired (and for
+--lock-delay at least), so that nobody takes it while a broken holder may still believe it
+holds. A holder learns of it at its next renewal (a `run` holding it stops its command as on
+a loss, exit 75). An election's leader is deposed the same way. Prints how many holders
+were broken.
+
+Exit codes:
+  0 broken (or nothing held); 64 usage; 69 fewer than a quorum of nodes answered (the break
+  may have run on some); 71 stdout not writable; 78 configuration";
+
+#[derive(Debug, Args)]
+pub struct BreakArgs {
+    /// Keep the key from new holders this long at least after the break.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub lock_delay: Option<Duration>,
+
+    /// Print a JSON object.
+    #[arg(long)]
+    pub json: bool,
+
+    /// The lock key.
+    #[arg(value_parser = parse_key)]
+    pub key: String,
 }
 
 const ELECT_HELP: &str = "\

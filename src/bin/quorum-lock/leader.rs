@@ -1,8 +1,9 @@
-//! `leader NAME [--watch]`: the election's leader as a quorum of nodes shows it.
+//! `leader NAME [--watch]`: the election's leader as a quorum of nodes shows it; and
+//! `break KEY`, which deposes a leader as it breaks any lock.
 
 use quorum_lock::Leader;
 
-use crate::args::LeaderArgs;
+use crate::args::{BreakArgs, LeaderArgs};
 use crate::child::Signals;
 use crate::exit::{self, Context, Failure};
 use crate::settings::Settings;
@@ -42,6 +43,27 @@ pub async fn leader(settings: &Settings, args: &LeaderArgs) -> Result<u8, Failur
             _ = signals.recv() => return Ok(exit::OK),
         }
     }
+}
+
+/// `break KEY`: prints how many holders were broken.
+pub async fn break_lock(settings: &Settings, args: &BreakArgs) -> Result<u8, Failure> {
+    let client = match args.lock_delay {
+        Some(delay) => settings.connect_with(|b| b.lock_delay(delay)).await?,
+        None => settings.connect().await?,
+    };
+    let broken = client
+        .break_lock(&args.key)
+        .await
+        .map_err(|e| Failure::from_lock(&e, &Context::NONE))?;
+    let line = match args.json {
+        true => format!(
+            "{}\n",
+            serde_json::json!({"key": args.key, "broken": broken})
+        ),
+        false => format!("broken {broken}\n"),
+    };
+    exit::print(&line)?;
+    Ok(exit::OK)
 }
 
 /// `VALUE TERM` (`-` alone: nobody leads), or a JSON object.

@@ -219,6 +219,20 @@ impl Settings {
         self.builder().build().await.map_err(|e| self.failure(&e))
     }
 
+    /// As [`connect`](Self::connect), with `adjust` applied to the builder first.
+    ///
+    /// # Errors
+    /// As [`connect`](Self::connect).
+    pub async fn connect_with(
+        &self,
+        adjust: impl FnOnce(Builder) -> Builder,
+    ) -> Result<QuorumLock, Failure> {
+        adjust(self.builder())
+            .build()
+            .await
+            .map_err(|e| self.failure(&e))
+    }
+
     /// The nodes for direct connections (`status`, `check`), with the TLS settings.
     ///
     /// # Errors

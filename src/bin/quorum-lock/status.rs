@@ -26,6 +26,10 @@ struct NodeView {
     error: Option<String>,
     /// The key's entry (a mutex's, a fair lock's or a writer's) is there.
     held: bool,
+    /// A break's tombstone is there (`break`): the key is kept from new holders until it
+    /// expires.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    broken: bool,
     /// Which holder (1, 2, ... by order of appearance), when held.
     holder: Option<usize>,
     ttl_ms: Option<i64>,
@@ -127,7 +131,12 @@ pub async fn status(settings: &Settings, args: &StatusArgs) -> Result<u8, Failur
     let mut views = Vec::with_capacity(nodes.len());
     for (node, answer) in nodes.iter().zip(answers) {
         let view = match answer {
-            Ok(raw) => {
+            Ok(mut raw) => {
+                // A tombstone has a space, which no holder value has.
+                let broken = raw.holder.as_deref().is_some_and(|h| h.contains(' '));
+                if broken {
+                    raw.holder = None;
+                }
                 let holder = raw.holder.map(|h| {
                     let next = holders.len() + 1;
                     let n = *holders.entry(h).or_insert(next);
@@ -142,8 +151,9 @@ pub async fn status(settings: &Settings, args: &StatusArgs) -> Result<u8, Failur
                     reachable: true,
                     error: None,
                     held: holder.is_some(),
+                    broken,
                     holder,
-                    ttl_ms: raw.pttl.filter(|_| holder.is_some()),
+                    ttl_ms: raw.pttl.filter(|_| holder.is_some() || broken),
                     fence: raw.fence,
                     readers: (kind == "read-write").then_some(raw.readers),
                     writer_waiting: raw.writer_waiting,
@@ -157,6 +167,7 @@ pub async fn status(settings: &Settings, args: &StatusArgs) -> Result<u8, Failur
                 reachable: false,
                 error: Some(e.reason()),
                 held: false,
+                broken: false,
                 holder: None,
                 ttl_ms: None,
                 fence: None,
@@ -195,7 +206,7 @@ pub async fn status(settings: &Settings, args: &StatusArgs) -> Result<u8, Failur
                 None => v.permits.unwrap_or(0) == 0,
             },
             "read-write" => !v.held && v.readers.unwrap_or(0) == 0,
-            _ => !v.held,
+            _ => !v.held && !v.broken,
         })
         .count();
     let taken = match kind {
@@ -207,8 +218,11 @@ pub async fn status(settings: &Settings, args: &StatusArgs) -> Result<u8, Failur
             .max(held_by),
         _ => held_by,
     };
+    let broken = views.iter().filter(|v| v.broken).count();
     let verdict = if held_by >= required {
         "held"
+    } else if broken >= required {
+        "broken"
     } else if kind == "read-write" && taken >= required {
         "read"
     } else if kind == "semaphore" && taken >= required {
@@ -473,6 +487,7 @@ fn plain(r: &Report) -> String {
             continue;
         }
         let lock = match (v.holder, r.kind) {
+            _ if v.broken => "broken".to_string(),
             (Some(n), "read-write") => format!("writer #{n}"),
             (Some(n), _) => format!("held #{n}"),
             (None, "read-write") if v.readers.unwrap_or(0) > 0 => "read".to_string(),
@@ -521,6 +536,9 @@ fn plain(r: &Report) -> String {
             "held by a quorum ({} of {} nodes hold one holder's entry)",
             r.held_by, r.nodes
         ),
+        ("broken", _) => "broken (`quorum-lock break`): kept from new holders until its tombstones \
+                           expire (TTL above)"
+            .to_string(),
         ("read", _) => format!(
             "read-locked (readers on a quorum); a writer must wait{}",
             if waiting >= r.quorum {
