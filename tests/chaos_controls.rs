@@ -236,6 +236,17 @@ fn a_leader_published_with_a_wrong_term_is_caught() {
     );
 }
 
+#[test]
+#[ignore = "a further negative control (15-35 s): CI runs it; `-- --ignored` here"]
+fn a_break_that_deletes_the_entries_is_caught() {
+    caught(
+        FailPoint::BreakDeletes,
+        32,
+        |r| !r.overlaps.is_empty() || !r.lost_updates.is_empty(),
+        "a break deletes the entries instead of leaving tombstones",
+    );
+}
+
 /// Programs the shrinker printed (`chaos ... --shrink RUNS`), replayed as they were printed:
 /// each must still be caught. The first: the token control (seed 25), shrunk from a 10 s run
 /// of six clients with its schedule's faults to two clients, 5 s, no fault.

@@ -101,6 +101,7 @@ pub fn parse_from(argv: impl IntoIterator<Item = String>) -> Result<Args, String
                     "refused-release-reports-ok" => FailPoint::RefusedReleaseReportsOk,
                     "fair-place-at-random" => FailPoint::FairPlaceAtRandom,
                     "leader-term-off-by-one" => FailPoint::LeaderTermOffByOne,
+                    "break-deletes" => FailPoint::BreakDeletes,
                     other => return Err(format!("--fail-point {other}: unknown")),
                 });
             }

@@ -17,7 +17,9 @@
 //!
 //! Elections are a kind too: a campaign (waiting or not, sometimes cancelled) whose
 //! leadership is then held as its lock (its term the fencing token); now and then a client
-//! reads the election's leader, which the checker matches against the campaigns.
+//! reads the election's leader, which the checker matches against the campaigns. And now and
+//! then a client breaks a key (`break_lock`, an operator's act): its holders must lose it
+//! without anyone else holding it before their deadlines (the exclusion check).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -496,8 +498,35 @@ impl Client {
         self.complete("leader", n, outcome);
     }
 
+    /// Breaks a key of the mutexes, the election, a read-write lock or a semaphore (not the
+    /// fair lock's: its order is judged).
+    async fn break_some_key(&mut self) {
+        let groups = ["x0", "x1", "x2", "e0", "rw0", "s0"];
+        let key = format!(
+            "{}{}",
+            self.settings.prefix,
+            groups[self.rng.random_range(0..groups.len())]
+        );
+        self.break_key(key).await;
+    }
+
+    /// Breaks `key` through another service's client.
+    async fn break_key(&mut self, key: String) {
+        let n = self.invoke("break", json!({ "key": key }));
+        let locks = self.handles.peer.clone();
+        let outcome = match maybe_cancelled(&mut self.rng, locks.break_lock(&key)).await {
+            None => Outcome::Info(json!({"error": "cancelled"})),
+            Some(Ok(broken)) => Outcome::Ok(json!({ "broken": broken })),
+            Some(Err(e)) => Outcome::Fail(Self::failure(0, &e, false)),
+        };
+        self.complete("break", n, outcome);
+    }
+
     /// One hold: take, hold (with the calls a holder makes), and end it.
     async fn hold_once(&mut self) {
+        if self.rng.random_bool(0.03) {
+            self.break_some_key().await;
+        }
         let elections = self
             .settings
             .kinds
@@ -627,6 +656,18 @@ impl Client {
                 }
                 // A leader (or any client meanwhile) reads who leads.
                 15 | 16 if kind == Kind::Leader => self.read_leader().await,
+                // An operator breaks the key under its holder, who goes on until it learns;
+                // and someone tries to take it at once (it must be refused until the broken
+                // entries expire).
+                17 if matches!(kind, Kind::Mutex | Kind::Leader) => {
+                    self.break_key(keys[0].clone()).await;
+                    if let Some((g2, again)) = self.hold_again(Kind::Mutex, &keys[0]).await {
+                        if exclusive && guard.fencing_token().is_some() {
+                            self.critical_section(g, &guard).await;
+                        }
+                        self.release_uncancelled(g2, again).await;
+                    }
+                }
                 _ => {
                     let pause = self.rng.random_range(0..lease.as_millis() as u64 / 4);
                     tokio::time::sleep(Duration::from_millis(pause)).await;

@@ -24,7 +24,15 @@ pub(super) static SCRIPTS: &[&LockScript] = &[&PUBLISH, &HOLDER_READ, &BREAK];
 pub(crate) fn break_call(key: &Key, tombstone: &str, delay_ms: &str) -> Call {
     let keys = [key.bytes().to_vec(), rw::readers_key(key), record_key(key)];
     let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
-    Call::with_keys(&BREAK, &keys, &[tombstone.as_bytes(), delay_ms.as_bytes()])
+    let mode: &[u8] = match crate::failpoints::on(crate::failpoints::FailPoint::BreakDeletes) {
+        true => b"delete",
+        false => b"keep",
+    };
+    Call::with_keys(
+        &BREAK,
+        &keys,
+        &[tombstone.as_bytes(), delay_ms.as_bytes(), mode],
+    )
 }
 
 /// The holder record of `key`.

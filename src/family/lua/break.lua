@@ -6,7 +6,8 @@
 -- lost) and a new acquire finds the key taken until then.
 --
 -- KEYS[1] the lock key (an entry, or a semaphore's permits), KEYS[2] its readers, KEYS[3] its
--- holder record. ARGV[1] the tombstone value (it has a space), ARGV[2] the delay in ms.
+-- holder record. ARGV[1] the tombstone value (it has a space), ARGV[2] the delay in ms;
+-- ARGV[3] "delete" (only the fail point `BreakDeletes`: the defect, entries deleted).
 -- Reply: how many holders were broken here (a tombstone is none).
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('time')
@@ -33,6 +34,10 @@ local function entomb(set)
   redis.call('pexpireat', set, latest)
 end
 local kind = redis.call('type', KEYS[1])['ok']
+if ARGV[3] == 'delete' then
+  redis.call('del', KEYS[1], KEYS[2], KEYS[3])
+  return 1
+end
 if kind == 'string' then
   local value = redis.call('get', KEYS[1])
   if not string.find(value, ' ', 1, true) then
