@@ -220,6 +220,9 @@ pub enum Op {
     Release,
     /// Breaking the lock ([`QuorumLock::break_lock`](crate::QuorumLock::break_lock)).
     Break,
+    /// Asking its holders to release it
+    /// ([`QuorumLock::request_release`](crate::QuorumLock::request_release)).
+    AskRelease,
 }
 
 impl fmt::Display for Op {
@@ -229,6 +232,7 @@ impl fmt::Display for Op {
             Op::Extend => "extend",
             Op::Release => "release",
             Op::Break => "break",
+            Op::AskRelease => "ask to release",
         })
     }
 }

@@ -138,6 +138,14 @@ pub mod names {
         derived(kept::HOLDER, key)
     }
 
+    /// The pub/sub channel of notices to holders, one for every key: `break <digest> <key>`
+    /// and `ask <digest> <key>`, the digest the SHA1 hex of the holder value
+    /// ([`QuorumLock::break_lock`](crate::QuorumLock::break_lock),
+    /// [`QuorumLock::request_release`](crate::QuorumLock::request_release)).
+    pub fn holder_notices() -> &'static str {
+        crate::rules::key::HOLDER_NOTICES
+    }
+
     /// The pub/sub channel on which a new holder record of the key is announced (for an
     /// election's observers).
     pub fn holder_channel(key: &[u8]) -> Vec<u8> {

@@ -29,6 +29,8 @@ pub(crate) struct ClientState {
     pub(crate) handoff: Arc<FairWaiters>,
     /// The client's live leases (see [`HeldLeases`]).
     pub(crate) held: HeldLeases,
+    /// The holder notices' listeners were started (`hold::notices`).
+    pub(crate) notices_started: std::sync::atomic::AtomicBool,
     /// Mutex keys just released while other clients waited (see [`Courtesy`]).
     pub(crate) courtesy: Courtesy,
 }
@@ -101,6 +103,7 @@ impl ClientState {
             client_id: uuid::Uuid::new_v4().simple().to_string(),
             handoff: Arc::default(),
             held: HeldLeases::default(),
+            notices_started: std::sync::atomic::AtomicBool::new(false),
             courtesy: Courtesy::default(),
         }
     }

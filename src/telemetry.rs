@@ -55,6 +55,8 @@ pub(crate) enum LossReason {
     Expired,
     /// Enough nodes answered that the entry is gone that no quorum can hold it.
     Refused,
+    /// A break's notice (`QuorumLock::break_lock`).
+    Broken,
 }
 
 /// Who asked for a renewal.
@@ -121,6 +123,7 @@ impl LossReason {
         match self {
             LossReason::Expired => "expired",
             LossReason::Refused => "refused",
+            LossReason::Broken => "broken",
         }
     }
 }

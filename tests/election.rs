@@ -515,3 +515,126 @@ async fn a_broken_leader_is_deposed_and_the_next_one_has_a_higher_term() {
     assert!(next.term() > leading.term());
     next.resign().await.unwrap();
 }
+
+/// A break's notice reaches a connected holder at once (not at its next renewal, a third of
+/// its lease later); a request to release fires the holder's signal and touches nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_hears_a_break_and_a_request_to_release_within_a_round_trip() {
+    let fleet = shared_fleet();
+    let holder = client(fleet, Quorum::Majority).await;
+    let admin = client(fleet, Quorum::Majority).await;
+    let lease = Duration::from_secs(30);
+    let key = unique_key("asked");
+    let guard = holder.lock(&key).watchdog(lease).acquire().await.unwrap();
+    assert!(!guard.is_release_requested());
+    // Asked again until heard: the holder's subscription may still be under way just after
+    // its client was built.
+    let mut heard = false;
+    for _ in 0..10 {
+        assert_eq!(admin.request_release(&key).await.unwrap(), 1);
+        let asked = tokio::time::timeout(Duration::from_millis(300), guard.release_requested());
+        if asked.await.is_ok() {
+            heard = true;
+            break;
+        }
+    }
+    assert!(heard, "never asked");
+    assert!(
+        guard.is_release_requested() && guard.is_held(),
+        "asked, still held"
+    );
+    assert_eq!(admin.break_lock(&key).await.unwrap(), 1);
+    tokio::time::timeout(Duration::from_secs(2), guard.lost())
+        .await
+        .expect("lost within a round trip, not at the renewal 10 s later");
+    assert!(!guard.is_held());
+    drop(guard);
+    assert_eq!(admin.request_release(unique_key("free")).await.unwrap(), 0);
+    // A leader asked to step down.
+    let name = unique_key("asked-leader");
+    let leading = holder.election(&name).campaign("l").await.unwrap();
+    admin.request_release(&name).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(2), leading.release_requested())
+        .await
+        .expect("asked");
+    leading.resign().await.unwrap();
+}
+
+/// A proclaim that failed (its requests held back, landing later) does not make a later one
+/// report success while readers keep the earlier value: every proclaim takes a new version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proclaim_after_a_failed_one_is_what_readers_see() {
+    let fleet = Fleet::builder().nodes(3).proxied(true).start().unwrap();
+    let name = unique_key("proclaims");
+    let a = builder(&fleet, Quorum::Majority).build().await.unwrap();
+    let direct: Vec<String> = (0..3).map(|i| fleet.direct_url(i)).collect();
+    let b = quorum_lock::QuorumLock::builder()
+        .nodes(direct)
+        .build()
+        .await
+        .unwrap();
+    let mut leading = a
+        .election(&name)
+        .lease(Duration::from_secs(20))
+        .campaign("v1")
+        .await
+        .unwrap();
+    fleet.proxy(1).black_hole();
+    fleet.proxy(2).black_hole();
+    assert!(leading.proclaim("X").await.is_err());
+    fleet.proxy(1).heal();
+    fleet.proxy(2).heal();
+    // Until the nodes' circuit breakers let requests through again.
+    let started = Instant::now();
+    while let Err(e) = leading.proclaim("Y").await {
+        assert!(started.elapsed() < Duration::from_secs(10), "{e}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let seen = b.election(&name).leader().await.unwrap().expect("a leader");
+    assert_eq!(seen.value, "Y");
+    leading.resign().await.unwrap();
+}
+
+/// A label (and a leader's value) lasts while the lock is extended by its holder value from
+/// another client, and comes back with the entry after a node restarts empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_lasts_through_extends_by_holder_value_and_repairs() {
+    let fleet = own_fleet(3);
+    let a = client(&fleet, Quorum::Majority).await;
+    let b = client(&fleet, Quorum::Majority).await;
+    let key = unique_key("extended-label");
+    let ttl = Duration::from_millis(1200);
+    let guard = a
+        .lock(&key)
+        .ttl(ttl)
+        .label("job-1")
+        .acquire()
+        .await
+        .unwrap();
+    let holder = guard.into_holder().unwrap();
+    for _ in 0..4 {
+        tokio::time::sleep(ttl / 3).await;
+        b.extend_by_holder(&key, &holder, ttl).await.unwrap();
+    }
+    let seen = b.holder_of(&key).await.unwrap().expect("held");
+    assert_eq!(seen.label.as_deref(), Some("job-1"));
+    b.release_by_holder(&key, &holder).await.unwrap();
+    // Each node restarts empty in turn; the watchdog's repairs put the entry and the record
+    // back.
+    let name = unique_key("repaired-leader");
+    let lease = Duration::from_millis(900);
+    let leading = a
+        .election(&name)
+        .lease(lease)
+        .campaign("kept")
+        .await
+        .unwrap();
+    for i in 0..3 {
+        fleet.restart(i).unwrap();
+        tokio::time::sleep(lease).await;
+    }
+    assert!(leading.is_leader());
+    let seen = b.election(&name).leader().await.unwrap().expect("a leader");
+    assert_eq!((seen.value.as_str(), seen.term), ("kept", leading.term()));
+    leading.resign().await.unwrap();
+}

@@ -124,7 +124,6 @@ impl Election {
             guard,
             term,
             value: String::new(),
-            version: 0,
             since: SystemTime::now(),
         };
         leadership.publish(value).await?;
@@ -212,7 +211,6 @@ pub struct Leadership {
     guard: LockGuard,
     term: u64,
     value: String,
-    version: u64,
     since: SystemTime,
 }
 
@@ -246,6 +244,13 @@ impl Leadership {
     /// Completes when leadership is lost (never on resign).
     pub async fn lost(&self) {
         self.guard.lost().await
+    }
+
+    /// Completes when someone asked the leader to step down
+    /// ([`QuorumLock::request_release`](crate::QuorumLock::request_release) on the
+    /// election's name); the leader may [`resign`](Self::resign), or not.
+    pub async fn release_requested(&self) {
+        self.guard.release_requested().await
     }
 
     /// A signal that fires when leadership is lost, for work that runs elsewhere.
@@ -290,11 +295,7 @@ impl Leadership {
             ("term", term.as_str()),
             ("since", since.as_str()),
         ];
-        self.guard
-            .lease()
-            .publish(self.version + 1, &fields)
-            .await?;
-        self.version += 1;
+        self.guard.lease().publish(&fields).await?;
         self.value = value;
         Ok(())
     }

@@ -26,6 +26,9 @@ pub struct Observer {
     last: Option<Option<(u64, String)>>,
     woken: Arc<Notify>,
     listeners: Vec<JoinHandle<()>>,
+    /// After a read that failed: no new read before then (a caller that loops on errors
+    /// does not spin).
+    retry_at: Option<tokio::time::Instant>,
 }
 
 impl std::fmt::Debug for Observer {
@@ -46,6 +49,7 @@ impl Observer {
             last: None,
             woken: Arc::new(Notify::new()),
             listeners: Vec::new(),
+            retry_at: None,
         }
     }
 
@@ -61,19 +65,31 @@ impl Observer {
     /// change of leader, term or value.
     ///
     /// # Errors
-    /// As [`Election::leader`]; the observer stays usable (the next call reads again).
+    /// As [`Election::leader`]; the observer stays usable: the next call reads again, once
+    /// [`every`](Self::every) (at most 1 s) has passed since the failed read.
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped call loses nothing the next one would return.
     pub async fn next(&mut self) -> Result<Option<Leader>> {
         self.listen();
+        if let Some(at) = self.retry_at {
+            tokio::time::sleep_until(at).await;
+            self.retry_at = None;
+        }
         loop {
             // Armed before the read: an announcement during it wakes the wait below.
             let woken = self.woken.clone();
             let notified = woken.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let leader = self.election.leader().await?;
+            let leader = match self.election.leader().await {
+                Ok(leader) => leader,
+                Err(e) => {
+                    let pause = self.every.min(std::time::Duration::from_secs(1));
+                    self.retry_at = Some(tokio::time::Instant::now() + pause);
+                    return Err(e);
+                }
+            };
             let seen = leader.as_ref().map(|l| (l.term, l.value.clone()));
             if self.last.as_ref() != Some(&seen) {
                 if self.last.is_some() {

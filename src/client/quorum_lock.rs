@@ -37,7 +37,7 @@ use crate::take::plan::Target;
 /// ```
 #[derive(Clone)]
 pub struct QuorumLock {
-    state: Arc<ClientState>,
+    pub(crate) state: Arc<ClientState>,
 }
 
 impl std::fmt::Debug for QuorumLock {
@@ -548,6 +548,25 @@ impl QuorumLock {
         let key = crate::take::plan::lock_key(&self.state, key.as_ref())?;
         let config = &self.state.config;
         crate::client::who::break_lock(&self.state.nodes, config.required, config.lock_delay, &key)
+            .await
+    }
+
+    /// Asks whoever holds `key` to release it (cooperative: Curator's revocable locks). Each
+    /// holder's guard's [`release_requested`](crate::LockGuard::release_requested) signal
+    /// fires within a round trip when its client is connected; the holder may honour it, or
+    /// not: the lock is not touched. Returns how many holders were asked (the largest count
+    /// among the nodes; 0 when the key was free).
+    ///
+    /// # Errors
+    /// [`Error::InvalidKey`](crate::Error::InvalidKey);
+    /// [`Error::NoQuorum`](crate::Error::NoQuorum) (`Op::AskRelease`) when fewer than a quorum
+    /// of nodes answered.
+    ///
+    /// # Cancel safety
+    /// The request may then have reached the holders, or not.
+    pub async fn request_release(&self, key: impl AsRef<[u8]>) -> Result<u64> {
+        let key = crate::take::plan::lock_key(&self.state, key.as_ref())?;
+        crate::client::who::request_release(&self.state.nodes, self.state.config.required, &key)
             .await
     }
 

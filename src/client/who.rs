@@ -69,10 +69,20 @@ pub(crate) fn check_public_text(field: &'static str, text: &str, max: usize) -> 
         format!("{} bytes, longer than {max}", text.len())
     } else if text.chars().any(char::is_control) {
         "must not hold control characters (newlines, tabs, escapes)".to_string()
+    } else if text.chars().any(invisible) {
+        "must not hold invisible or direction formatting characters (U+200B-U+200F, \
+         U+202A-U+202E, U+2060-U+2069, U+FEFF)"
+            .to_string()
     } else {
         return Ok(());
     };
     Err(Error::InvalidConfig { field, reason })
+}
+
+/// The format characters that hide or reorder text when shown (zero-width, bidirectional
+/// overrides and isolates, the byte order mark).
+pub(crate) fn invisible(c: char) -> bool {
+    matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
 }
 
 /// Now, as Unix time in ms (the "since" of a holder record).
@@ -137,6 +147,47 @@ async fn read_one(
     })
 }
 
+/// Asks the holders of `key` to release
+/// ([`QuorumLock::request_release`](crate::QuorumLock::request_release)): how many holders a
+/// node asked, at most.
+pub(crate) async fn request_release(nodes: &Nodes, required: usize, key: &Key) -> Result<u64> {
+    let call = crate::family::who::ask_call(key);
+    let answers = crate::fanout::broadcast(nodes, 0..nodes.len(), call, SendBy::Sha).await;
+    counted(answers, required, key, crate::error::Op::AskRelease)
+}
+
+/// The largest count the nodes answered, once a quorum answered.
+fn counted(
+    answers: Vec<std::result::Result<redis::Value, NodeFailure>>,
+    required: usize,
+    key: &Key,
+    op: crate::error::Op,
+) -> Result<u64> {
+    let mut failures = Vec::new();
+    let (mut confirmed, mut most) = (0, 0);
+    for answer in answers {
+        match answer.map(|v| crate::family::int(&v)) {
+            Ok(Some(n)) => {
+                confirmed += 1;
+                most = most.max(n.max(0) as u64);
+            }
+            Ok(None) => {}
+            Err(failure) => failures.push(failure),
+        }
+    }
+    if confirmed < required {
+        return Err(Error::NoQuorum {
+            op,
+            key: key.to_string(),
+            confirmed,
+            required,
+            refused: 0,
+            failures,
+        });
+    }
+    Ok(most)
+}
+
 /// Breaks `key` on every node ([`QuorumLock::break_lock`](crate::QuorumLock::break_lock)):
 /// how many holders a node broke, at most; waits for every node (each bounded by its
 /// timeout) so that the count is exact.
@@ -149,28 +200,7 @@ pub(crate) async fn break_lock(
     let tombstone = format!("broken {}", uuid::Uuid::new_v4().simple());
     let call = crate::family::who::break_call(key, &tombstone, &delay.as_millis().to_string());
     let answers = crate::fanout::broadcast(nodes, 0..nodes.len(), call, SendBy::Sha).await;
-    let mut failures = Vec::new();
-    let (mut confirmed, mut broken) = (0, 0);
-    for answer in answers {
-        match answer.map(|v| crate::family::int(&v)) {
-            Ok(Some(n)) => {
-                confirmed += 1;
-                broken = broken.max(n.max(0) as u64);
-            }
-            Ok(None) => {}
-            Err(failure) => failures.push(failure),
-        }
-    }
-    if confirmed < required {
-        return Err(Error::NoQuorum {
-            op: crate::error::Op::Break,
-            key: key.to_string(),
-            confirmed,
-            required,
-            refused: 0,
-            failures,
-        });
-    }
+    let broken = counted(answers, required, key, crate::error::Op::Break)?;
     tracing::info!(key = %key, broken, "lock broken");
     Ok(broken)
 }
@@ -307,7 +337,7 @@ mod tests {
     #[test]
     fn public_text_is_bounded_and_printable() {
         assert!(check_public_text("label", "host-7/job-42", 256).is_ok());
-        for bad in ["", "a\nb", &"x".repeat(257)] {
+        for bad in ["", "a\nb", &"x".repeat(257), "evil\u{202E}txt"] {
             let e = check_public_text("label", bad, 256).unwrap_err();
             assert!(
                 matches!(e, Error::InvalidConfig { field: "label", .. }),

@@ -8,14 +8,23 @@
 use redis::Value;
 
 use super::{rw, script};
-use crate::rules::key::{kept, Key};
+use crate::rules::key::{kept, Key, HOLDER_NOTICES};
 use crate::scripts::{Call, LockScript};
 
 pub(crate) static PUBLISH: LockScript = script!("publish": "publish.lua");
 pub(crate) static HOLDER_READ: LockScript = script!("holder-read": "holder_read.lua");
 pub(crate) static BREAK: LockScript = script!("break": "break.lua");
+pub(crate) static ASK: LockScript = script!("ask": "ask.lua");
 
-pub(super) static SCRIPTS: &[&LockScript] = &[&PUBLISH, &HOLDER_READ, &BREAK];
+pub(super) static SCRIPTS: &[&LockScript] = &[&PUBLISH, &HOLDER_READ, &BREAK, &ASK];
+
+/// A request to release `key` (`lua/ask.lua`): each holder told on the holder notices'
+/// channel. Answers how many holders it asked on the node.
+pub(crate) fn ask_call(key: &Key) -> Call {
+    let keys = [key.bytes().to_vec(), rw::readers_key(key)];
+    let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+    Call::with_keys(&ASK, &keys, &[HOLDER_NOTICES.as_bytes()])
+}
 
 /// The break of `key` (`lua/break.lua`): every holder's entry replaced by a tombstone
 /// (`tombstone`, which has a space: no holder value has one) that keeps the key taken until
@@ -28,11 +37,13 @@ pub(crate) fn break_call(key: &Key, tombstone: &str, delay_ms: &str) -> Call {
         true => b"delete",
         false => b"keep",
     };
-    Call::with_keys(
-        &BREAK,
-        &keys,
-        &[tombstone.as_bytes(), delay_ms.as_bytes(), mode],
-    )
+    let argv = [
+        tombstone.as_bytes(),
+        delay_ms.as_bytes(),
+        mode,
+        HOLDER_NOTICES.as_bytes(),
+    ];
+    Call::with_keys(&BREAK, &keys, &argv)
 }
 
 /// The holder record of `key`.

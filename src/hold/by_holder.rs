@@ -69,7 +69,9 @@ pub(crate) async fn extend(
         // The validity runs from before the first request is sent, as a guard's extend's does;
         // the quorum must come before it ends.
         let deadline = client.config.trusted_until(Instant::now(), ttl);
-        let mut fan = extend_call(client, &key, holder.as_str(), ttl, false);
+        // The holder record too: whoever took the lock may have published one (a label, a
+        // leader's value), which must last as long as the entry.
+        let mut fan = extend_call(client, &key, holder.as_str(), ttl, true);
         let ended = decide_extend(&mut fan, &key, deadline).await;
         // No lease to leave the requests still in flight with: those not yet written to their
         // connection are stopped before the call returns (waiting only for one being written

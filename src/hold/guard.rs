@@ -66,6 +66,26 @@ impl LockGuard {
         }
     }
 
+    /// Completes when someone asked the holder to release
+    /// ([`QuorumLock::request_release`](crate::QuorumLock::request_release)); at once when
+    /// that happened already. Cooperative: the lock stays held until released (or lost).
+    pub async fn release_requested(&self) {
+        loop {
+            let asked = self.lease.asked_notify.notified();
+            tokio::pin!(asked);
+            asked.as_mut().enable();
+            if self.lease.release_asked() {
+                return;
+            }
+            asked.await;
+        }
+    }
+
+    /// Whether someone asked the holder to release.
+    pub fn is_release_requested(&self) -> bool {
+        self.lease.release_asked()
+    }
+
     /// The lease this guard shares.
     pub(crate) fn lease(&self) -> &Arc<Lease> {
         &self.lease

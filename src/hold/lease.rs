@@ -58,6 +58,14 @@ pub(crate) struct Lease {
     released_by_holder_value: std::sync::atomic::AtomicBool,
     /// A holder record was published: renewals move its expiry with the entry's.
     recorded: std::sync::atomic::AtomicBool,
+    /// The latest holder record asked for: its version (every publish takes the next one,
+    /// also one that failed or was cancelled, whose request may still land) and fields; a
+    /// repair puts it back with the entry.
+    record: Mutex<(u64, Vec<(String, String)>)>,
+    /// Someone asked the holder to release (`QuorumLock::request_release`).
+    asked: std::sync::atomic::AtomicBool,
+    /// Wakes the waits for a request to release.
+    pub(crate) asked_notify: Notify,
     /// For a lease held from a fair lock's short grants (see `take::fair`): when it was made,
     /// until its first renewal starts. That renewal gives the entries what is left of the TTL
     /// from then; any renewal that starts first takes its place.
@@ -126,6 +134,9 @@ impl Lease {
             taken_by: Caller::current(),
             released_by_holder_value: std::sync::atomic::AtomicBool::new(false),
             recorded: std::sync::atomic::AtomicBool::new(false),
+            record: Mutex::new((0, Vec::new())),
+            asked: std::sync::atomic::AtomicBool::new(false),
+            asked_notify: Notify::new(),
             first_renewal: Mutex::new(None),
         }
     }
@@ -137,6 +148,27 @@ impl Lease {
         for key in self.shape.keys() {
             self.client.held.insert(key.bytes(), &any);
         }
+        crate::hold::notices::listen(&self.client);
+    }
+
+    /// The SHA1 hex of the holder value, as the scripts name a holder in notices and records.
+    pub(crate) fn holder_digest(&self) -> String {
+        sha1_smol::Sha1::from(self.holder.as_str())
+            .digest()
+            .to_string()
+    }
+
+    /// Someone asked the holder to release: the guard's signal fires.
+    pub(crate) fn ask_release(&self) {
+        if !self.asked.swap(true, Ordering::SeqCst) {
+            tracing::info!(key = %self.shape, "asked to release");
+        }
+        self.asked_notify.notify_waiters();
+    }
+
+    /// Whether someone asked the holder to release.
+    pub(crate) fn release_asked(&self) -> bool {
+        self.asked.load(Ordering::SeqCst)
     }
 
     /// The live lease of this client that holds `key` with `holder`, if any: a call by holder value
@@ -459,12 +491,14 @@ impl Lease {
         }
     }
 
-    /// Publishes `fields` in the key's holder record, as `version`, where this holder holds
-    /// the entry (docs/DESIGN.md, "Who holds a lock"): `Ok` once a quorum stored it before the
-    /// deadline, after the lease's earlier calls on each node. Refused by so many nodes that
-    /// no quorum holds the entry: the lease is lost. Too many failures: the error, the lease
-    /// kept. Not for the kinds without a record ([`Shape::record_key`]).
-    pub(crate) async fn publish(&self, version: u64, fields: &[(&str, &str)]) -> Result<()> {
+    /// Publishes `fields` as the key's holder record where this holder holds the entry
+    /// (docs/DESIGN.md, "Who holds a lock"), with the lease's next record version: `Ok` once
+    /// a quorum stored it before the deadline, after the lease's earlier calls on each node.
+    /// Refused by so many nodes that no quorum holds the entry: the lease is lost. Too many
+    /// failures: the error, the lease kept (the record may show on some nodes: a later
+    /// publish, with a later version, replaces it). Not for the kinds without a record
+    /// ([`Shape::record_key`]).
+    pub(crate) async fn publish(&self, fields: &[(&str, &str)]) -> Result<()> {
         let Some(key) = self.shape.record_key() else {
             return Err(Error::InvalidConfig {
                 field: "label",
@@ -488,6 +522,15 @@ impl Lease {
         }
         // Set before the record can exist anywhere: every renewal from now on moves it too.
         self.recorded.store(true, Ordering::Relaxed);
+        let version = {
+            let mut record = self.record.lock().unwrap_or_else(|p| p.into_inner());
+            record.0 += 1;
+            record.1 = fields
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect();
+            record.0
+        };
         let call = crate::family::who::publish(key, self.holder.as_str(), version, fields);
         let client = &self.client;
         let mut fan = crate::fanout::fan_out(
@@ -529,7 +572,31 @@ impl Lease {
         if repaired > 0 {
             self.client.counters.repaired(repaired);
             tracing::info!(key = %self.shape, repaired, "lock entry restored on nodes that had lost it");
+            self.republish(nodes).await;
         }
+    }
+
+    /// Puts the holder record (if any) back on `nodes`, after a repair there: the record is
+    /// written only where the entry is this holder's, so where the repair did not put it back
+    /// nothing changes.
+    async fn republish(&self, nodes: &[usize]) {
+        let (Some(key), true) = (
+            self.shape.record_key(),
+            self.recorded.load(Ordering::Relaxed),
+        ) else {
+            return;
+        };
+        let (version, fields) = self
+            .record
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let fields: Vec<(&str, &str)> = fields
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
+        let call = crate::family::who::publish(key, self.holder.as_str(), version, &fields);
+        broadcast(&self.client.nodes, nodes.iter().copied(), call, SendBy::Sha).await;
     }
 
     /// Releases on every node (compare-and-delete, publishing the release notice), after the

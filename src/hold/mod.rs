@@ -6,6 +6,7 @@ pub(crate) mod by_holder;
 pub(crate) mod guard;
 pub(crate) mod lease;
 pub(crate) mod lost_signal;
+pub(crate) mod notices;
 pub(crate) mod reentry;
 pub(crate) mod rounds;
 pub(crate) mod watchdog;

@@ -129,6 +129,9 @@ pub(crate) mod kept {
     pub(crate) const HOLDER_CHANNEL: &str = "holder-published";
 }
 
+/// The channel of notices to holders (a break, a request to release), shared by every key.
+pub(crate) const HOLDER_NOTICES: &str = "quorum-lock:holder-notices";
+
 /// `quorum-lock:<what>:{<hashed>}:<key>`: the name of a key the library keeps for `key`,
 /// where `<hashed>` is the part of `key` a cluster hashes ([`hashed`]): in braces, it is the
 /// name's hash tag, so that on a cluster node the name is in the key's own slot and one script

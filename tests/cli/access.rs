@@ -156,7 +156,7 @@ fn check_reports_what_weakens_safety() {
 /// ACLs apply too); SUBSCRIBE, UNSUBSCRIBE (release notices); INFO and CONFIG GET (build-time
 /// checks). On Redis 7.2 and later also CLIENT SETINFO (the redis crate's handshake, which
 /// ignores a refusal), added by the test when the server knows it.
-const ACL_RULE: [&str; 34] = [
+const ACL_RULE: [&str; 35] = [
     "locker",
     "on",
     ">s3cret-pw",
@@ -166,9 +166,10 @@ const ACL_RULE: [&str; 34] = [
     "%R~quorum-lock:readers:{acl:*",
     "%R~quorum-lock:writer-waiting:{acl:*",
     "%R~quorum-lock:queue-expiry:{acl:*",
-    "%R~quorum-lock:holder:{acl:*",
+    "~quorum-lock:holder:{acl:*",
     "resetchannels",
     "&quorum-lock:released:{acl:*",
+    "&quorum-lock:holder-notices",
     "-@all",
     "+set",
     "+get",

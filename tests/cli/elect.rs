@@ -216,3 +216,66 @@ fn break_stops_the_holders_run_and_status_shows_the_key_broken() {
     assert_eq!(code, 0);
     assert_eq!(json(&out)["broken"], 0);
 }
+
+/// `ask-release` passes `--on-release-request`'s signal to the holder's command, which ends
+/// early; a `break` notice stops a holder at once (not at its next renewal).
+#[test]
+fn ask_release_signals_the_holders_command_and_break_stops_it_at_once() {
+    let fleet = Fleet::start(3).expect("fleet");
+    let dir = tempdir();
+    let (started, asked) = (dir.path().join("started"), dir.path().join("asked"));
+    let script = format!(
+        "trap 'touch {}; exit 0' USR1; touch {}; while true; do sleep 0.05; done",
+        asked.display(),
+        started.display()
+    );
+    let mut run_cmd = cli(&fleet);
+    run_cmd.args(["run", "--on-release-request", "USR1", "job", "-c", &script]);
+    let mut holder = Running::spawn(&mut run_cmd);
+    wait_for(Duration::from_secs(10), "the command started", || {
+        started.exists()
+    });
+    // Asked again until heard: the holder's notices may be subscribing just after its start.
+    wait_for(Duration::from_secs(30), "the command was signalled", || {
+        let (code, out, _) = run(cli(&fleet).args(["ask-release", "job"]));
+        assert_eq!((code, out.as_str()), (0, "asked 1\n"));
+        std::thread::sleep(Duration::from_millis(200));
+        asked.exists()
+    });
+    assert_eq!(holder.exit_code(Duration::from_secs(10)), 0);
+    // A 60 s lease: its renewal is 20 s away; the break's notice stops the command at once.
+    // (First an ask it notes and ignores, until heard: the notices reach it.)
+    std::fs::remove_file(&asked).unwrap();
+    let script = format!(
+        "trap 'touch {}' USR2; touch {}; while true; do sleep 0.05; done",
+        asked.display(),
+        started.display()
+    );
+    let mut run_cmd = cli(&fleet);
+    run_cmd
+        .args([
+            "run",
+            "--lease",
+            "60s",
+            "--on-release-request",
+            "USR2",
+            "job",
+            "-c",
+            &script,
+        ])
+        .stderr(Stdio::piped());
+    let mut holder = Running::spawn(&mut run_cmd);
+    wait_for(Duration::from_secs(30), "the command was signalled", || {
+        run(cli(&fleet).args(["ask-release", "job"]));
+        std::thread::sleep(Duration::from_millis(200));
+        asked.exists()
+    });
+    let (code, _, err) = run(cli(&fleet).args(["break", "job"]));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        holder.exit_code(Duration::from_secs(10)),
+        75,
+        "{}",
+        holder.stderr()
+    );
+}

@@ -168,6 +168,29 @@ pub enum Command {
     /// Break KEY: whatever holds it loses it (an operator's last resort).
     #[command(name = "break", after_help = BREAK_HELP)]
     Break(BreakArgs),
+    /// Ask whoever holds KEY to release it (cooperative: the holder may, or not).
+    #[command(after_help = ASK_HELP)]
+    AskRelease(AskArgs),
+}
+
+const ASK_HELP: &str = "\
+Each holder's client is told on the nodes; a `run` holding KEY with
+--on-release-request SIG passes SIG to its command, which may finish early. Nothing on the
+key changes. Prints how many holders were asked.
+
+Exit codes:
+  0 asked (or nothing held); 64 usage; 69 fewer than a quorum of nodes answered; 71 stdout
+  not writable; 78 configuration";
+
+#[derive(Debug, Args)]
+pub struct AskArgs {
+    /// Print a JSON object.
+    #[arg(long)]
+    pub json: bool,
+
+    /// The lock key.
+    #[arg(value_parser = parse_key)]
+    pub key: String,
 }
 
 const BREAK_HELP: &str = "\
@@ -420,6 +443,11 @@ pub struct RunArgs {
     /// deadline. At most half the lease [default: 5s, or a quarter of --lease if shorter].
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub kill_grace: Option<Duration>,
+
+    /// When someone asks the holder to release (`quorum-lock ask-release KEY`), send this
+    /// signal to the command's group (once), which may finish early.
+    #[arg(long, value_name = "SIG", value_parser = parse_signal)]
+    pub on_release_request: Option<i32>,
 
     /// Keep this tool's settings (QUORUM_LOCK_NODES with any passwords in it, the TLS files,
     /// the config file) out of the command's environment.

@@ -3,7 +3,7 @@
 
 use quorum_lock::Leader;
 
-use crate::args::{BreakArgs, LeaderArgs};
+use crate::args::{AskArgs, BreakArgs, LeaderArgs};
 use crate::child::Signals;
 use crate::exit::{self, Context, Failure};
 use crate::settings::Settings;
@@ -38,6 +38,7 @@ pub async fn leader(settings: &Settings, args: &LeaderArgs) -> Result<u8, Failur
         tokio::select! {
             next = observer.next() => match next {
                 Ok(leader) => exit::print(&line(&args.name, leader.as_ref(), args.json))?,
+                // The observer waits before its next read after a failed one.
                 Err(e) => eprintln!("quorum-lock: warning: reading the leader: {e}"),
             },
             _ = signals.recv() => return Ok(exit::OK),
@@ -61,6 +62,21 @@ pub async fn break_lock(settings: &Settings, args: &BreakArgs) -> Result<u8, Fai
             serde_json::json!({"key": args.key, "broken": broken})
         ),
         false => format!("broken {broken}\n"),
+    };
+    exit::print(&line)?;
+    Ok(exit::OK)
+}
+
+/// `ask-release KEY`: prints how many holders were asked.
+pub async fn ask_release(settings: &Settings, args: &AskArgs) -> Result<u8, Failure> {
+    let client = settings.connect().await?;
+    let asked = client
+        .request_release(&args.key)
+        .await
+        .map_err(|e| Failure::from_lock(&e, &Context::NONE))?;
+    let line = match args.json {
+        true => format!("{}\n", serde_json::json!({"key": args.key, "asked": asked})),
+        false => format!("asked {asked}\n"),
     };
     exit::print(&line)?;
     Ok(exit::OK)

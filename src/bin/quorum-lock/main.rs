@@ -76,6 +76,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Elect(args) => run::run(&settings, &args.run, Some(&args.value)).await,
         Command::Leader(args) => leader::leader(&settings, args).await,
         Command::Break(args) => leader::break_lock(&settings, args).await,
+        Command::AskRelease(args) => leader::ask_release(&settings, args).await,
         Command::Hold(args) => hold::hold(&settings, args).await,
         Command::Acquire(args) => hold::acquire(&settings, args).await,
         Command::Extend(args) => steps::extend(&settings, args).await,

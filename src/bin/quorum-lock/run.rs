@@ -251,6 +251,8 @@ async fn supervise(
 ) -> (std::io::Result<ExitStatus>, Option<Stop>) {
     let recheck = RECHECK.min(grace / 4).max(Duration::from_millis(5));
     let lost = guard.lost_signal();
+    // `--on-release-request`: passed on once.
+    let mut ask = args.on_release_request;
     let mut stop: Option<Stop> = None;
     let mut status: Option<std::io::Result<ExitStatus>> = None;
     loop {
@@ -276,6 +278,11 @@ async fn supervise(
         tokio::select! {
             done = child.wait(), if status.is_none() => status = Some(done),
             signal = signals.recv() => group.signal(signal),
+            () = guard.release_requested(), if ask.is_some() && stop.is_none() => {
+                if let Some(signal) = ask.take() {
+                    group.signal(signal);
+                }
+            }
             () = lost.wait(), if stop.is_none() => {
                 stop = Some(begin_stop(Reason::Lost, guard, group, args.kill_signal, grace));
             }

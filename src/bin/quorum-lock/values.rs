@@ -140,6 +140,13 @@ fn public_text(what: &str, text: &str, max: usize) -> Result<String, String> {
             "the {what} must not hold control characters (newlines, tabs, escapes)"
         ));
     }
+    if text.chars().any(|c| {
+        matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
+    }) {
+        return Err(format!(
+            "the {what} must not hold invisible or direction formatting characters"
+        ));
+    }
     Ok(text.to_string())
 }
 

@@ -7,13 +7,17 @@
 --
 -- KEYS[1] the lock key (an entry, or a semaphore's permits), KEYS[2] its readers, KEYS[3] its
 -- holder record. ARGV[1] the tombstone value (it has a space), ARGV[2] the delay in ms;
--- ARGV[3] "delete" (only the fail point `BreakDeletes`: the defect, entries deleted).
+-- ARGV[3] "delete" (only the fail point `BreakDeletes`: the defect, entries deleted); ARGV[4]
+-- the holder notices' channel, where each broken holder is told `break <digest> <key>`.
 -- Reply: how many holders were broken here (a tombstone is none).
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local delay = tonumber(ARGV[2])
 local broken = 0
+local function notify(holder)
+  redis.call('publish', ARGV[4], 'break ' .. redis.sha1hex(holder) .. ' ' .. KEYS[1])
+end
 -- A sorted set of leases: each live member replaced by a tombstone member with its expiry.
 local function entomb(set)
   redis.call('zremrangebyscore', set, '-inf', now)
@@ -29,6 +33,7 @@ local function entomb(set)
     latest = math.max(latest, expiry)
     if not string.find(live[i], ' ', 1, true) then
       broken = broken + 1
+      notify(live[i])
     end
   end
   redis.call('pexpireat', set, latest)
@@ -42,6 +47,7 @@ if kind == 'string' then
   local value = redis.call('get', KEYS[1])
   if not string.find(value, ' ', 1, true) then
     broken = broken + 1
+    notify(value)
   end
   -- -1: an entry without a TTL (not the library's): kept for the delay only.
   local ttl = math.max(redis.call('pttl', KEYS[1]), delay)
