@@ -510,6 +510,25 @@ impl Client {
         self.break_key(key).await;
     }
 
+    /// Asks the holders of a key to release (nothing on the nodes changes: every check
+    /// goes on as before).
+    async fn ask_some_key(&mut self) {
+        let groups = ["x0", "x1", "x2", "e0", "f0", "rw0", "s0"];
+        let key = format!(
+            "{}{}",
+            self.settings.prefix,
+            groups[self.rng.random_range(0..groups.len())]
+        );
+        let n = self.invoke("ask-release", json!({ "key": key }));
+        let locks = self.handles.peer.clone();
+        let outcome = match maybe_cancelled(&mut self.rng, locks.request_release(&key)).await {
+            None => Outcome::Info(json!({"error": "cancelled"})),
+            Some(Ok(asked)) => Outcome::Ok(json!({ "asked": asked })),
+            Some(Err(e)) => Outcome::Fail(Self::failure(0, &e, false)),
+        };
+        self.complete("ask-release", n, outcome);
+    }
+
     /// Breaks `key` through another service's client.
     async fn break_key(&mut self, key: String) {
         let n = self.invoke("break", json!({ "key": key }));
@@ -526,6 +545,9 @@ impl Client {
     async fn hold_once(&mut self) {
         if self.rng.random_bool(0.03) {
             self.break_some_key().await;
+        }
+        if self.rng.random_bool(0.03) {
+            self.ask_some_key().await;
         }
         let elections = self
             .settings
