@@ -572,7 +572,7 @@ impl QuorumLock {
 
     /// A leader election named `name` among the clients that campaign under it (etcd's
     /// `Election`, Curator's `LeaderLatch`): leading is holding the key `name` as a lock with
-    /// a fencing token, which is the leader's term. See [`Election`].
+    /// a fencing token, which is the leader's term. See [`Election`](crate::Election).
     ///
     /// ```no_run
     /// # use quorum_lock::QuorumLock;

@@ -7,31 +7,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use futures::stream::{FuturesUnordered, StreamExt};
 
 use crate::error::{Error, NodeFailure, Result};
-use crate::family::who::{holder_read, read_view, EntryKind, NodeView, Record};
+pub use crate::family::who::HeldAs;
+use crate::family::who::{holder_read, read_view, NodeView, Record};
 use crate::node::Nodes;
 use crate::rules::key::Key;
 use crate::scripts::{Call, SendBy};
 
 /// The longest label ([`LockRequest::label`](crate::LockRequest::label)), in bytes.
 pub const MAX_LABEL_LEN: usize = 256;
-
-/// The kind of lock that holds a key, as its nodes show it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum HeldAs {
-    /// A mutex (also a write lock's writer and an election's leader: on a node they look
-    /// alike).
-    Mutex,
-    /// A fair lock.
-    Fair,
-    /// Permits of a semaphore.
-    Semaphore,
-    /// Readers of a read-write lock.
-    Read,
-    /// Broken ([`QuorumLock::break_lock`](crate::QuorumLock::break_lock)): kept from new
-    /// holders until the broken holders' entries would have expired (`ttl`); `holders` 0.
-    Broken,
-}
 
 /// Who holds a key, as a quorum of its nodes shows it
 /// ([`QuorumLock::holder_of`](crate::QuorumLock::holder_of)). A snapshot: the holder may
@@ -208,9 +191,9 @@ pub(crate) async fn break_lock(
 /// What one holder (or one kind of shared holding) is shown by: its nodes' views.
 fn groups(views: &[NodeView]) -> Vec<Vec<&NodeView>> {
     let mut groups: Vec<Vec<&NodeView>> = Vec::new();
-    for view in views.iter().filter(|v| v.kind != EntryKind::Free) {
+    for view in views.iter().filter(|v| v.kind.is_some()) {
         let same = |g: &Vec<&NodeView>| match view.kind {
-            EntryKind::Mutex | EntryKind::Fair => g[0].digest == view.digest,
+            Some(HeldAs::Mutex | HeldAs::Fair) => g[0].digest == view.digest,
             kind => g[0].kind == kind,
         };
         match groups.iter_mut().find(|g| same(g)) {
@@ -241,12 +224,13 @@ fn combine(views: &[NodeView], required: usize) -> Option<Holding> {
     };
     let ttl = at_least(group.iter().map(|v| v.ttl_ms).collect());
     let holders = at_least(group.iter().map(|v| v.holders as i64).collect());
-    let fair = group.iter().filter(|v| v.kind == EntryKind::Fair).count();
+    let fair = group
+        .iter()
+        .filter(|v| v.kind == Some(HeldAs::Fair))
+        .count();
     let kind = match group[0].kind {
-        EntryKind::Mutex | EntryKind::Fair if fair * 2 > group.len() => HeldAs::Fair,
-        EntryKind::Semaphore => HeldAs::Semaphore,
-        EntryKind::Read => HeldAs::Read,
-        EntryKind::Broken => HeldAs::Broken,
+        Some(HeldAs::Mutex | HeldAs::Fair) if fair * 2 > group.len() => HeldAs::Fair,
+        Some(kind @ (HeldAs::Semaphore | HeldAs::Read | HeldAs::Broken)) => kind,
         _ => HeldAs::Mutex,
     };
     let record = group
@@ -274,7 +258,7 @@ mod tests {
 
     fn entry(digest: &str, ttl_ms: i64, record: Option<u64>) -> NodeView {
         NodeView {
-            kind: EntryKind::Mutex,
+            kind: Some(HeldAs::Mutex),
             ttl_ms,
             holders: 1,
             digest: digest.into(),
@@ -291,7 +275,7 @@ mod tests {
 
     fn free() -> NodeView {
         NodeView {
-            kind: EntryKind::Free,
+            kind: None,
             ttl_ms: -2,
             holders: 0,
             digest: String::new(),

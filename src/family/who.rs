@@ -86,16 +86,22 @@ pub(crate) fn holder_read(key: &Key) -> Call {
     Call::with_keys(&HOLDER_READ, &keys, &[])
 }
 
-/// The kind of entry a node has at a key.
+/// The kind of lock that holds a key, as its nodes show it (public as
+/// [`quorum_lock::HeldAs`](crate::HeldAs)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum EntryKind {
-    Free,
-    /// A mutex's entry, or a write lock's (the two look alike on a node).
+#[non_exhaustive]
+pub enum HeldAs {
+    /// A mutex (also a write lock's writer and an election's leader: on a node they look
+    /// alike).
     Mutex,
+    /// A fair lock.
     Fair,
+    /// Permits of a semaphore.
     Semaphore,
+    /// Readers of a read-write lock.
     Read,
-    /// Only a break's tombstones.
+    /// Broken ([`QuorumLock::break_lock`](crate::QuorumLock::break_lock)): kept from new
+    /// holders until the broken holders' entries would have expired (`ttl`); `holders` 0.
     Broken,
 }
 
@@ -113,7 +119,8 @@ pub(crate) struct Record {
 /// What one node knows of a key's holder.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct NodeView {
-    pub(crate) kind: EntryKind,
+    /// `None`: free.
+    pub(crate) kind: Option<HeldAs>,
     /// The remaining TTL in ms (negative: none).
     pub(crate) ttl_ms: i64,
     /// Live holders (1 for an exclusive entry).
@@ -141,12 +148,12 @@ pub(crate) fn read_view(v: &Value) -> Option<NodeView> {
     let int = |i: usize| super::int(items.get(i)?);
     let some = |s: String| (!s.is_empty()).then_some(s);
     let kind = match text(0)?.as_str() {
-        "free" => EntryKind::Free,
-        "mutex" => EntryKind::Mutex,
-        "fair" => EntryKind::Fair,
-        "semaphore" => EntryKind::Semaphore,
-        "read" => EntryKind::Read,
-        "broken" => EntryKind::Broken,
+        "free" => None,
+        "mutex" => Some(HeldAs::Mutex),
+        "fair" => Some(HeldAs::Fair),
+        "semaphore" => Some(HeldAs::Semaphore),
+        "read" => Some(HeldAs::Read),
+        "broken" => Some(HeldAs::Broken),
         _ => return None,
     };
     let fence = some(text(4)?).map(|f| f.parse().ok()).unwrap_or(Some(0))?;
@@ -195,7 +202,7 @@ mod tests {
             bulk("1"),
         ]);
         let view = read_view(&with).unwrap();
-        assert_eq!(view.kind, EntryKind::Mutex);
+        assert_eq!(view.kind, Some(HeldAs::Mutex));
         assert_eq!(view.fence, Some(7));
         let record = view.record.unwrap();
         assert_eq!(record.label.as_deref(), Some("host-7"));
@@ -214,10 +221,7 @@ mod tests {
             bulk(""),
         ]);
         let view = read_view(&without).unwrap();
-        assert_eq!(
-            (view.kind, view.fence, view.record),
-            (EntryKind::Free, None, None)
-        );
+        assert_eq!((view.kind, view.fence, view.record), (None, None, None));
         assert_eq!(read_view(&Value::Int(1)), None);
     }
 }
