@@ -5,6 +5,7 @@
 -- KEYS[1] the lock key (an entry, or a semaphore's permits), KEYS[2] its readers. ARGV[1] the
 -- holder notices' channel.
 -- Reply: how many holders were asked here.
+if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local asked = 0
