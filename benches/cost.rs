@@ -42,8 +42,18 @@ const SHORT: u64 = 500;
 const LONG: u64 = 1500;
 const WARM_UP: u64 = 100;
 
-/// The clients compared, by the name the child is given.
-const CLIENTS: [&str; 3] = ["quorum-lock", "floor", "rslock"];
+/// The clients compared, by the name the child is given: the acquire+release of each, then
+/// quorum-lock's calls of issue 36, each one cycle: a labelled acquire+release (the holder
+/// record: one more round trip), an election's campaign+resign (a fenced acquire, the term's
+/// round trips, the record), and `holder_of` of a free key (one read of every node).
+const CLIENTS: [&str; 6] = [
+    "quorum-lock",
+    "floor",
+    "rslock",
+    "quorum-lock-labelled",
+    "quorum-lock-election",
+    "quorum-lock-holder-of",
+];
 
 fn main() {
     match std::env::var(CLIENT_VAR) {
@@ -52,9 +62,18 @@ fn main() {
     }
 }
 
+/// What one cycle of quorum-lock does.
+#[derive(Clone, Copy)]
+enum Call {
+    AcquireRelease,
+    Labelled,
+    Election,
+    HolderOf,
+}
+
 /// One client, connected to the parent's nodes.
 enum Client {
-    Ours(QuorumLock),
+    Ours(QuorumLock, Call),
     Floor(Floor),
     Rslock(rslock::LockManager),
 }
@@ -66,14 +85,24 @@ impl Client {
             // response timeout) rather than the default 50 ms: under callgrind the client runs
             // some fifty times slower, and on a busy machine a pause of that length would fail
             // the run. No request comes near either bound, so the counts are the same.
-            "quorum-lock" => Client::Ours(
-                QuorumLock::builder()
+            "quorum-lock"
+            | "quorum-lock-labelled"
+            | "quorum-lock-election"
+            | "quorum-lock-holder-of" => {
+                let locks = QuorumLock::builder()
                     .nodes(urls)
                     .node_timeout(Duration::from_millis(500))
                     .build()
                     .await
-                    .expect("client"),
-            ),
+                    .expect("client");
+                let call = match name {
+                    "quorum-lock-labelled" => Call::Labelled,
+                    "quorum-lock-election" => Call::Election,
+                    "quorum-lock-holder-of" => Call::HolderOf,
+                    _ => Call::AcquireRelease,
+                };
+                Client::Ours(locks, call)
+            }
             "floor" => {
                 let fleet = Fleet::external(urls).expect("node URLs");
                 Client::Floor(Floor::connect(&fleet).await)
@@ -86,13 +115,37 @@ impl Client {
     /// One uncontended acquire+release, as the peers benchmark does it.
     async fn cycle(&self, key: &str) {
         match self {
-            Client::Ours(locks) => {
+            Client::Ours(locks, Call::AcquireRelease) => {
                 let guard = locks
                     .try_acquire(key, TTL)
                     .await
                     .expect("acquire")
                     .expect("uncontended");
                 guard.release().await.expect("release");
+            }
+            Client::Ours(locks, Call::Labelled) => {
+                let guard = locks
+                    .lock(key)
+                    .ttl(TTL)
+                    .label("host-7/job-42")
+                    .try_acquire()
+                    .await
+                    .expect("acquire")
+                    .expect("uncontended");
+                guard.release().await.expect("release");
+            }
+            Client::Ours(locks, Call::Election) => {
+                let leading = locks
+                    .election(key)
+                    .lease(TTL)
+                    .campaign("10.0.0.7:8080")
+                    .await
+                    .expect("campaign");
+                leading.resign().await.expect("resign");
+            }
+            Client::Ours(locks, Call::HolderOf) => {
+                let held = locks.holder_of(key).await.expect("holder_of");
+                assert!(held.is_none(), "a free key");
             }
             Client::Floor(floor) => floor.lock_unlock(key, 3).await,
             Client::Rslock(peer) => {
@@ -239,7 +292,10 @@ fn parent() {
         out: valgrind.then(|| out.clone()),
     };
 
-    println!("quorum-lock cost benchmark: uncontended acquire+release, 5 local nodes");
+    println!(
+        "quorum-lock cost benchmark: uncontended acquire+release, 5 local nodes (and one cycle of \
+         each quorum-lock call named after it)"
+    );
     println!("command: cargo bench --bench cost");
     if valgrind {
         println!(
