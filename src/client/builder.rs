@@ -569,11 +569,7 @@ impl Builder {
         if nodes.len() == 1 {
             tracing::warn!("a single-node lock has no fault tolerance");
         }
-        let locks = QuorumLock::from_state(ClientState::new(nodes, config));
-        // Listening for breaks and requests to release from the start: a holder is then
-        // subscribed long before anyone could break its lock.
-        crate::hold::notices::listen(&locks.state);
-        Ok(locks)
+        Ok(QuorumLock::from_state(ClientState::new(nodes, config)))
     }
 }
 

@@ -37,7 +37,7 @@ use crate::take::plan::Target;
 /// ```
 #[derive(Clone)]
 pub struct QuorumLock {
-    pub(crate) state: Arc<ClientState>,
+    state: Arc<ClientState>,
 }
 
 impl std::fmt::Debug for QuorumLock {

@@ -2,12 +2,13 @@
 //! a break (`lua/break.lua`) and a request to release (`lua/ask.lua`) publish, for each
 //! holder they concern, `break <digest> <key>` or `ask <digest> <key>` (the digest the SHA1 of
 //! the holder value) on one channel, [`names::holder_notices`](crate::names::holder_notices).
-//! A client listens on every node (one pub/sub connection each, made when it is built, kept
-//! while it lives): a break marks the lease lost at once (its loss
+//! A client that holds locks listens on every node (one pub/sub connection each, made at its
+//! first hold, kept while the client lives; a client that never holds opens none): a break marks the lease lost at once (its loss
 //! signal fires within a round trip of the break), a request to release fires the guard's
 //! "asked to release" signal. A notice from one node is enough: losing a lock early is always
 //! safe. Notices are a fast path: a broken holder whose notices were all missed learns at its
-//! next renewal, which every node refuses.
+//! next renewal, which every node refuses; so does one broken in the moment after its
+//! client's first hold, before the subscriptions are made.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};

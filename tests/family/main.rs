@@ -662,7 +662,7 @@ async fn into_holder_gives_back_the_guard_of_a_set_or_a_permit() {
 /// read-write locks and fair locks: their commands (`ZADD`, `ZREM`, `ZSCORE`, `ZCARD`,
 /// `ZRANGE`, `ZRANGEBYSCORE`, `ZREMRANGEBYSCORE`, `PEXPIREAT`, `TIME`, `HSET`, `HGET`, `HDEL`)
 /// and key patterns.
-const FAMILY_ACL_RULE: [&str; 43] = [
+const FAMILY_ACL_RULE: [&str; 45] = [
     "locker",
     "on",
     ">s3cret-pw",
@@ -675,8 +675,10 @@ const FAMILY_ACL_RULE: [&str; 43] = [
     "~quorum-lock:queue-expiry:{acl:*",
     "~quorum-lock:queue-holder:{acl:*",
     "~quorum-lock:ticket:{acl:*",
+    "~quorum-lock:holder:{acl:*",
     "resetchannels",
     "&quorum-lock:released:{acl:*",
+    "&quorum-lock:holder-notices",
     "-@all",
     "+set",
     "+get",
