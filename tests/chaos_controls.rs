@@ -171,9 +171,11 @@ fn two_holders_through_a_holder_value_call_in_one_process_are_caught() {
 #[test]
 #[ignore = "a further negative control (15-35 s): CI runs it; `-- --ignored` here"]
 fn a_spurious_no_quorum_on_a_healthy_quorum_is_caught() {
+    // Seed 43: the seed 23 of before elections and breaks joined the programs drew a run that
+    // no longer met it (each of five runs of 43 found 3 to 5).
     caught(
         FailPoint::AbandonedAnswersUncounted,
-        23,
+        43,
         |r| !r.spurious_failures.is_empty(),
         "the breaker opens after a cancelled call",
     );

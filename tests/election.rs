@@ -638,3 +638,73 @@ async fn a_record_lasts_through_extends_by_holder_value_and_repairs() {
     assert_eq!((seen.value.as_str(), seen.term), ("kept", leading.term()));
     leading.resign().await.unwrap();
 }
+
+/// A break refused on the nodes (an ACL rule without the notices' channel) changes nothing:
+/// the permits and readers are still their holders', and no one more gets in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_break_that_fails_changes_nothing() {
+    let rule = [
+        "locker",
+        "on",
+        ">s3cret-pw",
+        "resetkeys",
+        "~acl:*",
+        "~quorum-lock:*",
+        "resetchannels",
+        "&quorum-lock:released:{acl:*",
+        "+@all",
+    ];
+    let (_fleet, urls) = acl_fleet(&rule);
+    let connect = || {
+        quorum_lock::QuorumLock::builder()
+            .nodes(&urls)
+            .quorum(Quorum::All)
+            .node_timeout(Duration::from_millis(250))
+            .build()
+    };
+    let (a, admin, other) = (
+        connect().await.unwrap(),
+        connect().await.unwrap(),
+        connect().await.unwrap(),
+    );
+    let ttl = Duration::from_secs(20);
+    let first = a.semaphore("acl:sem", 2).ttl(ttl).acquire().await.unwrap();
+    let second = a.semaphore("acl:sem", 2).ttl(ttl).acquire().await.unwrap();
+    let e = admin.break_lock("acl:sem").await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::NoQuorum {
+                op: quorum_lock::Op::Break,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(
+        other
+            .semaphore("acl:sem", 2)
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none(),
+        "a third permit"
+    );
+    let seen = other.holder_of("acl:sem").await.unwrap().expect("held");
+    assert_eq!((seen.kind, seen.holders), (HeldAs::Semaphore, 2));
+    let reader = a.read_lock("acl:rw").ttl(ttl).acquire().await.unwrap();
+    assert!(admin.break_lock("acl:rw").await.is_err());
+    assert!(
+        other
+            .write_lock("acl:rw")
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none(),
+        "a writer"
+    );
+    for guard in [first, second, reader] {
+        assert!(guard.is_held());
+        guard.release().await.unwrap();
+    }
+}

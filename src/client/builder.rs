@@ -322,7 +322,11 @@ impl Builder {
 
     /// Whether waiters subscribe to release notices (one pub/sub connection per node, shared
     /// by all waiters of the client) to take the lock about one round trip after it is
-    /// released. Without, they wake on the retry delay only. Defaults to `true`.
+    /// released. Without, they wake on the retry delay only. Also whether holders listen for
+    /// notices to holders (another pub/sub connection per node, from the client's first
+    /// hold): without, a broken holder learns of the break at its next renewal, and
+    /// [`LockGuard::release_requested`](crate::LockGuard::release_requested) never fires.
+    /// Defaults to `true`.
     pub fn pubsub(mut self, enabled: bool) -> Self {
         self.pubsub = enabled;
         self

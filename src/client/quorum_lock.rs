@@ -536,6 +536,11 @@ impl QuorumLock {
     /// finds its lock lost (its loss signal fires), and a `quorum-lock run` holding it stops
     /// its command then. Returns how many holders were broken (the largest count among the
     /// nodes; 0 when the key was free). An election's leader is deposed the same way.
+    /// Holders learn of it within a round trip through their notices
+    /// (`quorum-lock:holder-notices`; not with [`pubsub(false)`](crate::Builder::pubsub) on
+    /// the holder's client), and at their next renewal at the latest. A break announces
+    /// every holder before it writes anything: one refused (an ACL rule without the channel)
+    /// fails and changes nothing on that node.
     ///
     /// # Errors
     /// [`Error::InvalidKey`](crate::Error::InvalidKey);
@@ -553,8 +558,9 @@ impl QuorumLock {
 
     /// Asks whoever holds `key` to release it (cooperative: Curator's revocable locks). Each
     /// holder's guard's [`release_requested`](crate::LockGuard::release_requested) signal
-    /// fires within a round trip when its client is connected; the holder may honour it, or
-    /// not: the lock is not touched. Returns how many holders were asked (the largest count
+    /// fires within a round trip when its client is connected (and listens: not with
+    /// [`pubsub(false)`](crate::Builder::pubsub)); the holder may honour it, or not: the lock
+    /// is not touched. Returns how many holders were asked (the largest count
     /// among the nodes; 0 when the key was free).
     ///
     /// # Errors

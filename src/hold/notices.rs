@@ -24,6 +24,10 @@ use crate::telemetry::LossReason;
 /// Pause before a listener connects again after its connection failed or dropped.
 const RECONNECT: Duration = Duration::from_secs(1);
 
+/// Pause before a listener asks again after its subscription was refused (an ACL rule
+/// without the channel): it is not going to change soon.
+const REFUSED: Duration = Duration::from_secs(60);
+
 /// How often a listener looks whether its client is gone.
 const ALIVE: Duration = Duration::from_secs(1);
 
@@ -41,6 +45,7 @@ pub(crate) fn listen(client: &Arc<ClientState>) {
 async fn listener(client: Weak<ClientState>, i: usize) {
     let mut refused = false;
     loop {
+        let mut pause = RECONNECT;
         let Some(state) = client.upgrade() else {
             return;
         };
@@ -69,16 +74,22 @@ async fn listener(client: Weak<ClientState>, i: usize) {
                 }
                 // An ACL rule without the channel: said once; holders then learn of a break
                 // at their next renewal.
-                Err(e) if !refused => {
+                Err(e) => {
+                    if !refused {
+                        tracing::warn!(node = %node.name(), error = %e, "holder notices not subscribed");
+                    }
                     refused = true;
-                    tracing::warn!(node = %node.name(), error = %e, "holder notices not subscribed");
+                    pause = REFUSED;
                 }
-                Err(_) => {}
             }
         }
-        tokio::time::sleep(RECONNECT).await;
-        if client.strong_count() == 0 {
-            return;
+        // Waits in steps, so that a dropped client ends its listener within one.
+        let until = tokio::time::Instant::now() + pause;
+        while tokio::time::Instant::now() < until {
+            tokio::time::sleep(ALIVE.min(until - tokio::time::Instant::now())).await;
+            if client.strong_count() == 0 {
+                return;
+            }
         }
     }
 }

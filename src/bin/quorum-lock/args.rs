@@ -197,9 +197,11 @@ const BREAK_HELP: &str = "\
 Every holder of KEY, of any kind, loses it on every node: its entries are replaced by
 tombstones that keep the key from new holders until they would have expired (and for
 --lock-delay at least), so that nobody takes it while a broken holder may still believe it
-holds. A holder learns of it at its next renewal (a `run` holding it stops its command as on
-a loss, exit 75). An election's leader is deposed the same way. Prints how many holders
-were broken.
+holds. A connected holder learns of it within a round trip (a notice on the channel
+quorum-lock:holder-notices), and at its next renewal at the latest; a `run` holding it stops
+its command as on a loss, exit 75. An election's leader is deposed the same way. Prints how
+many holders were broken. A break needs publish rights on that channel: without them it
+fails and changes nothing.
 
 Exit codes:
   0 broken (or nothing held); 64 usage; 69 fewer than a quorum of nodes answered (the break

@@ -5,6 +5,11 @@
 -- the holders' extends and releases find nothing of theirs (their next renewal finds the lock
 -- lost) and a new acquire finds the key taken until then.
 --
+-- In two steps: first every broken holder is announced (reads and PUBLISH only), then the
+-- entries are replaced. A PUBLISH refused (an ACL rule without the channel) aborts the script
+-- before anything was written: a break that fails changes nothing (a script's writes are not
+-- rolled back when it aborts, so no write may come before a call that can be refused).
+--
 -- KEYS[1] the lock key (an entry, or a semaphore's permits), KEYS[2] its readers, KEYS[3] its
 -- holder record. ARGV[1] the tombstone value (it has a space), ARGV[2] the delay in ms;
 -- ARGV[3] "delete" (only the fail point `BreakDeletes`: the defect, entries deleted); ARGV[4]
@@ -15,40 +20,47 @@ local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local delay = tonumber(ARGV[2])
 local broken = 0
-local function notify(holder)
-  redis.call('publish', ARGV[4], 'break ' .. redis.sha1hex(holder) .. ' ' .. KEYS[1])
+local function holder(value)
+  return not string.find(value, ' ', 1, true)
 end
--- A sorted set of leases: each live member replaced by a tombstone member with its expiry.
-local function entomb(set)
-  redis.call('zremrangebyscore', set, '-inf', now)
-  local live = redis.call('zrange', set, 0, -1, 'WITHSCORES')
-  if #live == 0 then
-    return
-  end
-  redis.call('del', set)
-  local latest = now + delay
-  for i = 1, #live, 2 do
-    local expiry = math.max(tonumber(live[i + 1]), now + delay)
-    redis.call('zadd', set, expiry, ARGV[1] .. ' ' .. i)
-    latest = math.max(latest, expiry)
-    if not string.find(live[i], ' ', 1, true) then
-      broken = broken + 1
-      notify(live[i])
-    end
-  end
-  redis.call('pexpireat', set, latest)
+local function notify(value)
+  redis.call('publish', ARGV[4], 'break ' .. redis.sha1hex(value) .. ' ' .. KEYS[1])
 end
+-- A sorted set's live members and their expiries, read only.
+local function live(set)
+  return redis.call('zrangebyscore', set, '(' .. now, '+inf', 'WITHSCORES')
+end
+
+-- Step 1: what is held, announced.
 local kind = redis.call('type', KEYS[1])['ok']
-if ARGV[3] == 'delete' then
-  redis.call('del', KEYS[1], KEYS[2], KEYS[3])
-  return 1
-end
+local value
+local sets = {}
 if kind == 'string' then
-  local value = redis.call('get', KEYS[1])
-  if not string.find(value, ' ', 1, true) then
+  value = redis.call('get', KEYS[1])
+  if holder(value) then
     broken = broken + 1
     notify(value)
   end
+elseif kind == 'zset' then
+  sets[#sets + 1] = {KEYS[1], live(KEYS[1])}
+end
+sets[#sets + 1] = {KEYS[2], live(KEYS[2])}
+for _, s in ipairs(sets) do
+  local members = s[2]
+  for i = 1, #members, 2 do
+    if holder(members[i]) then
+      broken = broken + 1
+      notify(members[i])
+    end
+  end
+end
+
+-- Step 2: the entries replaced.
+if ARGV[3] == 'delete' then
+  redis.call('del', KEYS[1], KEYS[2], KEYS[3])
+  return broken
+end
+if value then
   -- -1: an entry without a TTL (not the library's): kept for the delay only.
   local ttl = math.max(redis.call('pttl', KEYS[1]), delay)
   if ttl > 0 then
@@ -56,9 +68,19 @@ if kind == 'string' then
   else
     redis.call('del', KEYS[1])
   end
-elseif kind == 'zset' then
-  entomb(KEYS[1])
 end
-entomb(KEYS[2])
+for _, s in ipairs(sets) do
+  local set, members = s[1], s[2]
+  if #members > 0 then
+    redis.call('del', set)
+    local latest = now + delay
+    for i = 1, #members, 2 do
+      local expiry = math.max(tonumber(members[i + 1]), now + delay)
+      redis.call('zadd', set, expiry, ARGV[1] .. ' ' .. i)
+      latest = math.max(latest, expiry)
+    end
+    redis.call('pexpireat', set, latest)
+  end
+end
 redis.call('del', KEYS[3])
 return broken
