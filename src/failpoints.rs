@@ -35,8 +35,9 @@ pub enum FailPoint {
     /// A leader publishes the term after its own: leader reads show a term its campaign
     /// never had.
     LeaderTermOffByOne,
-    /// A break deletes the entries instead of leaving tombstones: a broken holder still
-    /// believes it holds while another takes the key.
+    /// A break deletes the entries instead of leaving tombstones, and tells no holder (an
+    /// operator's `DEL` of the key): a broken holder still believes it holds while another
+    /// takes the key.
     BreakDeletes,
 }
 

@@ -12,7 +12,8 @@
 --
 -- KEYS[1] the lock key (an entry, or a semaphore's permits), KEYS[2] its readers, KEYS[3] its
 -- holder record. ARGV[1] the tombstone value (it has a space), ARGV[2] the delay in ms;
--- ARGV[3] "delete" (only the fail point `BreakDeletes`: the defect, entries deleted); ARGV[4]
+-- ARGV[3] "delete" (only the fail point `BreakDeletes`: the defect, entries deleted and no
+-- holder told, as an operator's `DEL` of the key would); ARGV[4]
 -- the holder notices' channel, where each broken holder is told `break <digest> <key>`.
 -- Reply: how many holders were broken here (a tombstone is none).
 if redis.replicate_commands then redis.replicate_commands() end
@@ -24,7 +25,9 @@ local function holder(value)
   return not string.find(value, ' ', 1, true)
 end
 local function notify(value)
-  redis.call('publish', ARGV[4], 'break ' .. redis.sha1hex(value) .. ' ' .. KEYS[1])
+  if ARGV[3] ~= 'delete' then
+    redis.call('publish', ARGV[4], 'break ' .. redis.sha1hex(value) .. ' ' .. KEYS[1])
+  end
 end
 -- A sorted set's live members and their expiries, read only.
 local function live(set)
