@@ -206,9 +206,12 @@ fn a_fencing_token_that_goes_back_is_caught() {
 #[test]
 #[ignore = "a further negative control (15-35 s): CI runs it; `-- --ignored` here"]
 fn a_release_of_another_holders_lock_reported_ok_is_caught() {
-    caught(
+    // 20 s: a 10 s run finds 1 to 3, and once none (with elections and breaks in the
+    // programs, the stale releases this needs come less often).
+    caught_in(
         FailPoint::RefusedReleaseReportsOk,
         26,
+        seconds().max(20),
         |r| !r.wrong_holder.is_empty(),
         "a release refused by the nodes reports success",
     );
@@ -241,9 +244,11 @@ fn a_leader_published_with_a_wrong_term_is_caught() {
 #[test]
 #[ignore = "a further negative control (15-35 s): CI runs it; `-- --ignored` here"]
 fn a_break_that_deletes_the_entries_is_caught() {
-    caught(
+    // 20 s: a 10 s run finds 1 to 4 overlaps, which is too close to none.
+    caught_in(
         FailPoint::BreakDeletes,
         32,
+        seconds().max(20),
         |r| !r.overlaps.is_empty() || !r.lost_updates.is_empty(),
         "a break deletes the entries instead of leaving tombstones",
     );
