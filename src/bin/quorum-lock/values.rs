@@ -175,8 +175,37 @@ pub fn parse_key(text: &str) -> Result<String, String> {
     Ok(text.to_string())
 }
 
+/// `ms` (Unix time) as UTC, `YYYY-MM-DDTHH:MM:SSZ`.
+pub fn utc(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rest) = ((secs / 86_400) as i64, secs % 86_400);
+    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn unix_ms_reads_as_utc() {
+        assert_eq!(super::utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(super::utc(951_782_400_000), "2000-02-29T00:00:00Z");
+        assert_eq!(super::utc(1_795_865_977_123), "2026-11-28T11:39:37Z");
+    }
+
     use super::*;
 
     #[test]
