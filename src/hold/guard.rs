@@ -70,20 +70,12 @@ impl LockGuard {
     /// ([`QuorumLock::request_release`](crate::QuorumLock::request_release)); at once when
     /// that happened already. Cooperative: the lock stays held until released (or lost).
     pub async fn release_requested(&self) {
-        loop {
-            let asked = self.lease.asked_notify.notified();
-            tokio::pin!(asked);
-            asked.as_mut().enable();
-            if self.lease.release_asked() {
-                return;
-            }
-            asked.await;
-        }
+        self.lease.asked.wait().await
     }
 
     /// Whether someone asked the holder to release.
     pub fn is_release_requested(&self) -> bool {
-        self.lease.release_asked()
+        self.lease.asked.is_asked()
     }
 
     /// The lease this guard shares.

@@ -56,16 +56,10 @@ pub(crate) struct Lease {
     /// A release by holder value from this client ran on the nodes: the guard's own release has
     /// nothing left to send.
     released_by_holder_value: std::sync::atomic::AtomicBool,
-    /// A holder record was published: renewals move its expiry with the entry's.
-    recorded: std::sync::atomic::AtomicBool,
-    /// The latest holder record asked for: its version (every publish takes the next one,
-    /// also one that failed or was cancelled, whose request may still land) and fields; a
-    /// repair puts it back with the entry.
-    record: Mutex<(u64, Vec<(String, String)>)>,
+    /// The holder record last asked for, if any (see `hold::record`).
+    record: crate::hold::record::Record,
     /// Someone asked the holder to release (`QuorumLock::request_release`).
-    asked: std::sync::atomic::AtomicBool,
-    /// Wakes the waits for a request to release.
-    pub(crate) asked_notify: Notify,
+    pub(crate) asked: crate::hold::record::Asked,
     /// For a lease held from a fair lock's short grants (see `take::fair`): when it was made,
     /// until its first renewal starts. That renewal gives the entries what is left of the TTL
     /// from then; any renewal that starts first takes its place.
@@ -133,10 +127,8 @@ impl Lease {
             hold: Hold::start(),
             taken_by: Caller::current(),
             released_by_holder_value: std::sync::atomic::AtomicBool::new(false),
-            recorded: std::sync::atomic::AtomicBool::new(false),
-            record: Mutex::new((0, Vec::new())),
-            asked: std::sync::atomic::AtomicBool::new(false),
-            asked_notify: Notify::new(),
+            record: Default::default(),
+            asked: Default::default(),
             first_renewal: Mutex::new(None),
         }
     }
@@ -149,26 +141,6 @@ impl Lease {
             self.client.held.insert(key.bytes(), &any);
         }
         crate::hold::notices::listen(&self.client);
-    }
-
-    /// The SHA1 hex of the holder value, as the scripts name a holder in notices and records.
-    pub(crate) fn holder_digest(&self) -> String {
-        sha1_smol::Sha1::from(self.holder.as_str())
-            .digest()
-            .to_string()
-    }
-
-    /// Someone asked the holder to release: the guard's signal fires.
-    pub(crate) fn ask_release(&self) {
-        if !self.asked.swap(true, Ordering::SeqCst) {
-            tracing::info!(key = %self.shape, "asked to release");
-        }
-        self.asked_notify.notify_waiters();
-    }
-
-    /// Whether someone asked the holder to release.
-    pub(crate) fn release_asked(&self) -> bool {
-        self.asked.load(Ordering::SeqCst)
     }
 
     /// The live lease of this client that holds `key` with `holder`, if any: a call by holder value
@@ -439,7 +411,7 @@ impl Lease {
             // Invariant 2: a request that may shorten the entries cuts the deadline before it
             // is sent, never after.
             self.set_deadline(|s| s.deadline = s.deadline.min(next));
-            let recorded = self.recorded.load(Ordering::Relaxed);
+            let recorded = self.record.exists();
             let holder = self.holder.as_str();
             let mut fan = extend_call(&self.client, &self.shape, holder, ttl, recorded);
             let ended = decide_extend(&mut fan, &self.shape, self.deadline()).await;
@@ -520,17 +492,8 @@ impl Lease {
         {
             return Err(self.lost_error());
         }
-        // Set before the record can exist anywhere: every renewal from now on moves it too.
-        self.recorded.store(true, Ordering::Relaxed);
-        let version = {
-            let mut record = self.record.lock().unwrap_or_else(|p| p.into_inner());
-            record.0 += 1;
-            record.1 = fields
-                .iter()
-                .map(|(n, v)| (n.to_string(), v.to_string()))
-                .collect();
-            record.0
-        };
+        // Taken before the record can exist anywhere: every renewal from now on moves it too.
+        let version = self.record.next(fields);
         let call = crate::family::who::publish(key, self.holder.as_str(), version, fields);
         let client = &self.client;
         let mut fan = crate::fanout::fan_out(
@@ -580,17 +543,10 @@ impl Lease {
     /// written only where the entry is this holder's, so where the repair did not put it back
     /// nothing changes.
     async fn republish(&self, nodes: &[usize]) {
-        let (Some(key), true) = (
-            self.shape.record_key(),
-            self.recorded.load(Ordering::Relaxed),
-        ) else {
+        let (Some(key), true) = (self.shape.record_key(), self.record.exists()) else {
             return;
         };
-        let (version, fields) = self
-            .record
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let (version, fields) = self.record.current();
         let fields: Vec<(&str, &str)> = fields
             .iter()
             .map(|(n, v)| (n.as_str(), v.as_str()))

@@ -7,6 +7,7 @@ pub(crate) mod guard;
 pub(crate) mod lease;
 pub(crate) mod lost_signal;
 pub(crate) mod notices;
+pub(crate) mod record;
 pub(crate) mod reentry;
 pub(crate) mod rounds;
 pub(crate) mod watchdog;

@@ -105,15 +105,24 @@ fn on_notice(client: &ClientState, payload: &[u8]) {
         .of(key)
         .into_iter()
         .filter_map(|l| l.downcast::<Lease>().ok())
-        .filter(|l| !l.is_ended() && l.holder_digest().as_bytes() == digest)
+        .filter(|l| !l.is_ended() && holder_digest(l).as_bytes() == digest)
     {
         match kind {
             b"break" => {
                 tracing::warn!(key = %lease.shape, "lock broken (a break's notice)");
                 lease.mark_lost(LossReason::Broken);
             }
-            b"ask" => lease.ask_release(),
+            b"ask" if lease.asked.ask() => {
+                tracing::info!(key = %lease.shape, "asked to release");
+            }
             _ => {}
         }
     }
+}
+
+/// The SHA1 hex of a lease's holder value, as the scripts name a holder.
+fn holder_digest(lease: &Lease) -> String {
+    sha1_smol::Sha1::from(lease.holder.as_str())
+        .digest()
+        .to_string()
 }
