@@ -193,7 +193,7 @@ pub mod docs {
 }
 
 pub use client::{
-    Builder, Election, HeldAs, Holding, Leader, Leadership, LockRequest, Observer, Owner,
+    Builder, Election, HeldAs, Holding, Labelled, Leader, Leadership, LockRequest, Observer, Owner,
     QuorumLock, Scoped, MAX_LABEL_LEN, MAX_LEADER_VALUE_LEN,
 };
 pub use error::{Error, FailureKind, NodeFailure, Op, Result, Unsent};

@@ -69,58 +69,187 @@ async fn a_label_shows_who_holds_a_lock_to_another_client_and_goes_with_it() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_label_lasts_as_long_as_the_watchdog_keeps_the_lock() {
-    let fleet = shared_fleet();
-    let locks = client(fleet, Quorum::Majority).await;
-    let key = unique_key("label-renewed");
-    let lease = Duration::from_millis(600);
-    let guard = locks
-        .lock(&key)
-        .watchdog(lease)
-        .label("renewed")
-        .acquire()
-        .await
-        .unwrap();
-    // Three leases later the record is still there: the renewals moved its expiry too.
-    tokio::time::sleep(lease * 3).await;
-    assert!(guard.is_held());
-    let seen = locks.holder_of(&key).await.unwrap().expect("held");
-    assert_eq!(seen.label.as_deref(), Some("renewed"));
-    guard.release().await.unwrap();
+/// The labels `holder_of` shows, as a sorted list.
+fn labels(seen: &quorum_lock::Holding) -> Vec<&str> {
+    let mut labels: Vec<&str> = seen.labels.iter().map(|l| l.label.as_str()).collect();
+    labels.sort_unstable();
+    labels
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn holder_of_names_shared_holders_and_refuses_bad_input() {
+async fn a_label_lasts_as_long_as_the_watchdog_keeps_the_lock_of_every_kind() {
     let fleet = shared_fleet();
     let locks = client(fleet, Quorum::All).await;
+    let (key, set_key) = (unique_key("label-renewed"), unique_key("label-renewed-2"));
+    let lease = Duration::from_millis(600);
+    let requests = [
+        locks.lock(&key).watchdog(lease).label("mutex"),
+        locks
+            .semaphore(key.clone() + "s", 2)
+            .watchdog(lease)
+            .label("permit"),
+        locks
+            .read_lock(key.clone() + "r")
+            .watchdog(lease)
+            .label("reader"),
+        locks
+            .lock_all([&set_key, &(set_key.clone() + "b")])
+            .watchdog(lease)
+            .label("set"),
+    ];
+    let mut held = Vec::new();
+    for request in requests {
+        held.push(request.acquire().await.unwrap());
+    }
+    // Three leases later the records are still there: the renewals moved their expiry too.
+    tokio::time::sleep(lease * 3).await;
+    for (k, label) in [
+        (key.clone(), "mutex"),
+        (key.clone() + "s", "permit"),
+        (key.clone() + "r", "reader"),
+        (set_key.clone(), "set"),
+        (set_key.clone() + "b", "set"),
+    ] {
+        let seen = locks.holder_of(&k).await.unwrap().expect("held");
+        assert_eq!(labels(&seen), [label], "{k}: {seen:?}");
+    }
+    for guard in held {
+        assert!(guard.is_held());
+        guard.release().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_permit_reader_and_key_of_a_set_shows_its_own_label() {
+    let fleet = shared_fleet();
+    let locks = client(fleet, Quorum::All).await;
+    let other = client(fleet, Quorum::All).await;
     let key = unique_key("shared");
-    let a = locks.semaphore(&key, 3).acquire().await.unwrap();
-    let b = locks.semaphore(&key, 3).acquire().await.unwrap();
+    let before = SystemTime::now() - Duration::from_secs(1);
+    let a = locks
+        .semaphore(&key, 3)
+        .label("permit-a")
+        .acquire()
+        .await
+        .unwrap();
+    let b = other.semaphore(&key, 3).acquire().await.unwrap();
+    let c = other
+        .semaphore(&key, 3)
+        .label("permit-c")
+        .acquire()
+        .await
+        .unwrap();
     let seen = locks.holder_of(&key).await.unwrap().expect("held");
     assert_eq!(
-        (seen.kind, seen.holders, seen.label),
-        (HeldAs::Semaphore, 2, None)
+        (seen.kind, seen.holders, seen.label.as_deref()),
+        (HeldAs::Semaphore, 3, None)
     );
-    drop((a, b));
+    assert_eq!(labels(&seen), ["permit-a", "permit-c"]);
+    assert!(seen.labels.iter().all(|l| l
+        .since
+        .is_some_and(|s| s >= before && s <= SystemTime::now())));
+    // A released permit's label goes with it; a new holder's replaces nothing of the others'.
+    a.release().await.unwrap();
+    let d = locks
+        .semaphore(&key, 3)
+        .label("permit-d")
+        .acquire()
+        .await
+        .unwrap();
+    let seen = other.holder_of(&key).await.unwrap().expect("held");
+    assert_eq!(labels(&seen), ["permit-c", "permit-d"]);
+    drop((b, c, d));
+
     let key = unique_key("readers");
-    let r = locks.read_lock(&key).acquire().await.unwrap();
+    let r1 = locks
+        .read_lock(&key)
+        .label("reader-1")
+        .acquire()
+        .await
+        .unwrap();
+    let r2 = other
+        .read_lock(&key)
+        .label("reader-2")
+        .acquire()
+        .await
+        .unwrap();
     let seen = locks.holder_of(&key).await.unwrap().expect("held");
-    assert_eq!((seen.kind, seen.holders), (HeldAs::Read, 1));
-    r.release().await.unwrap();
-    // A label where holders share a key, or one that is not a public line of text: refused
-    // before anything is sent.
+    assert_eq!((seen.kind, seen.holders), (HeldAs::Read, 2));
+    assert_eq!(labels(&seen), ["reader-1", "reader-2"]);
+    r1.release().await.unwrap();
+    r2.release().await.unwrap();
+    // The writer after them shows its own label, not the readers'.
+    let w = other
+        .write_lock(&key)
+        .label("writer")
+        .acquire()
+        .await
+        .unwrap();
+    let seen = locks.holder_of(&key).await.unwrap().expect("held");
+    assert_eq!(
+        (seen.kind, seen.label.as_deref(), labels(&seen)),
+        (HeldAs::Mutex, Some("writer"), vec!["writer"])
+    );
+    w.release().await.unwrap();
+    // And readers after a writer show theirs.
+    let r3 = locks
+        .read_lock(&key)
+        .label("reader-3")
+        .acquire()
+        .await
+        .unwrap();
+    let seen = other.holder_of(&key).await.unwrap().expect("held");
+    assert_eq!((seen.kind, seen.label.as_deref()), (HeldAs::Read, None));
+    assert_eq!(labels(&seen), ["reader-3"]);
+    r3.release().await.unwrap();
+
+    // A multi-key lock's label shows on each key, also after an extend by holder value on
+    // its second key.
+    let (k1, k2) = (unique_key("set-a"), unique_key("set-b"));
+    let set = locks
+        .lock_all([&k1, &k2])
+        .label("set")
+        .acquire()
+        .await
+        .unwrap();
+    for k in [&k1, &k2] {
+        let seen = other.holder_of(k).await.unwrap().expect("held");
+        assert_eq!(
+            (seen.kind, seen.label.as_deref()),
+            (HeldAs::Mutex, Some("set")),
+            "{k}"
+        );
+    }
+    let token = set.holder().to_string();
+    other
+        .extend_by_holder(&k2, &token, Duration::from_secs(20))
+        .await
+        .unwrap();
+    let seen = other.holder_of(&k2).await.unwrap().expect("held");
+    assert_eq!(seen.label.as_deref(), Some("set"));
+    set.release().await.unwrap();
+    assert_eq!(other.holder_of(&k1).await.unwrap(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holder_of_refuses_bad_input() {
+    let fleet = shared_fleet();
+    let locks = client(fleet, Quorum::Majority).await;
+    let key = unique_key("bad-labels");
+    // A label that is not a public line of text: refused before anything is sent.
     let long = "x".repeat(MAX_LABEL_LEN + 1);
     for result in [
-        locks.read_lock(&key).label("reader").try_acquire().await,
-        locks.semaphore(&key, 2).label("permit").try_acquire().await,
         locks
-            .lock_all([&key, &unique_key("b")])
-            .label("set")
+            .read_lock(&key)
+            .label("two\nlines")
             .try_acquire()
             .await,
-        locks.lock(&key).label("two\nlines").try_acquire().await,
-        locks.lock(&key).label("").try_acquire().await,
+        locks.semaphore(&key, 1).label("").try_acquire().await,
+        locks
+            .lock_all([&key, &unique_key("b")])
+            .label("evil\u{202E}txt")
+            .try_acquire()
+            .await,
         locks.lock(&key).label(long).try_acquire().await,
     ] {
         let e = result.unwrap_err();

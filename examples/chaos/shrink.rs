@@ -1,7 +1,8 @@
 //! Shrinking a failing run: the same seed run again with less (fewer clients, fewer faults
 //! of its schedule, fewer kinds, fewer seconds), keeping each cut after which a run still
 //! finds an anomaly. A run is not deterministic (threads, timers, the machine), so a cut is
-//! kept only when two runs of it in a row failed; the program found replays as a test
+//! kept only when two runs of it in a row failed, each finding two anomalies at least (one
+//! would replay one timing away from none); the program found replays as a test
 //! (tests/chaos_controls.rs).
 
 use crate::check::Report;
@@ -88,12 +89,15 @@ pub fn shrink(
 ) -> Options {
     let mut best = failing;
     let mut runs = 0;
+    // A margin: a cut whose runs find a single anomaly replays one timing away from none on
+    // a loaded machine, so each run of a cut must find two (when the failing run did).
+    let margin = report.anomalies().min(2);
     let mut attempt = |candidate: Options, best: &mut Options| -> bool {
         if runs >= budget {
             return false;
         }
-        // Kept only when it fails twice in a row: a cut that fails now and then would
-        // replay as a test that catches now and then.
+        // Kept only when it fails twice in a row, with the margin each time: a cut that
+        // fails now and then would replay as a test that catches now and then.
         let mut failed = true;
         for _ in 0..2 {
             if !failed || runs >= budget {
@@ -101,7 +105,7 @@ pub fn shrink(
                 break;
             }
             runs += 1;
-            failed = run(&candidate).anomalies() > 0;
+            failed = run(&candidate).anomalies() >= margin;
         }
         println!(
             "chaos: shrink runs {runs}/{budget}: {} -> {}",

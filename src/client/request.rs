@@ -148,10 +148,12 @@ impl<'a> LockRequest<'a> {
     /// held and shown by [`QuorumLock::holder_of`](crate::QuorumLock::holder_of) and
     /// `quorum-lock status` with the time it was taken: who holds it, for the operator
     /// (`"host-7/job-42"`). Public: never a holder value or a secret. 1 to
-    /// [`MAX_LABEL_LEN`](crate::MAX_LABEL_LEN) bytes without control characters, for a
-    /// mutex, a fair lock or a write lock (their holders have an entry of their own); else
+    /// [`MAX_LABEL_LEN`](crate::MAX_LABEL_LEN) bytes without control characters or
+    /// invisible formatting characters; else
     /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) naming `label`, before anything
-    /// is sent. Costs one more round trip after the acquire. Defaults to none.
+    /// is sent. Every kind: a multi-key lock's label shows on each of its keys, and each
+    /// permit's or reader's label in [`Holding::labels`](crate::Holding::labels). Costs one
+    /// more round trip after the acquire. Defaults to none.
     pub fn label(mut self, label: impl Into<String>) -> Self {
         self.spec.label = Some(label.into());
         self
@@ -162,17 +164,7 @@ impl<'a> LockRequest<'a> {
         let Some(label) = &self.spec.label else {
             return Ok(());
         };
-        crate::client::who::check_public_text("label", label, crate::MAX_LABEL_LEN)?;
-        match self.spec.target {
-            Target::Key(_) | Target::Fair(_) | Target::Write(_) => Ok(()),
-            _ => Err(crate::Error::InvalidConfig {
-                field: "label",
-                reason: format!(
-                    "{:?} keeps no holder record: a label is for a mutex, a fair lock or a write lock",
-                    self.spec.target
-                ),
-            }),
-        }
+        crate::client::who::check_public_text("label", label, crate::MAX_LABEL_LEN)
     }
 
     /// Publishes the label (if any) of a lock just taken. A guard whose label did not reach a

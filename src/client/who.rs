@@ -28,8 +28,12 @@ pub struct Holding {
     /// or readers otherwise.
     pub holders: u64,
     /// The label the holder published ([`LockRequest::label`](crate::LockRequest::label)),
-    /// for a mutex, a fair lock and a write lock.
+    /// for the kinds with one holder (a mutex, a fair lock, a write lock, each key of a
+    /// multi-key lock); `None` for permits and readers, whose labels are in `labels`.
     pub label: Option<String>,
+    /// Every holder's label, oldest first: the one holder's (as `label`), or each permit's
+    /// or reader's that published one and holds on a quorum of the nodes that show the key.
+    pub labels: Vec<Labelled>,
     /// When the holder took the key, by its own clock, where it published a label (or an
     /// election's leader did).
     pub since: Option<SystemTime>,
@@ -41,6 +45,45 @@ pub struct Holding {
     pub fencing_token: Option<u64>,
     /// An election's leader value and term, from the holder record.
     pub(crate) record: Option<Record>,
+}
+
+/// One holder's label ([`Holding::labels`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Labelled {
+    /// The label ([`LockRequest::label`](crate::LockRequest::label)).
+    pub label: String,
+    /// When the holder took the key, by its own clock.
+    pub since: Option<SystemTime>,
+}
+
+impl Labelled {
+    fn of(record: &Record) -> Option<Labelled> {
+        Some(Labelled {
+            label: record.label.clone()?,
+            since: record
+                .since_ms
+                .map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
+        })
+    }
+}
+
+/// Each shared holder's record (permits, readers) that a quorum of `required` among
+/// `group` shows (the holder holds there), the newest version of each.
+fn member_labels(group: &[&NodeView], required: usize) -> Vec<Labelled> {
+    let mut by_digest: std::collections::BTreeMap<&str, Vec<&Record>> = Default::default();
+    for view in group {
+        for (digest, record) in &view.members {
+            by_digest.entry(digest).or_default().push(record);
+        }
+    }
+    let mut labels: Vec<Labelled> = by_digest
+        .into_values()
+        .filter(|records| records.len() >= required)
+        .filter_map(|records| Labelled::of(records.into_iter().max_by_key(|r| r.version)?))
+        .collect();
+    labels.sort_by_key(|l| l.since);
+    labels
 }
 
 /// Checks a label or an election's value: 1 to `max` bytes, no control characters. A label is
@@ -238,9 +281,14 @@ fn combine(views: &[NodeView], required: usize) -> Option<Holding> {
         .filter_map(|v| v.record.as_ref())
         .max_by_key(|r| r.version)
         .cloned();
+    let labels = match kind {
+        HeldAs::Semaphore | HeldAs::Read => member_labels(&group, required),
+        _ => record.iter().filter_map(Labelled::of).collect(),
+    };
     Some(Holding {
         kind,
         holders: holders.max(0) as u64,
+        labels,
         label: record.as_ref().and_then(|r| r.label.clone()),
         since: record
             .as_ref()
@@ -270,6 +318,7 @@ mod tests {
                 term: None,
                 version,
             }),
+            members: Vec::new(),
         }
     }
 
@@ -281,6 +330,7 @@ mod tests {
             digest: String::new(),
             fence: None,
             record: None,
+            members: Vec::new(),
         }
     }
 
@@ -296,6 +346,40 @@ mod tests {
         assert_eq!(held.ttl, Duration::from_millis(500));
         assert_eq!(held.label.as_deref(), Some("v2"), "the newest record wins");
         assert_eq!(held.kind, HeldAs::Mutex);
+    }
+
+    #[test]
+    fn a_shared_holders_label_shows_where_a_quorum_shows_it() {
+        let member = |digest: &str, version: u64| {
+            let record = Record {
+                label: Some(format!("{digest}{version}")),
+                since_ms: Some(version),
+                value: None,
+                term: None,
+                version,
+            };
+            (digest.to_string(), record)
+        };
+        let permits = |members: Vec<(String, Record)>| NodeView {
+            kind: Some(HeldAs::Semaphore),
+            ttl_ms: 900,
+            holders: 2,
+            digest: String::new(),
+            fence: None,
+            record: None,
+            members,
+        };
+        let views = [
+            permits(vec![member("a", 1), member("b", 1)]),
+            permits(vec![member("a", 2)]),
+            permits(vec![member("b", 1)]),
+        ];
+        let held = combine(&views, 3).unwrap();
+        assert_eq!((held.kind, held.label), (HeldAs::Semaphore, None));
+        assert!(held.labels.is_empty(), "no label on all three nodes");
+        let held = combine(&views, 2).unwrap();
+        let labels: Vec<&str> = held.labels.iter().map(|l| l.label.as_str()).collect();
+        assert_eq!(labels, ["b1", "a2"], "the newest of each, oldest first");
     }
 
     #[test]

@@ -136,6 +136,19 @@ pub(crate) trait Kind: fmt::Display {
     /// Compare-and-extend: acts only where this holder holds everything; answers 1 / 0.
     fn extend(&self, holder: &str, ttl_ms: &str) -> Call;
 
+    /// The extend of a holder that published a holder record ([`who`]): the record's expiry
+    /// moves with the entry's. By default an exclusive holder's entry at the first key.
+    fn extend_recorded(&self, holder: &str, ttl_ms: &str) -> Call {
+        mutex::extend_recorded(&self.keys()[0], holder, ttl_ms)
+    }
+
+    /// Publishes `fields` in the holder record ([`who`]) where this holder holds, as version
+    /// `version`; answers 1 / 0. By default an exclusive holder's, on each of its keys'
+    /// entries.
+    fn publish(&self, holder: &str, version: u64, fields: &[(&str, &str)]) -> Call {
+        who::publish(self.keys(), holder, version, fields)
+    }
+
     /// Compare-and-delete with release notices. `sure`: a fair release's waiters of this
     /// client, which it hands the lock to itself (ignored by the other kinds).
     fn release(&self, holder: &str, notice: Notice, sure: &[(Arc<str>, u64)]) -> (Call, Reader);
@@ -293,19 +306,18 @@ impl Shape {
         }
     }
 
-    /// The key whose holder record this shape's holder may publish (see [`who`]): the entry
-    /// of a mutex, a fair lock or a write lock; `None` for the kinds whose holders share a
-    /// key (permits, readers) and for several keys.
-    pub(crate) fn record_key(&self) -> Option<&Key> {
-        match self {
-            Shape::Mutex(_) | Shape::Fair(_) | Shape::Write(_) => Some(self.primary()),
-            Shape::Set(_) | Shape::Permit(_) | Shape::Read(_) => None,
+    /// An extend ([`Kind::extend`]), which also moves the holder record with `recorded` (the
+    /// holder published one).
+    pub(crate) fn extend_with_record(&self, holder: &str, ttl_ms: &str, recorded: bool) -> Call {
+        match recorded {
+            true => self.kind().extend_recorded(holder, ttl_ms),
+            false => self.kind().extend(holder, ttl_ms),
         }
     }
 
-    /// See [`Kind::extend`].
-    pub(crate) fn extend(&self, holder: &str, ttl_ms: &str) -> Call {
-        self.kind().extend(holder, ttl_ms)
+    /// See [`Kind::publish`].
+    pub(crate) fn publish(&self, holder: &str, version: u64, fields: &[(&str, &str)]) -> Call {
+        self.kind().publish(holder, version, fields)
     }
 
     /// A release, or a rollback, with no waiter to hand the lock to (see [`Kind::release`]).

@@ -34,6 +34,14 @@ static REPAIR: LockScript =
 
 pub(super) static SCRIPTS: &[&LockScript] = &[&ACQUIRE, &LEASE_EXTEND, &RELEASE, &REPAIR];
 
+/// The extend of a member of `leases` that also keeps `key`'s holder record
+/// (`lease_extend.lua` with both keys).
+pub(crate) fn member_extend(key: &Key, leases: &[u8], holder: &str, ttl_ms: &str) -> Call {
+    let record = super::who::record_key(key);
+    let argv: [&[u8]; 2] = [holder.as_bytes(), ttl_ms.as_bytes()];
+    Call::with_keys(&LEASE_EXTEND, &[leases, &record], &argv)
+}
+
 impl Permit {
     /// A permit of a semaphore of `permits`. More than one permit needs [`Quorum::All`]
     /// (docs/DESIGN.md, "Lock family"), unless `checked` is false (the test kit's negative
@@ -87,6 +95,14 @@ impl Kind for Permit {
     fn extend(&self, holder: &str, ttl_ms: &str) -> Call {
         let argv: [&[u8]; 2] = [holder.as_bytes(), ttl_ms.as_bytes()];
         Call::new(&LEASE_EXTEND, self.key.bytes(), &argv)
+    }
+
+    fn extend_recorded(&self, holder: &str, ttl_ms: &str) -> Call {
+        member_extend(&self.key, self.key.bytes(), holder, ttl_ms)
+    }
+
+    fn publish(&self, holder: &str, version: u64, fields: &[(&str, &str)]) -> Call {
+        super::who::publish_member(&self.key, self.key.bytes(), holder, version, fields)
     }
 
     fn release(&self, holder: &str, notice: Notice, _: &[(Arc<str>, u64)]) -> (Call, Reader) {

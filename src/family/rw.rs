@@ -96,6 +96,14 @@ impl Kind for Read {
         Call::new(&super::permit::LEASE_EXTEND, &readers_key(&self.key), &argv)
     }
 
+    fn extend_recorded(&self, holder: &str, ttl_ms: &str) -> Call {
+        super::permit::member_extend(&self.key, &readers_key(&self.key), holder, ttl_ms)
+    }
+
+    fn publish(&self, holder: &str, version: u64, fields: &[(&str, &str)]) -> Call {
+        super::who::publish_member(&self.key, &readers_key(&self.key), holder, version, fields)
+    }
+
     fn release(&self, holder: &str, notice: Notice, _: &[(Arc<str>, u64)]) -> (Call, Reader) {
         let argv: [&[u8]; 3] = [holder.as_bytes(), self.key.release_channel(), notice.arg()];
         let call = Call::with_keys(&READ_RELEASE, &RwKeys::of(&self.key).refs(), &argv);

@@ -94,6 +94,16 @@ impl Kind for Set {
         Call::with_keys(&EXTEND, &self.key_bytes(), &argv)
     }
 
+    /// Every key's entry and then every key's holder record (`set_extend.lua` told how many
+    /// keys there are).
+    fn extend_recorded(&self, holder: &str, ttl_ms: &str) -> Call {
+        let mut keys: Vec<Vec<u8>> = self.keys.iter().map(|k| k.bytes().to_vec()).collect();
+        keys.extend(self.keys.iter().map(super::who::record_key));
+        let n = self.keys.len().to_string();
+        let argv: [&[u8]; 3] = [holder.as_bytes(), ttl_ms.as_bytes(), n.as_bytes()];
+        Call::with_keys(&EXTEND, &refs(&keys), &argv)
+    }
+
     fn ordered_approach(&self) -> bool {
         true
     }

@@ -12,11 +12,15 @@ use crate::rules::key::{kept, Key, HOLDER_NOTICES};
 use crate::scripts::{Call, LockScript};
 
 pub(crate) static PUBLISH: LockScript = script!("publish": "publish.lua");
+static PUBLISH_MEMBER: LockScript = script!(
+    "publish-member": "local leases = KEYS[1]\n" + "leases.lua", "publish_member.lua"
+);
 pub(crate) static HOLDER_READ: LockScript = script!("holder-read": "holder_read.lua");
 pub(crate) static BREAK: LockScript = script!("break": "break.lua");
 pub(crate) static ASK: LockScript = script!("ask": "ask.lua");
 
-pub(super) static SCRIPTS: &[&LockScript] = &[&PUBLISH, &HOLDER_READ, &BREAK, &ASK];
+pub(super) static SCRIPTS: &[&LockScript] =
+    &[&PUBLISH, &PUBLISH_MEMBER, &HOLDER_READ, &BREAK, &ASK];
 
 /// A request to release `key` (`lua/ask.lua`): each holder told on the holder notices'
 /// channel. Answers how many holders it asked on the node.
@@ -56,22 +60,47 @@ pub(crate) fn record_channel(key: &Key) -> Vec<u8> {
     key.derived(kept::HOLDER_CHANNEL)
 }
 
-/// Publishes `fields` (name, value) in `key`'s holder record where `holder` holds the key's
-/// entry, as version `version` (a record of the holder with a version not below it is kept).
-/// Answers 1 / 0 ([`read_flag`](super::read_flag)).
-pub(crate) fn publish(key: &Key, holder: &str, version: u64, fields: &[(&str, &str)]) -> Call {
-    let version = version.to_string();
-    let channel = record_channel(key);
-    let mut argv: Vec<&[u8]> = Vec::with_capacity(3 + 2 * fields.len());
-    argv.push(holder.as_bytes());
-    argv.push(version.as_bytes());
-    argv.push(&channel);
+/// The arguments of the publish scripts: `holder`, `version`, the channel announcing a new
+/// record of `key`, then `fields` (name, value).
+fn publish_args(key: &Key, holder: &str, version: u64, fields: &[(&str, &str)]) -> Vec<Vec<u8>> {
+    let mut argv = vec![
+        holder.as_bytes().to_vec(),
+        version.to_string().into_bytes(),
+        record_channel(key),
+    ];
     for (name, value) in fields {
-        argv.push(name.as_bytes());
-        argv.push(value.as_bytes());
+        argv.push(name.as_bytes().to_vec());
+        argv.push(value.as_bytes().to_vec());
     }
+    argv
+}
+
+/// Publishes `fields` (name, value) in the holder record of each of `keys` (an exclusive
+/// holder's entries: a mutex's, a fair lock's, a writer's, the keys of a multi-key lock)
+/// where `holder` holds every entry, as version `version` (a record of the holder with a
+/// version not below it is kept). Answers 1 / 0 ([`read_flag`](super::read_flag)).
+pub(crate) fn publish(keys: &[Key], holder: &str, version: u64, fields: &[(&str, &str)]) -> Call {
+    let argv = publish_args(&keys[0], holder, version, fields);
+    let pairs: Vec<Vec<u8>> = keys
+        .iter()
+        .flat_map(|k| [k.bytes().to_vec(), record_key(k)])
+        .collect();
+    Call::with_keys(&PUBLISH, &super::refs(&pairs), &super::refs(&argv))
+}
+
+/// Publishes `fields` in `key`'s holder record as the fields of `holder`, a live member of
+/// `leases` (a semaphore's permits, a read-write lock's readers), as version `version`.
+/// Answers 1 / 0.
+pub(crate) fn publish_member(
+    key: &Key,
+    leases: &[u8],
+    holder: &str,
+    version: u64,
+    fields: &[(&str, &str)],
+) -> Call {
+    let argv = publish_args(key, holder, version, fields);
     let record = record_key(key);
-    Call::with_keys(&PUBLISH, &[key.bytes(), &record], &argv)
+    Call::with_keys(&PUBLISH_MEMBER, &[leases, &record], &super::refs(&argv))
 }
 
 /// The read of what a node knows of `key`'s holder ([`read_view`] reads the answer).
@@ -130,6 +159,8 @@ pub(crate) struct NodeView {
     pub(crate) fence: Option<u64>,
     /// The holder record, where it names the entry's holder.
     pub(crate) record: Option<Record>,
+    /// The records of the live holders that share the key (permits, readers), by digest.
+    pub(crate) members: Vec<(String, Record)>,
 }
 
 /// Reads a node's answer to [`holder_read`]; `None` when it is not one.
@@ -176,7 +207,39 @@ pub(crate) fn read_view(v: &Value) -> Option<NodeView> {
         digest: text(3)?,
         fence: (fence > 0).then_some(fence),
         record,
+        members: match items.get(10) {
+            None => Vec::new(),
+            Some(v) => read_members(v)?,
+        },
     })
+}
+
+/// The members' records of a node view: {digest, version, label, since} each, flattened.
+fn read_members(v: &Value) -> Option<Vec<(String, Record)>> {
+    let Value::Array(items) = v else {
+        return None;
+    };
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        _ => None,
+    };
+    items
+        .chunks(4)
+        .map(|c| {
+            let [digest, version, label, since] = c else {
+                return None;
+            };
+            let (label, since) = (text(label)?, text(since)?);
+            let record = Record {
+                label: (!label.is_empty()).then_some(label),
+                since_ms: since.parse().ok(),
+                value: None,
+                term: None,
+                version: text(version)?.parse().ok()?,
+            };
+            Some((text(digest)?, record))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -468,18 +468,8 @@ impl Lease {
     /// a quorum stored it before the deadline, after the lease's earlier calls on each node.
     /// Refused by so many nodes that no quorum holds the entry: the lease is lost. Too many
     /// failures: the error, the lease kept (the record may show on some nodes: a later
-    /// publish, with a later version, replaces it). Not for the kinds without a record
-    /// ([`Shape::record_key`]).
+    /// publish, with a later version, replaces it).
     pub(crate) async fn publish(&self, fields: &[(&str, &str)]) -> Result<()> {
-        let Some(key) = self.shape.record_key() else {
-            return Err(Error::InvalidConfig {
-                field: "label",
-                reason: format!(
-                    "{} keeps no holder record (only a mutex, a fair lock and a write lock do)",
-                    self.shape
-                ),
-            });
-        };
         let Some(_ops) = self.ops_while_live().await else {
             return Err(self.lost_error());
         };
@@ -494,7 +484,7 @@ impl Lease {
         }
         // Taken before the record can exist anywhere: every renewal from now on moves it too.
         let version = self.record.next(fields);
-        let call = crate::family::who::publish(key, self.holder.as_str(), version, fields);
+        let call = self.shape.publish(self.holder.as_str(), version, fields);
         let client = &self.client;
         let mut fan = crate::fanout::fan_out(
             &client.nodes,
@@ -543,15 +533,15 @@ impl Lease {
     /// written only where the entry is this holder's, so where the repair did not put it back
     /// nothing changes.
     async fn republish(&self, nodes: &[usize]) {
-        let (Some(key), true) = (self.shape.record_key(), self.record.exists()) else {
+        if !self.record.exists() {
             return;
-        };
+        }
         let (version, fields) = self.record.current();
         let fields: Vec<(&str, &str)> = fields
             .iter()
             .map(|(n, v)| (n.as_str(), v.as_str()))
             .collect();
-        let call = crate::family::who::publish(key, self.holder.as_str(), version, &fields);
+        let call = self.shape.publish(self.holder.as_str(), version, &fields);
         broadcast(&self.client.nodes, nodes.iter().copied(), call, SendBy::Sha).await;
     }
 

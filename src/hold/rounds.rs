@@ -38,10 +38,7 @@ pub(crate) fn extend_call(
     recorded: bool,
 ) -> FanOut<impl Future<Output = NodeAnswer> + Send + 'static> {
     let ttl_ms = client.config.node_ttl_ms(ttl);
-    let call = match shape.record_key().filter(|_| recorded) {
-        Some(key) => crate::family::mutex::extend_recorded(key, holder, &ttl_ms),
-        None => shape.extend(holder, &ttl_ms),
-    };
+    let call = shape.extend_with_record(holder, &ttl_ms, recorded);
     fan_out(&client.nodes, client.config.required, call, read_flag)
 }
 

@@ -119,7 +119,7 @@ fn a_waiting_candidate_leads_next_and_leader_watch_follows_each_change() {
     assert_eq!(watching.exit_code(Duration::from_secs(10)), 0);
 }
 
-/// `--label` on `run`, `hold` and `acquire` shows in `status` with since-when; `elect`
+/// `--label` on `run` (a reader's too), `hold` and `acquire` shows in `status` with since-when; `elect`
 /// refuses the options that do not apply to it, and bad text is a usage error.
 #[test]
 fn a_label_shows_in_status_and_elect_refuses_what_does_not_apply() {
@@ -143,6 +143,18 @@ fn a_label_shows_in_status_and_elect_refuses_what_does_not_apply() {
     );
     let (code, _, err) = run(cli(&fleet).args(["release", "step", &holder]));
     assert_eq!(code, 0, "{err}");
+    // A reader's label too, beside the others'.
+    let (code, out, err) = run(cli(&fleet).args([
+        "run",
+        "--read",
+        "--label",
+        "export-1",
+        "catalog",
+        "-c",
+        &format!("{BIN} status catalog"),
+    ]));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("label: export-1 (since "), "{out}");
     let (_, out, _) = run(cli(&fleet).args([
         "elect",
         "ldr",
@@ -167,7 +179,7 @@ fn a_label_shows_in_status_and_elect_refuses_what_does_not_apply() {
         ),
         (vec!["elect", "e", "--value", "", "true"], "empty"),
         (vec!["run", "--label", "a\tb", "k", "true"], "control"),
-        (vec!["run", "--read", "--label", "r", "k", "true"], "label"),
+        (vec!["run", "--read", "--label", "", "k", "true"], "label"),
     ] {
         let (code, _, err) = run(cli(&fleet).args(&args));
         assert!(code == 64 || code == 78, "{args:?}: {code} {err}");

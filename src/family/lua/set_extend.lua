@@ -1,10 +1,13 @@
 -- A multi-key lock's extend: only where every key is still this holder's, and then PEXPIRE
--- all of them; otherwise nothing changes. Never creates a key.
+-- all of them; otherwise nothing changes. Never creates a key. With holder records
+-- (publish.lua), they expire with the entries.
 --
--- KEYS the lock keys. ARGV[1] holder value, ARGV[2] the new TTL in ms.
+-- KEYS the lock keys, then (when ARGV[3] says how many lock keys there are) each key's
+-- holder record in the same order. ARGV[1] holder value, ARGV[2] the new TTL in ms.
 -- Reply: 1 or 0.
-for _, k in ipairs(KEYS) do
-  if redis.call('get', k) ~= ARGV[1] then
+local n = tonumber(ARGV[3] or #KEYS)
+for i = 1, n do
+  if redis.call('get', KEYS[i]) ~= ARGV[1] then
     return 0
   end
 end

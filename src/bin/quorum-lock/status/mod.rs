@@ -4,7 +4,6 @@
 //! are never shown: entries are told apart by a number per distinct holder.
 
 use std::collections::HashMap;
-use std::fmt::Write;
 
 use futures::future::join_all;
 use serde::Serialize;
@@ -15,7 +14,9 @@ use quorum_lock::{Holder, HolderForm, NodeClient};
 use crate::direct::{self, int, text, NodeError};
 use crate::exit::{self, Failure};
 use crate::settings::Settings;
-use crate::values::{format_duration, utc};
+
+mod text;
+use text::plain;
 
 /// One node's view.
 #[derive(Debug, Serialize)]
@@ -79,6 +80,8 @@ struct Raw {
     permits: Option<u64>,
     line: u64,
     record: Option<Published>,
+    /// The labels of the live permits or readers that published one: (digest, label, since).
+    members: Vec<(String, String, Option<u64>)>,
 }
 
 #[derive(Debug, Serialize)]
@@ -103,6 +106,9 @@ struct Report {
     /// The holder record of the holder a quorum shows, if it published one.
     #[serde(skip_serializing_if = "Option::is_none")]
     holder: Option<Published>,
+    /// The labels of the permits or readers that a quorum shows with one, oldest first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    labels: Vec<Published>,
     node_status: Vec<NodeView>,
 }
 
@@ -129,9 +135,13 @@ pub async fn status(settings: &Settings, args: &StatusArgs) -> Result<u8, Failur
     let mut holders: HashMap<String, usize> = HashMap::new();
     let mut counts: Vec<usize> = Vec::new();
     let mut views = Vec::with_capacity(nodes.len());
+    let mut members: HashMap<String, Vec<(String, Option<u64>)>> = HashMap::new();
     for (node, answer) in nodes.iter().zip(answers) {
         let view = match answer {
             Ok(mut raw) => {
+                for (digest, label, since) in std::mem::take(&mut raw.members) {
+                    members.entry(digest).or_default().push((label, since));
+                }
                 // A tombstone has a space, which no holder value has.
                 let broken = raw.holder.as_deref().is_some_and(|h| h.contains(' '));
                 if broken {
@@ -219,6 +229,16 @@ pub async fn status(settings: &Settings, args: &StatusArgs) -> Result<u8, Failur
         _ => held_by,
     };
     let broken = views.iter().filter(|v| v.broken).count();
+    let mut labels: Vec<Published> = members
+        .into_values()
+        .filter(|shown| shown.len() >= required)
+        .map(|shown| Published {
+            label: Some(shown[0].0.clone()),
+            since_ms: shown[0].1,
+            ..Published::default()
+        })
+        .collect();
+    labels.sort_by_key(|p| p.since_ms);
     let verdict = if held_by >= required {
         "held"
     } else if broken >= required {
@@ -251,6 +271,7 @@ pub async fn status(settings: &Settings, args: &StatusArgs) -> Result<u8, Failur
         permits: args.permits,
         every_node: all_nodes,
         holder: holder.filter(|_| verdict == "held"),
+        labels,
         node_status: views,
     };
     if args.json {
@@ -340,15 +361,17 @@ async fn read_node(settings: &Settings, node: &NodeClient, key: &str) -> Result<
     };
     let live = format!("({now_ms}");
     let mut raw = Raw::default();
+    let record = text_name(quorum_lock::names::holder_record(key.as_bytes()));
     match text(&ask(cmd("TYPE", &[key])).await?).as_deref() {
         Some("zset") => {
             raw.permits =
                 int(&ask(cmd("ZCOUNT", &[key, &live, "+inf"])).await?).map(|n| n.max(0) as u64);
+            let found = ask(cmd("ZRANGEBYSCORE", &[key, &live, "+inf"])).await?;
+            raw.members = member_labels(&found, ask(cmd("HGETALL", &[&record])).await.ok());
         }
         Some("string") => {
             raw.holder = text(&ask(cmd("GET", &[key])).await?);
             if let Some(holder) = &raw.holder {
-                let record = text_name(quorum_lock::names::holder_record(key.as_bytes()));
                 let fields = ["h", "label", "since", "value", "term"];
                 let mut args = vec![record.as_str()];
                 args.extend(fields);
@@ -364,6 +387,10 @@ async fn read_node(settings: &Settings, node: &NodeClient, key: &str) -> Result<
     }
     let readers = text_name(quorum_lock::names::readers(key.as_bytes()));
     raw.readers = int(&ask(cmd("ZCOUNT", &[&readers, &live, "+inf"])).await?).unwrap_or(0) as u64;
+    if raw.readers > 0 {
+        let found = ask(cmd("ZRANGEBYSCORE", &[&readers, &live, "+inf"])).await?;
+        raw.members = member_labels(&found, ask(cmd("HGETALL", &[&record])).await.ok());
+    }
     let mark = text_name(quorum_lock::names::writer_mark(key.as_bytes()));
     raw.writer_waiting = int(&ask(cmd("EXISTS", &[&mark])).await?) == Some(1);
     let leases = text_name(quorum_lock::names::line_leases(key.as_bytes()));
@@ -371,6 +398,35 @@ async fn read_node(settings: &Settings, node: &NodeClient, key: &str) -> Result<
     let fence = text_name(quorum_lock::names::fencing_counter(key.as_bytes()));
     raw.fence = int(&ask(cmd("GET", &[&fence])).await?);
     Ok(raw)
+}
+
+/// The labels of the live members `found` (permits, readers) in their key's holder record
+/// (`record`, HGETALL; fields "<digest> label" and "<digest> since"): (digest, label, since).
+/// Optional, as the record read is.
+fn member_labels(
+    found: &redis::Value,
+    record: Option<redis::Value>,
+) -> Vec<(String, String, Option<u64>)> {
+    let (redis::Value::Array(found), Some(redis::Value::Array(record))) = (found, record) else {
+        return Vec::new();
+    };
+    let fields: HashMap<String, String> = record
+        .chunks(2)
+        .filter_map(|pair| Some((text(pair.first()?)?, text(pair.get(1)?)?)))
+        .collect();
+    found
+        .iter()
+        .filter_map(text)
+        .filter(|m| !m.contains(' '))
+        .filter_map(|m| {
+            let digest = sha1_smol::Sha1::from(&m).digest().to_string();
+            let label = fields.get(&format!("{digest} label"))?.clone();
+            let since = fields
+                .get(&format!("{digest} since"))
+                .and_then(|s| s.parse().ok());
+            Some((digest, label, since))
+        })
+        .collect()
 }
 
 /// A holder record's fields (HMGET h label since value term), where it names `holder`.
@@ -428,161 +484,4 @@ async fn serving(
 /// A key name as text (the CLI's keys are text, and so are the names made from them).
 fn text_name(name: Vec<u8>) -> String {
     String::from_utf8_lossy(&name).into_owned()
-}
-
-fn plain(r: &Report) -> String {
-    let mut out = String::new();
-    let every = match r.every_node {
-        true => " (every node: a semaphore of more than one permit)",
-        false => "",
-    };
-    let _ = writeln!(
-        out,
-        "key {:?} ({}): {} nodes, quorum {}{every}, {} reachable",
-        r.key, r.kind, r.nodes, r.quorum, r.reachable
-    );
-    let width = r
-        .node_status
-        .iter()
-        .map(|v| v.node.len())
-        .max()
-        .unwrap_or(4)
-        .max(4);
-    let extra = match r.kind {
-        "read-write" => "READERS    ",
-        "semaphore" => "PERMITS    ",
-        "fair" => "LINE       ",
-        _ => "",
-    };
-    let _ = writeln!(
-        out,
-        "  {:width$}  {:9}  {:9}  {:9}  {extra}FENCE",
-        "NODE", "REACHABLE", "LOCK", "TTL"
-    );
-    for v in &r.node_status {
-        if let Some(e) = &v.error {
-            let _ = writeln!(out, "  {:width$}  no: {e}", v.node);
-            continue;
-        }
-        let lock = match (v.holder, r.kind) {
-            _ if v.broken => "broken".to_string(),
-            (Some(n), "read-write") => format!("writer #{n}"),
-            (Some(n), _) => format!("held #{n}"),
-            (None, "read-write") if v.readers.unwrap_or(0) > 0 => "read".to_string(),
-            (None, "semaphore") if v.permits.unwrap_or(0) > 0 => "taken".to_string(),
-            (None, _) => "free".to_string(),
-        };
-        let ttl = match v.ttl_ms {
-            Some(-1) => "no ttl".to_string(),
-            Some(ms) => format_duration(std::time::Duration::from_millis(ms.max(0) as u64)),
-            None => "-".to_string(),
-        };
-        // Left-aligned, as the header (numbers would align right, against the next column).
-        let extra = match r.kind {
-            "read-write" => {
-                let mark = if v.writer_waiting { "+w" } else { "" };
-                format!("{:<9}  ", format!("{}{mark}", v.readers.unwrap_or(0)))
-            }
-            "semaphore" => format!("{:<9}  ", v.permits.unwrap_or(0)),
-            "fair" => format!("{:<9}  ", v.line.unwrap_or(0)),
-            _ => String::new(),
-        };
-        let fence = v.fence.map_or_else(|| "-".to_string(), |f| f.to_string());
-        let _ = writeln!(
-            out,
-            "  {:width$}  {:9}  {:9}  {:9}  {extra}{fence}",
-            v.node, "yes", lock, ttl
-        );
-    }
-    let waiting = r.node_status.iter().filter(|v| v.writer_waiting).count();
-    let line = r
-        .node_status
-        .iter()
-        .filter_map(|v| v.line)
-        .max()
-        .unwrap_or(0);
-    let verdict = match (r.verdict, r.kind) {
-        ("held", "read-write") => format!(
-            "write-locked ({} of {} nodes hold one writer's entry)",
-            r.held_by, r.nodes
-        ),
-        ("held", "fair") => format!(
-            "held by a quorum ({} of {} nodes hold one holder's entry), {line} waiting in line",
-            r.held_by, r.nodes
-        ),
-        ("held", _) => format!(
-            "held by a quorum ({} of {} nodes hold one holder's entry)",
-            r.held_by, r.nodes
-        ),
-        ("broken", _) => "broken (`quorum-lock break`): kept from new holders until its tombstones \
-                           expire (TTL above)"
-            .to_string(),
-        ("read", _) => format!(
-            "read-locked (readers on a quorum); a writer must wait{}",
-            if waiting >= r.quorum {
-                ", and one does: new readers are refused"
-            } else {
-                ""
-            }
-        ),
-        ("full", _) => match r.permits.unwrap_or(0) {
-            1 => "full (its one permit taken on a quorum of nodes)".to_string(),
-            p => format!("full (all {p} permits taken on a quorum of nodes)"),
-        },
-        ("taken", _) => "permits are taken on a quorum of nodes (give --permits P to tell \
-                         whether one is left)"
-            .to_string(),
-        ("free", "read-write") if waiting >= r.quorum => format!(
-            "free for the waiting writer ({} of {} nodes have neither readers nor a writer; new readers are refused)",
-            r.free, r.nodes
-        ),
-        ("free", "fair") if line > 0 => format!(
-            "free ({} of {} nodes have no entry), {line} waiting in line: the first of them gets it",
-            r.free, r.nodes
-        ),
-        ("free", "semaphore") => match r.permits {
-            Some(p) => format!(
-                "free (fewer than {p} permits taken on {} of {} nodes: an acquire can succeed)",
-                r.free, r.nodes
-            ),
-            None => format!(
-                "free ({} of {} nodes have no permit taken: an acquire can succeed)",
-                r.free, r.nodes
-            ),
-        },
-        ("free", "read-write") => format!(
-            "free ({} of {} nodes have neither readers nor a writer: an acquire can succeed)",
-            r.free, r.nodes
-        ),
-        ("free", _) => format!(
-            "free ({} of {} nodes have no entry: an acquire can succeed)",
-            r.free, r.nodes
-        ),
-        ("split", _) => format!(
-            "split (no holder has a quorum and fewer than {} nodes are free; entries expire with their TTL)",
-            r.quorum
-        ),
-        _ => format!(
-            "unknown ({} of {} nodes reachable, not enough to tell)",
-            r.reachable, r.nodes
-        ),
-    };
-    let _ = writeln!(out, "verdict: {verdict}");
-    if let Some(p) = &r.holder {
-        if let Some(label) = &p.label {
-            let _ = writeln!(out, "label: {label}");
-        }
-        if let (Some(value), Some(term)) = (&p.leader_value, p.term) {
-            let _ = writeln!(out, "leader: {value} (term {term})");
-        }
-        if let Some(since) = p.since_ms {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default()
-                .as_millis() as u64;
-            let ago = std::time::Duration::from_millis(now.saturating_sub(since) / 1000 * 1000);
-            let _ = writeln!(out, "since: {} ({} ago)", utc(since), format_duration(ago));
-        }
-    }
-    out
 }
