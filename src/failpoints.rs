@@ -39,6 +39,9 @@ pub enum FailPoint {
     /// operator's `DEL` of the key): a broken holder still believes it holds while another
     /// takes the key.
     BreakDeletes,
+    /// The holder read shows a holder record whatever holder it names: a record left by an
+    /// earlier holder labels the next one.
+    StaleRecordShown,
 }
 
 #[cfg(feature = "failpoints")]

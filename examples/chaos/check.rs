@@ -60,6 +60,10 @@ pub struct Report {
     pub wrong_leader: Vec<String>,
     /// Leader reads that named a leader.
     pub leader_reads: usize,
+    /// Labels shown by holder reads that name no labelled hold of the key alive then.
+    pub wrong_label: Vec<String>,
+    /// Labels shown by holder reads.
+    pub labels_read: usize,
     pub leaks: Vec<String>,
     /// The numbers of the faults the run planned (filled in by the run, for shrinking).
     pub planned: Vec<u64>,
@@ -76,6 +80,7 @@ impl Report {
             + self.spurious_failures.len()
             + self.out_of_order.len()
             + self.wrong_leader.len()
+            + self.wrong_label.len()
             + self.leaks.len()
             + self.malformed.len()
     }
@@ -88,6 +93,7 @@ impl Report {
             .chain(&self.spurious_failures)
             .chain(&self.out_of_order)
             .chain(&self.wrong_leader)
+            .chain(&self.wrong_label)
             .chain(&self.leaks)
             .chain(&self.malformed)
     }
@@ -97,14 +103,15 @@ impl std::fmt::Display for Report {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             f,
-            "{} ops, {} holds, {} register writes, {} fair pairs judged, {} leader reads, {} faults: {} exclusion, \
-             {} on another's lock, {} lost updates, {} spurious failures, {} out of fair order, {} \
-             wrong leaders, {} leaks, {} malformed: {} anomalies",
+            "{} ops, {} holds, {} register writes, {} fair pairs judged, {} leader reads, {} labels read, \
+             {} faults: {} exclusion, {} on another's lock, {} lost updates, {} spurious failures, \
+             {} out of fair order, {} wrong leaders, {} wrong labels, {} leaks, {} malformed: {} anomalies",
             self.ops,
             self.holds,
             self.register_writes,
             self.fair_pairs,
             self.leader_reads,
+            self.labels_read,
             self.faults,
             self.overlaps.len(),
             self.wrong_holder.len(),
@@ -112,6 +119,7 @@ impl std::fmt::Display for Report {
             self.spurious_failures.len(),
             self.out_of_order.len(),
             self.wrong_leader.len(),
+            self.wrong_label.len(),
             self.leaks.len(),
             self.malformed.len(),
             self.anomalies()
@@ -490,6 +498,7 @@ pub fn check(mut ops: Vec<Op>, bound: u64) -> Report {
 
     report.wrong_holder = on_anothers_lock(&holds, &calls_ok, run_start);
     (report.wrong_leader, report.leader_reads) = wrong_leaders(&ops, &invokes, run_start);
+    (report.wrong_label, report.labels_read) = wrong_labels(&ops, &invokes, run_start);
     (report.out_of_order, report.fair_pairs) = out_of_fair_order(&fair, &faults, run_start);
 
     for ((register, value), by) in writes {
@@ -613,6 +622,73 @@ fn wrong_leaders(
         }
     }
     (wrong, reads)
+}
+
+/// Labels shown by holder reads (`g<guard>`) that name no labelled acquire of the key invoked
+/// before the read ended, or a hold whose release had completed (ok: its holder value was
+/// then on no quorum, so no quorum could show its record) before the read began; and how
+/// many labels the reads showed.
+fn wrong_labels(
+    ops: &[Op],
+    invokes: &HashMap<(u64, u64), &Op>,
+    run_start: u64,
+) -> (Vec<String>, usize) {
+    // Labelled acquires by guard: invoked when, on which keys; and released when.
+    let mut labelled: HashMap<u64, (u64, Vec<&str>)> = HashMap::new();
+    let mut released: HashMap<u64, u64> = HashMap::new();
+    for op in ops {
+        match (op.f.as_str(), op.kind.as_str(), op.u64("guard")) {
+            ("acquire", "invoke", Some(g)) if op.bool("labelled") == Some(true) => {
+                let keys = op.value.get("keys").and_then(|k| k.as_array());
+                let keys = keys.map(|a| a.iter().filter_map(|k| k.as_str()).collect());
+                labelled.insert(g, (op.time, keys.unwrap_or_default()));
+            }
+            ("release" | "release-by-holder", "ok", Some(g)) => {
+                let at = released.entry(g).or_insert(op.time);
+                *at = (*at).min(op.time);
+            }
+            _ => {}
+        }
+    }
+    let mut wrong = Vec::new();
+    let mut shown = 0;
+    for read in ops.iter().filter(|o| o.f == "holders" && o.kind == "ok") {
+        let invoked = read
+            .process
+            .zip(read.u64("n"))
+            .and_then(|k| invokes.get(&k))
+            .map_or(read.time, |i| i.time);
+        let key = read.str("key").unwrap_or_default();
+        let labels = read.value.get("labels").and_then(|l| l.as_array());
+        for label in labels.into_iter().flatten().filter_map(|l| l.as_str()) {
+            shown += 1;
+            let hold = label
+                .strip_prefix('g')
+                .and_then(|g| g.parse::<u64>().ok())
+                .and_then(|g| Some((g, labelled.get(&g)?)));
+            let problem = match hold {
+                None => Some("no labelled acquire of that guard".to_string()),
+                Some((_, (_, keys))) if !keys.contains(&key) => {
+                    Some(format!("that guard's keys were {keys:?}"))
+                }
+                Some((_, (at, _))) if *at > read.time => {
+                    Some("an acquire invoked after the read ended".to_string())
+                }
+                Some((g, _)) => released.get(&g).filter(|&&at| at < invoked).map(|at| {
+                    let before = (invoked - at) as f64 / 1e6;
+                    format!("released (ok) {before:.0} ms before the read began")
+                }),
+            };
+            if let Some(problem) = problem {
+                let at = invoked.saturating_sub(run_start) as f64 / 1e9;
+                wrong.push(format!(
+                    "at {at:.2} s, process {:?}: a holder read of {key} showed {label}: {problem}",
+                    read.process
+                ));
+            }
+        }
+    }
+    (wrong, shown)
 }
 
 /// Fair requests served while an earlier waiter of the same key waited on a healthy fleet.

@@ -102,6 +102,7 @@ pub fn parse_from(argv: impl IntoIterator<Item = String>) -> Result<Args, String
                     "fair-place-at-random" => FailPoint::FairPlaceAtRandom,
                     "leader-term-off-by-one" => FailPoint::LeaderTermOffByOne,
                     "break-deletes" => FailPoint::BreakDeletes,
+                    "stale-record-shown" => FailPoint::StaleRecordShown,
                     other => return Err(format!("--fail-point {other}: unknown")),
                 });
             }

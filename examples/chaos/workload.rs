@@ -20,6 +20,10 @@
 //! reads the election's leader, which the checker matches against the campaigns. And now and
 //! then a client breaks a key (`break_lock`, an operator's act): its holders must lose it
 //! without anyone else holding it before their deadlines (the exclusion check).
+//!
+//! Every third hold (of any kind but a reentrant owner's or a leader's) carries a label, its
+//! guard (`g<guard>`), and now and then a client reads who holds one of the keys
+//! (`holder_of`); the checker matches each label shown against the labelled holds.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -224,6 +228,9 @@ struct Client {
     index: u64,
     handles: Handles,
     rng: StdRng,
+    /// The draws of the holder reads, apart from `rng`'s: adding them left every seed's
+    /// program as it was.
+    side: StdRng,
     recorder: Recorder,
     control: Arc<Control>,
     settings: Settings,
@@ -322,6 +329,7 @@ pub fn spawn(
                     index,
                     handles,
                     rng: StdRng::seed_from_u64(seed ^ (index.wrapping_mul(0x9e37_79b9_7f4a_7c15))),
+                    side: StdRng::seed_from_u64(!seed ^ index.wrapping_mul(0x2545_f491_4f6c_dd1d)),
                     recorder,
                     control,
                     settings,
@@ -498,6 +506,34 @@ impl Client {
         self.complete("leader", n, outcome);
     }
 
+    /// Reads who holds one of the run's keys (`holder_of`): the checker matches the labels
+    /// it shows (`g<guard>`) against the labelled holds.
+    async fn read_holders(&mut self) {
+        let groups = ["x0", "x1", "x2", "f0", "rw0", "rw1", "s0", "s2-0"];
+        let group = groups[self.side.random_range(0..groups.len())];
+        self.read_holders_of(format!("{}{group}", self.settings.prefix))
+            .await;
+    }
+
+    /// Reads who holds `key` (see [`Client::read_holders`]).
+    async fn read_holders_of(&mut self, key: String) {
+        let n = self.invoke("holders", json!({ "key": key }));
+        let locks = self.handles.locks.clone();
+        let outcome = match maybe_cancelled(&mut self.side, locks.holder_of(&key)).await {
+            None => Outcome::Info(json!({"error": "cancelled"})),
+            Some(Ok(held)) => {
+                let labels: Vec<&str> = held
+                    .iter()
+                    .flat_map(|h| h.labels.iter().map(|l| l.label.as_str()))
+                    .collect();
+                let kind = held.as_ref().map(|h| format!("{:?}", h.kind));
+                Outcome::Ok(json!({ "key": key, "kind": kind, "labels": labels }))
+            }
+            Some(Err(e)) => Outcome::Fail(Self::failure(0, &e, false)),
+        };
+        self.complete("holders", n, outcome);
+    }
+
     /// Breaks a key of the mutexes, the election, a read-write lock or a semaphore (not the
     /// fair lock's: its order is judged).
     async fn break_some_key(&mut self) {
@@ -557,6 +593,9 @@ impl Client {
         if elections && self.rng.random_bool(0.2) {
             self.read_leader().await;
         }
+        if self.side.random_bool(0.3) {
+            self.read_holders().await;
+        }
         // A service is idle now and then: its connections go quiet (what a breaker that
         // counts only the answers its callers read gets wrong).
         let lining_up = self.control.line.load(Ordering::Relaxed) > self.seen_line;
@@ -615,6 +654,13 @@ impl Client {
         if let Some(max) = max_hold {
             request = request.max_hold(max);
         }
+        // Every third hold is labelled with its guard (not a reentrant owner's, whose first
+        // label stays while any of its guards holds, nor a leader's, whose value is its own):
+        // decided by the guard number, so that no draw of the program moves.
+        let labelled = g % 3 == 0 && !matches!(kind, Kind::Reentrant | Kind::Leader);
+        if labelled {
+            request = request.label(format!("g{g}"));
+        }
         let n = self.invoke(
             "acquire",
             json!({
@@ -622,6 +668,7 @@ impl Client {
                 "mode": if waiting { "wait" } else { "try" }, "watchdog": watchdog,
                 "wait_ms": wait.as_millis() as u64,
                 "lease_ms": lease.as_millis() as u64, "fenced": fenced, "all": all,
+                "labelled": labelled,
             }),
         );
         let election = (kind == Kind::Leader).then(|| {
@@ -652,6 +699,10 @@ impl Client {
             }
             return;
         };
+        // Who holds it now, as another service would ask.
+        if self.side.random_bool(0.3) {
+            self.read_holders_of(keys[0].clone()).await;
+        }
         let exclusive = matches!(kind.hold(), "x" | "p1");
         let steps = self.rng.random_range(0..6);
         for _ in 0..steps {

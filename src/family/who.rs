@@ -112,7 +112,12 @@ pub(crate) fn holder_read(key: &Key) -> Call {
         rw::readers_key(key),
     ];
     let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
-    Call::with_keys(&HOLDER_READ, &keys, &[])
+    let any: &[&[u8]] = match crate::failpoints::on(crate::failpoints::FailPoint::StaleRecordShown)
+    {
+        true => &[b"any"],
+        false => &[],
+    };
+    Call::with_keys(&HOLDER_READ, &keys, any)
 }
 
 /// The kind of lock that holds a key, as its nodes show it (public as

@@ -4,7 +4,8 @@
 -- the entry (a record left by an earlier holder is not shown).
 --
 -- KEYS[1] the lock key, KEYS[2] its holder record, KEYS[3] its fencing counter, KEYS[4] a
--- read-write lock's readers.
+-- read-write lock's readers. ARGV[1] "any" only for the fail point StaleRecordShown (a
+-- record shown whatever holder it names).
 -- Reply: {kind, ttl ms, holders, digest or "", fencing counter or "", label, since, value,
 -- term, version, members}, label to version "" where no record names the holder; members:
 -- for the holders that share a key (permits, readers), {digest, version, label, since} of
@@ -52,7 +53,7 @@ if t == 'string' then
   end
   digest = redis.sha1hex(value)
   local r = redis.call('hmget', KEYS[2], 'h', 'label', 'since', 'value', 'term', 'ver')
-  if r[1] == digest then
+  if r[1] == digest or (ARGV[1] == 'any' and r[1]) then
     for i = 2, 6 do
       record[i - 1] = r[i] or ''
     end
