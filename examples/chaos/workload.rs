@@ -657,7 +657,7 @@ impl Client {
         // Every third hold is labelled with its guard (not a reentrant owner's, whose first
         // label stays while any of its guards holds, nor a leader's, whose value is its own):
         // decided by the guard number, so that no draw of the program moves.
-        let labelled = g % 3 == 0 && !matches!(kind, Kind::Reentrant | Kind::Leader);
+        let labelled = g.is_multiple_of(3) && !matches!(kind, Kind::Reentrant | Kind::Leader);
         if labelled {
             request = request.label(format!("g{g}"));
         }
