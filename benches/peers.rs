@@ -521,7 +521,7 @@ async fn family(iters: usize) -> Vec<(&'static str, Stats)> {
         ),
         (
             "semaphore, 3 permits (Quorum::All)",
-            measure(iters, |_| cycle(all.semaphore("bench:f:sem3", 3))).await,
+            measure(iters, |_| cycle(all.semaphore("bench:f:sem3", 3).counted())).await,
         ),
         (
             "read lock",

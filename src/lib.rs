@@ -138,6 +138,12 @@ pub mod names {
         derived(kept::HOLDER, key)
     }
 
+    /// Slot `i` (from 0) of the semaphore `key` of more than one permit
+    /// ([`QuorumLock::semaphore`](crate::QuorumLock::semaphore)): `key#i`, a mutex's key.
+    pub fn semaphore_slot(key: &[u8], i: u32) -> Vec<u8> {
+        crate::take::slots::slot_key(key, i)
+    }
+
     /// The pub/sub channel of notices to holders, one for every key: `break <digest> <key>`
     /// and `ask <digest> <key>`, the digest the SHA1 hex of the holder value
     /// ([`QuorumLock::break_lock`](crate::QuorumLock::break_lock),
@@ -205,5 +211,6 @@ pub use rules::holder::{Holder, HolderForm, MAX_HOLDER_LEN};
 pub use rules::key::{MAX_KEY_LEN, RESERVED_PREFIX};
 pub use rules::quorum::Quorum;
 pub use state::Stats;
+pub use take::slots::MAX_SLOTS;
 #[cfg(feature = "metrics")]
 pub use telemetry::describe_metrics;

@@ -86,6 +86,7 @@ async fn a_label_lasts_as_long_as_the_watchdog_keeps_the_lock_of_every_kind() {
         locks.lock(&key).watchdog(lease).label("mutex"),
         locks
             .semaphore(key.clone() + "s", 2)
+            .counted()
             .watchdog(lease)
             .label("permit"),
         locks
@@ -128,13 +129,15 @@ async fn every_permit_reader_and_key_of_a_set_shows_its_own_label() {
     let before = SystemTime::now() - Duration::from_secs(1);
     let a = locks
         .semaphore(&key, 3)
+        .counted()
         .label("permit-a")
         .acquire()
         .await
         .unwrap();
-    let b = other.semaphore(&key, 3).acquire().await.unwrap();
+    let b = other.semaphore(&key, 3).counted().acquire().await.unwrap();
     let c = other
         .semaphore(&key, 3)
+        .counted()
         .label("permit-c")
         .acquire()
         .await
@@ -152,6 +155,7 @@ async fn every_permit_reader_and_key_of_a_set_shows_its_own_label() {
     a.release().await.unwrap();
     let d = locks
         .semaphore(&key, 3)
+        .counted()
         .label("permit-d")
         .acquire()
         .await
@@ -583,12 +587,14 @@ async fn a_break_honours_the_lock_delay_and_breaks_permits_and_readers() {
     let lease = Duration::from_millis(900);
     let a = locks
         .semaphore(&sem, 3)
+        .counted()
         .watchdog(lease)
         .acquire()
         .await
         .unwrap();
     let b = locks
         .semaphore(&sem, 3)
+        .counted()
         .watchdog(lease)
         .acquire()
         .await
@@ -797,8 +803,20 @@ async fn a_break_that_fails_changes_nothing() {
         connect().await.unwrap(),
     );
     let ttl = Duration::from_secs(20);
-    let first = a.semaphore("acl:sem", 2).ttl(ttl).acquire().await.unwrap();
-    let second = a.semaphore("acl:sem", 2).ttl(ttl).acquire().await.unwrap();
+    let first = a
+        .semaphore("acl:sem", 2)
+        .counted()
+        .ttl(ttl)
+        .acquire()
+        .await
+        .unwrap();
+    let second = a
+        .semaphore("acl:sem", 2)
+        .counted()
+        .ttl(ttl)
+        .acquire()
+        .await
+        .unwrap();
     let e = admin.break_lock("acl:sem").await.unwrap_err();
     assert!(
         matches!(
@@ -813,6 +831,7 @@ async fn a_break_that_fails_changes_nothing() {
     assert!(
         other
             .semaphore("acl:sem", 2)
+            .counted()
             .try_acquire()
             .await
             .unwrap()

@@ -599,7 +599,7 @@ async fn out_of_range_durations_on_sets_permits_rw_and_fair_locks_are_typed_erro
     let requests = || {
         [
             ("set", locks.lock_all([&key, &other])),
-            ("permit", locks.semaphore(&key, 2)),
+            ("permit", locks.semaphore(&key, 2).counted()),
             ("read", locks.read_lock(&key)),
             ("write", locks.write_lock(&key)),
             ("fair", locks.fair_lock(&other)),

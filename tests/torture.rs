@@ -699,7 +699,7 @@ async fn negative_control_a_majority_semaphore_of_two_permits_admits_a_third_hol
             .build()
             .await
             .unwrap();
-        let checked = locks.semaphore(&key, 2).try_acquire().await;
+        let checked = locks.semaphore(&key, 2).counted().try_acquire().await;
         assert!(
             matches!(checked, Err(quorum_lock::Error::InvalidConfig { .. })),
             "{checked:?}"

@@ -485,7 +485,7 @@ impl Client {
             Kind::Read => locks.read_lock(&keys[0]),
             Kind::Write => locks.write_lock(&keys[0]),
             Kind::Permit1 => locks.semaphore(&keys[0], 1),
-            Kind::Permits2 => locks.semaphore(&keys[0], 2),
+            Kind::Permits2 => locks.semaphore(&keys[0], 2).counted(),
         }
     }
 

@@ -157,15 +157,21 @@ impl QuorumLock {
     /// behaves as a lock's (validity, extend, watchdog, loss signal, release, fencing token on
     /// request). A crashed holder's permit frees itself at its TTL.
     ///
-    /// On each node the permits are a sorted set at `key` (members the holder values, scores
-    /// their expiry on the node's clock); use a key that no lock uses.
+    /// **More than one permit: slots.** The semaphore is `permits` slots, the keys
+    /// `key#0` .. `key#P-1` ([`names::semaphore_slot`](crate::names::semaphore_slot)), each a
+    /// mutex under the client's quorum; a permit is one slot held, and its guard is that
+    /// slot's lock ([`LockGuard::key`](crate::LockGuard::key) names the slot, the fencing
+    /// token is the slot's). So it works under a majority with nodes down or frozen, and at
+    /// most `permits` hold at once whatever the quorum. A request tries every slot once per
+    /// round, from a random one; a waiting request sleeps between rounds until any slot's
+    /// release notice. Every client of a semaphore must give it the same `permits`.
     ///
-    /// **More than one permit needs [`Quorum::All`](crate::Quorum::All).** Under a quorum of q
-    /// of N nodes, each node admits `permits` holders and each holder needs only q of them,
-    /// so up to N x permits / q clients could hold a permit at once (5 x P / 3 with a
-    /// majority of five). Such a request fails with
-    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) (field `permits`) before any node
-    /// is contacted, as does `permits == 0`. One permit is a mutex and works under any quorum.
+    /// [`counted`](LockRequest::counted) asks for the counted form instead: a sorted set of
+    /// permits at `key` on each node, which needs [`Quorum::All`](crate::Quorum::All) (under a
+    /// quorum of q of N nodes up to N x permits / q clients could hold a permit at once, so
+    /// any other quorum is [`Error::InvalidConfig`](crate::Error::InvalidConfig) naming
+    /// `permits`). One permit is that form too, a mutex under any quorum. `permits == 0`, or
+    /// more than [`MAX_SLOTS`](crate::MAX_SLOTS), is `InvalidConfig` before any node is asked.
     ///
     /// # Examples
     ///
@@ -173,21 +179,25 @@ impl QuorumLock {
     /// # use std::time::Duration;
     /// # use quorum_lock::QuorumLock;
     /// # async fn example(locks: QuorumLock) -> Result<(), quorum_lock::Error> {
-    /// // At most 3 holders (more than one permit needs `Quorum::All`).
+    /// // At most 3 holders, under the client's quorum.
     /// let permit = locks.semaphore("pool:gpu", 3).ttl(Duration::from_secs(60)).acquire().await?;
+    /// // pool:gpu#0, #1 or #2
+    /// println!("slot {}", String::from_utf8_lossy(permit.key()));
     /// permit.release().await?;
     /// # Ok(())
     /// # }
     /// ```
     pub fn semaphore(&self, key: impl AsRef<[u8]>, permits: u32) -> LockRequest<'_> {
-        LockRequest::of(
-            &self.state,
-            Target::Permit {
-                key: key.as_ref().to_vec(),
+        let key = key.as_ref().to_vec();
+        let target = match permits {
+            0 | 1 => Target::Permit {
+                key,
                 permits,
                 checked: true,
             },
-        )
+            _ => Target::Slots { key, permits },
+        };
+        LockRequest::of(&self.state, target)
     }
 
     /// Starts a request for a read lock of the read-write lock `key`: any number of readers

@@ -144,6 +144,24 @@ impl<'a> LockRequest<'a> {
         self
     }
 
+    /// For a semaphore of more than one permit
+    /// ([`QuorumLock::semaphore`](crate::QuorumLock::semaphore)): its counted form, one
+    /// sorted set of permits at the key on each node, which needs
+    /// [`Quorum::All`](crate::Quorum::All) (any other quorum is
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) naming `permits`), rather than
+    /// the default of one slot per permit. Every client of a semaphore must take it in the
+    /// same form: the two forms do not see each other's holders. Ignored by the other kinds.
+    pub fn counted(mut self) -> Self {
+        if let Target::Slots { key, permits } = &mut self.spec.target {
+            self.spec.target = Target::Permit {
+                key: std::mem::take(key),
+                permits: *permits,
+                checked: true,
+            };
+        }
+        self
+    }
+
     /// A public label for whoever holds the lock, published beside its entry once it is
     /// held and shown by [`QuorumLock::holder_of`](crate::QuorumLock::holder_of) and
     /// `quorum-lock status` with the time it was taken: who holds it, for the operator
@@ -200,7 +218,19 @@ impl<'a> LockRequest<'a> {
     pub async fn acquire(mut self) -> Result<LockGuard> {
         self.check_label()?;
         let label = self.spec.label.take();
-        let guard = crate::take::waiting::waiting(self.state, self.spec).await?;
+        let guard = match &self.spec.target {
+            Target::Slots { key, permits } => {
+                let (key, permits) = (key.clone(), *permits);
+                crate::take::slots::acquire(self.state, self.spec, &key, permits, true)
+                    .await?
+                    .ok_or_else(|| crate::Error::WaitTimeout {
+                        key: String::from_utf8_lossy(&key).into_owned(),
+                        waited: Duration::ZERO,
+                        attempts: 0,
+                    })?
+            }
+            _ => crate::take::waiting::waiting(self.state, self.spec).await?,
+        };
         Self::labelled(label, guard).await
     }
 
@@ -215,7 +245,14 @@ impl<'a> LockRequest<'a> {
     pub async fn try_acquire(mut self) -> Result<Option<LockGuard>> {
         self.check_label()?;
         let label = self.spec.label.take();
-        match crate::take::attempt::once(self.state, self.spec).await? {
+        let taken = match &self.spec.target {
+            Target::Slots { key, permits } => {
+                let (key, permits) = (key.clone(), *permits);
+                crate::take::slots::acquire(self.state, self.spec, &key, permits, false).await?
+            }
+            _ => crate::take::attempt::once(self.state, self.spec).await?,
+        };
+        match taken {
             Some(guard) => Self::labelled(label, guard).await.map(Some),
             None => Ok(None),
         }

@@ -34,6 +34,8 @@ pub(crate) enum Target {
         permits: u32,
         checked: bool,
     },
+    /// A permit of a semaphore of `permits` slots, each a mutex (`take::slots`).
+    Slots { key: Vec<u8>, permits: u32 },
     /// A read lock of the read-write lock on a key.
     Read(Vec<u8>),
     /// The write lock of the read-write lock on a key.
@@ -54,6 +56,11 @@ impl std::fmt::Debug for Target {
                 .finish(),
             Target::Permit { key, permits, .. } => f
                 .debug_struct("Permit")
+                .field("key", &lossy(key))
+                .field("permits", permits)
+                .finish(),
+            Target::Slots { key, permits } => f
+                .debug_struct("Slots")
                 .field("key", &lossy(key))
                 .field("permits", permits)
                 .finish(),
@@ -100,6 +107,13 @@ pub(crate) fn plan<'a>(state: &ClientState, spec: Spec<'a>) -> Result<Plan<'a>> 
             permits,
             checked,
         } => Permit::shape(key, *permits, config, state.nodes.len(), *checked)?,
+        // Taken slot by slot, each as a mutex (`take::slots`), never as one plan.
+        Target::Slots { .. } => {
+            return Err(Error::InvalidConfig {
+                field: "permits",
+                reason: "a semaphore of slots is taken one slot at a time".into(),
+            })
+        }
         Target::Read(key) => Shape::Read(Read {
             key: Key::new(key)?,
         }),

@@ -59,6 +59,7 @@ async fn status_names_the_kind_of_lock_it_finds() {
         .unwrap();
     let permit = all
         .semaphore("cli:pool", 2)
+        .counted()
         .ttl(Duration::from_secs(30))
         .acquire()
         .await

@@ -506,6 +506,7 @@ async fn three_permits_under_all_never_admit_a_fourth_of_eight_tasks() {
             for _ in 0..ROUNDS {
                 let permit = locks
                     .semaphore(&key, 3)
+                    .counted()
                     .ttl(Duration::from_secs(10))
                     .wait(Duration::from_secs(60))
                     .acquire()
@@ -546,7 +547,12 @@ async fn more_than_one_permit_without_quorum_all_is_refused_with_the_reason() {
     let key = unique_key("sem-majority");
     for quorum in [Quorum::Majority, Quorum::AtLeast(4)] {
         let locks = client(fleet, quorum).await;
-        let refused = locks.semaphore(&key, 3).try_acquire().await.unwrap_err();
+        let refused = locks
+            .semaphore(&key, 3)
+            .counted()
+            .try_acquire()
+            .await
+            .unwrap_err();
         match &refused {
             Error::InvalidConfig { field, reason } => {
                 assert_eq!(*field, "permits");
@@ -609,7 +615,7 @@ async fn negative_control_a_majority_semaphore_of_three_permits_admits_five_hold
             .build()
             .await
             .unwrap();
-        let refused = locks.semaphore(&key, 3).try_acquire().await;
+        let refused = locks.semaphore(&key, 3).counted().try_acquire().await;
         assert!(matches!(refused, Err(Error::InvalidConfig { .. })));
         let permit = testkit::unchecked_semaphore(&locks, &key, 3)
             .ttl(Duration::from_secs(30))
@@ -645,6 +651,7 @@ async fn into_holder_gives_back_the_guard_of_a_set_or_a_permit() {
     let key = unique_key("token-permit");
     let permit = locks
         .semaphore(&key, 2)
+        .counted()
         .ttl(Duration::from_secs(30))
         .try_acquire()
         .await
@@ -730,6 +737,7 @@ async fn the_readmes_acl_rule_is_enough_for_semaphores_read_write_and_fair_locks
     // Each primitive through acquire, a waiter woken by its release, extend and release.
     let permit = all
         .semaphore("acl:sem", 2)
+        .counted()
         .ttl(ttl)
         .acquire()
         .await

@@ -163,8 +163,8 @@ impl Pick {
             (Pick::Write, _) => locks.write_lock(keys.rw()),
             (Pick::Fair, _) => locks.fair_lock(keys.fair()),
             (Pick::Permit(s), _) => match s.all {
-                true => all.semaphore(keys.semaphore(s), s.permits),
-                false => locks.semaphore(keys.semaphore(s), s.permits),
+                true => all.semaphore(keys.semaphore(s), s.permits).counted(),
+                false => locks.semaphore(keys.semaphore(s), s.permits).counted(),
             },
         }
     }

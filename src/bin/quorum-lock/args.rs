@@ -264,6 +264,12 @@ pub struct KindArgs {
     /// Take the fair lock KEY: waiting runs get it in the order they started waiting.
     #[arg(long)]
     pub fair: bool,
+
+    /// Take one permit of the semaphore KEY of P permits: at most P runs hold one at once.
+    /// More than one permit: P slots (KEY#0 .. KEY#P-1), each a lock under the quorum, so a
+    /// node down stops nothing; every client of KEY must give the same P.
+    #[arg(long, value_name = "P", value_parser = clap::value_parser!(u32).range(1..=i64::from(quorum_lock::MAX_SLOTS)))]
+    pub permits: Option<u32>,
 }
 
 impl KindArgs {
@@ -279,6 +285,8 @@ impl KindArgs {
             client.write_lock(key)
         } else if self.fair {
             client.fair_lock(key)
+        } else if let Some(permits) = self.permits {
+            client.semaphore(key, permits)
         } else {
             client.lock(key)
         }

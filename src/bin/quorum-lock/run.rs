@@ -153,6 +153,11 @@ async fn supervised(
         if let Some(token) = guard.fencing_token() {
             env.push(("QUORUM_LOCK_FENCING_TOKEN", token.to_string()));
         }
+        // A semaphore's permit: the slot taken (KEY#i), whose token the fencing token is.
+        if args.watch.kind.permits.is_some_and(|p| p > 1) {
+            let slot = String::from_utf8_lossy(guard.key()).into_owned();
+            env.push(("QUORUM_LOCK_SLOT", slot));
+        }
         // Spawned here, in the top-level future, which `block_on` polls on the main thread (see
         // `Command::spawn` on the parent-death signal).
         let (child, group) = match command.spawn(&env, args.clean_env) {
@@ -223,8 +228,8 @@ async fn supervised(
 fn check_elect(args: &RunArgs) -> Result<(), Failure> {
     let watch = &args.watch;
     let kind = &watch.kind;
-    let refused = if kind.read || kind.write || kind.fair {
-        "--read, --write and --fair: an election's key is taken as a mutex"
+    let refused = if kind.read || kind.write || kind.fair || kind.permits.is_some() {
+        "--read, --write, --fair and --permits: an election's key is taken as a mutex"
     } else if watch.fencing {
         "--fencing: a leader always has its term, in QUORUM_LOCK_TERM and QUORUM_LOCK_FENCING_TOKEN"
     } else if watch.max_hold.is_some() {
