@@ -179,7 +179,12 @@ async fn a_permit_is_a_lock_of_its_slot_and_bad_counts_are_refused() {
     // The broken slot stays taken until the broken entry would have expired: one is free.
     let a = locks.semaphore(&key, 2).try_acquire().await.unwrap();
     assert!(a.is_some());
-    assert!(locks.semaphore(&key, 2).try_acquire().await.unwrap().is_none());
+    assert!(locks
+        .semaphore(&key, 2)
+        .try_acquire()
+        .await
+        .unwrap()
+        .is_none());
     // A wait that ends on a full semaphore is a wait timeout naming the key.
     let key = unique_key("slot-full");
     let a = locks.semaphore(&key, 2).try_acquire().await.unwrap();

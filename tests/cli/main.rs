@@ -31,6 +31,7 @@ mod access;
 mod edges;
 mod elect;
 mod hold;
+mod permits;
 mod run;
 
 const BIN: &str = env!("CARGO_BIN_EXE_quorum-lock");

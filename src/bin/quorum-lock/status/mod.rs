@@ -112,15 +112,93 @@ struct Report {
     node_status: Vec<NodeView>,
 }
 
+/// A semaphore of slots (`--permits P`, P > 1, where the key itself keeps no counted
+/// permits): each slot's report, and how many a quorum shows held.
+#[derive(Debug, Serialize)]
+struct SlotsReport {
+    key: String,
+    kind: &'static str,
+    permits: u32,
+    /// Slots a quorum shows held.
+    held: usize,
+    /// full (every slot held), taken, free, or unknown (a slot's nodes could tip it).
+    verdict: &'static str,
+    slots: Vec<Report>,
+}
+
 pub async fn status(settings: &Settings, args: &StatusArgs) -> Result<u8, Failure> {
+    let report = read_report(settings, &args.key, args.permits).await?;
+    let permits = args
+        .permits
+        .filter(|&p| p > 1 && report.kind != "semaphore");
+    let Some(permits) = permits else {
+        let unknown = report.verdict == "unknown";
+        print(args.json, &report, || plain(&report))?;
+        return Ok(if unknown { exit::UNAVAILABLE } else { exit::OK });
+    };
+    let mut slots = Vec::with_capacity(permits as usize);
+    for i in 0..permits {
+        let slot = text_name(quorum_lock::names::semaphore_slot(args.key.as_bytes(), i));
+        slots.push(read_report(settings, &slot, None).await?);
+    }
+    let held = slots.iter().filter(|r| r.verdict == "held").count();
+    let unknown = slots.iter().any(|r| r.verdict == "unknown");
+    let verdict = match held {
+        h if h == permits as usize => "full",
+        _ if unknown => "unknown",
+        0 => "free",
+        _ => "taken",
+    };
+    let all = SlotsReport {
+        key: args.key.clone(),
+        kind: "semaphore-slots",
+        permits,
+        held,
+        verdict,
+        slots,
+    };
+    print(args.json, &all, || {
+        let mut out = format!(
+            "key {:?} (semaphore of {permits} slots): {held} of {permits} held, {verdict}\n",
+            all.key
+        );
+        for slot in &all.slots {
+            out.push('\n');
+            out.push_str(&plain(slot));
+        }
+        out
+    })?;
+    Ok(if verdict == "unknown" {
+        exit::UNAVAILABLE
+    } else {
+        exit::OK
+    })
+}
+
+/// Prints `report` as JSON, or as `text` makes it.
+fn print<T: Serialize>(
+    json: bool,
+    report: &T,
+    text: impl FnOnce() -> String,
+) -> Result<(), Failure> {
+    if json {
+        let json = serde_json::to_string(report)
+            .map_err(|e| Failure::new(exit::SOFTWARE, format!("encoding JSON: {e}")))?;
+        exit::print(&format!("{json}\n"))
+    } else {
+        exit::print(&text())
+    }
+}
+
+/// What the nodes show of `key` (with `permits`, the count of a counted semaphore).
+async fn read_report(
+    settings: &Settings,
+    key: &str,
+    permits: Option<u32>,
+) -> Result<Report, Failure> {
     let required = settings.required()?;
     let nodes = settings.node_clients()?;
-    let answers = join_all(
-        nodes
-            .iter()
-            .map(|node| read_node(settings, node, &args.key)),
-    )
-    .await;
+    let answers = join_all(nodes.iter().map(|node| read_node(settings, node, key))).await;
     direct::misconfigured(answers.iter().filter_map(|a| a.as_ref().err()))?;
     // A key cluster nodes refuse: the answer `run` gives (64), not "unreachable".
     if let Some(NodeError::Refused(e)) = answers.iter().find_map(|a| match a {
@@ -193,7 +271,7 @@ pub async fn status(settings: &Settings, args: &StatusArgs) -> Result<u8, Failur
     // A semaphore of more than one permit is taken on every node (`Quorum::All`), whatever
     // the configured quorum.
     let all_nodes = kind == "semaphore"
-        && (args.permits.is_some_and(|p| p > 1) || views.iter().any(|v| v.permits > Some(1)));
+        && (permits.is_some_and(|p| p > 1) || views.iter().any(|v| v.permits > Some(1)));
     let required = if all_nodes { nodes.len() } else { required };
     let reachable = views.iter().filter(|v| v.reachable).count();
     let unreachable = nodes.len() - reachable;
@@ -211,7 +289,7 @@ pub async fn status(settings: &Settings, args: &StatusArgs) -> Result<u8, Failur
         .iter()
         .filter(|v| v.reachable)
         .filter(|v| match kind {
-            "semaphore" => match args.permits {
+            "semaphore" => match permits {
                 Some(p) => v.permits.unwrap_or(0) < u64::from(p),
                 None => v.permits.unwrap_or(0) == 0,
             },
@@ -246,7 +324,7 @@ pub async fn status(settings: &Settings, args: &StatusArgs) -> Result<u8, Failur
     } else if kind == "read-write" && taken >= required {
         "read"
     } else if kind == "semaphore" && taken >= required {
-        if args.permits.is_some() {
+        if permits.is_some() {
             "full"
         } else {
             "taken"
@@ -259,8 +337,8 @@ pub async fn status(settings: &Settings, args: &StatusArgs) -> Result<u8, Failur
     } else {
         "split"
     };
-    let report = Report {
-        key: args.key.clone(),
+    Ok(Report {
+        key: key.to_string(),
         kind,
         nodes: nodes.len(),
         quorum: required,
@@ -268,23 +346,11 @@ pub async fn status(settings: &Settings, args: &StatusArgs) -> Result<u8, Failur
         verdict,
         held_by,
         free,
-        permits: args.permits,
+        permits,
         every_node: all_nodes,
         holder: holder.filter(|_| verdict == "held"),
         labels,
         node_status: views,
-    };
-    if args.json {
-        let json = serde_json::to_string(&report)
-            .map_err(|e| Failure::new(exit::SOFTWARE, format!("encoding JSON: {e}")))?;
-        exit::print(&format!("{json}\n"))?;
-    } else {
-        exit::print(&plain(&report))?;
-    }
-    Ok(if verdict == "unknown" {
-        exit::UNAVAILABLE
-    } else {
-        exit::OK
     })
 }
 
