@@ -199,8 +199,8 @@ pub mod docs {
 }
 
 pub use client::{
-    Builder, Election, HeldAs, Holding, Labelled, Leader, Leadership, LockRequest, Observer, Owner,
-    QuorumLock, Scoped, MAX_LABEL_LEN, MAX_LEADER_VALUE_LEN,
+    check_public_text, Builder, Election, HeldAs, Holding, Labelled, Leader, Leadership,
+    LockRequest, Observer, Owner, QuorumLock, Scoped, MAX_LABEL_LEN, MAX_LEADER_VALUE_LEN,
 };
 pub use error::{Error, FailureKind, NodeFailure, Op, Result, Unsent};
 pub use family::MAX_SET_KEYS;

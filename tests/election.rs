@@ -856,3 +856,35 @@ async fn a_break_that_fails_changes_nothing() {
         guard.release().await.unwrap();
     }
 }
+
+/// A reentrant owner's first label stays while any of its guards holds; a later guard's
+/// label does not replace it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reentrant_owners_first_label_stays() {
+    let fleet = shared_fleet();
+    let locks = client(fleet, Quorum::Majority).await;
+    let key = unique_key("reentrant-label");
+    let owner = locks.owner();
+    let ttl = Duration::from_secs(10);
+    let first = owner
+        .lock(&key)
+        .label("first")
+        .ttl(ttl)
+        .acquire()
+        .await
+        .unwrap();
+    let second = owner
+        .lock(&key)
+        .label("second")
+        .ttl(ttl)
+        .acquire()
+        .await
+        .unwrap();
+    let seen = locks.holder_of(&key).await.unwrap().expect("held");
+    assert_eq!(seen.label.as_deref(), Some("first"));
+    first.release().await.unwrap();
+    let seen = locks.holder_of(&key).await.unwrap().expect("held");
+    assert_eq!(seen.label.as_deref(), Some("first"));
+    second.release().await.unwrap();
+    assert_eq!(locks.holder_of(&key).await.unwrap(), None);
+}

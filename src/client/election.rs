@@ -295,7 +295,7 @@ impl Leadership {
             ("term", term.as_str()),
             ("since", since.as_str()),
         ];
-        self.guard.lease().publish(&fields).await?;
+        self.guard.lease().publish(&fields, false).await?;
         self.value = value;
         Ok(())
     }

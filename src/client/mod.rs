@@ -16,4 +16,4 @@ pub use observe::Observer;
 pub use owner::Owner;
 pub use quorum_lock::QuorumLock;
 pub use request::{LockRequest, Scoped};
-pub use who::{HeldAs, Holding, Labelled, MAX_LABEL_LEN};
+pub use who::{check_public_text, HeldAs, Holding, Labelled, MAX_LABEL_LEN};

@@ -193,7 +193,7 @@ impl<'a> LockRequest<'a> {
         };
         let since = crate::client::who::unix_ms_now();
         let fields = [("label", label.as_str()), ("since", since.as_str())];
-        match guard.lease().publish(&fields).await {
+        match guard.lease().publish(&fields, true).await {
             Ok(()) => Ok(guard),
             Err(e @ crate::Error::LockLost { .. }) => Err(e),
             Err(e) => {

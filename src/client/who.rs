@@ -86,29 +86,40 @@ fn member_labels(group: &[&NodeView], required: usize) -> Vec<Labelled> {
     labels
 }
 
-/// Checks a label or an election's value: 1 to `max` bytes, no control characters. A label is
-/// public: it is stored on the nodes and shown by `quorum-lock status`.
-pub(crate) fn check_public_text(field: &'static str, text: &str, max: usize) -> Result<()> {
+/// Checks a label or an election's value: 1 to `max` bytes, no control characters, no
+/// invisible, line-separating or direction formatting characters (the format characters of
+/// Unicode category Cf that hide or reorder text, and U+2028/U+2029). A label is public: it
+/// is stored on the nodes and shown by `quorum-lock status`. The error is
+/// [`Error::InvalidConfig`] naming `field`.
+pub fn check_public_text(field: &'static str, text: &str, max: usize) -> Result<()> {
     let reason = if text.is_empty() {
         "must not be empty".to_string()
     } else if text.len() > max {
         format!("{} bytes, longer than {max}", text.len())
     } else if text.chars().any(char::is_control) {
         "must not hold control characters (newlines, tabs, escapes)".to_string()
-    } else if text.chars().any(invisible) {
-        "must not hold invisible or direction formatting characters (U+200B-U+200F, \
-         U+202A-U+202E, U+2060-U+2069, U+FEFF)"
-            .to_string()
+    } else if let Some(c) = text.chars().find(|&c| invisible(c)) {
+        format!(
+            "must not hold invisible, line-separating or direction formatting characters \
+             (found U+{:04X})",
+            c as u32
+        )
     } else {
         return Ok(());
     };
     Err(Error::InvalidConfig { field, reason })
 }
 
-/// The format characters that hide or reorder text when shown (zero-width, bidirectional
-/// overrides and isolates, the byte order mark).
+/// The characters that hide, split or reorder text when shown: zero-width and joiners,
+/// bidirectional marks, overrides and isolates (U+061C too), the byte order mark, the soft
+/// hyphen, fillers and invisible letters, Mongolian free variation selectors, interlinear
+/// annotations, musical formatting, tags, and the line and paragraph separators.
 pub(crate) fn invisible(c: char) -> bool {
-    matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
+    matches!(c,
+        '\u{00AD}' | '\u{034F}' | '\u{061C}' | '\u{115F}' | '\u{1160}' | '\u{17B4}' | '\u{17B5}'
+        | '\u{180B}'..='\u{180F}' | '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}'
+        | '\u{2060}'..='\u{206F}' | '\u{3164}' | '\u{FEFF}' | '\u{FFA0}' | '\u{FFF9}'..='\u{FFFB}'
+        | '\u{1D173}'..='\u{1D17A}' | '\u{E0000}'..='\u{E007F}')
 }
 
 /// Now, as Unix time in ms (the "since" of a holder record).
@@ -405,7 +416,17 @@ mod tests {
     #[test]
     fn public_text_is_bounded_and_printable() {
         assert!(check_public_text("label", "host-7/job-42", 256).is_ok());
-        for bad in ["", "a\nb", &"x".repeat(257), "evil\u{202E}txt"] {
+        for bad in [
+            "",
+            "a\nb",
+            &"x".repeat(257),
+            "evil\u{202E}txt",
+            "a\u{061C}b",
+            "a\u{2028}b",
+            "soft\u{00AD}hyphen",
+            "tag\u{E0041}",
+            "filler\u{3164}",
+        ] {
             let e = check_public_text("label", bad, 256).unwrap_err();
             assert!(
                 matches!(e, Error::InvalidConfig { field: "label", .. }),

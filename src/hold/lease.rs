@@ -469,7 +469,9 @@ impl Lease {
     /// Refused by so many nodes that no quorum holds the entry: the lease is lost. Too many
     /// failures: the error, the lease kept (the record may show on some nodes: a later
     /// publish, with a later version, replaces it).
-    pub(crate) async fn publish(&self, fields: &[(&str, &str)]) -> Result<()> {
+    /// With `first`, nothing is published where the lease already has a record (a reentrant
+    /// owner's first label stays while any of its guards holds).
+    pub(crate) async fn publish(&self, fields: &[(&str, &str)], first: bool) -> Result<()> {
         let Some(_ops) = self.ops_while_live().await else {
             return Err(self.lost_error());
         };
@@ -483,7 +485,9 @@ impl Lease {
             return Err(self.lost_error());
         }
         // Taken before the record can exist anywhere: every renewal from now on moves it too.
-        let version = self.record.next(fields);
+        let Some(version) = self.record.next(fields, first) else {
+            return Ok(());
+        };
         let call = self.shape.publish(self.holder.as_str(), version, fields);
         let client = &self.client;
         let mut fan = crate::fanout::fan_out(

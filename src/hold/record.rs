@@ -18,15 +18,20 @@ impl Record {
         self.lock().0 > 0
     }
 
-    /// Takes `fields` as the record, with the next version, which it returns.
-    pub(crate) fn next(&self, fields: &[(&str, &str)]) -> u64 {
+    /// Takes `fields` as the record, with the next version, which it returns; with `first`,
+    /// only when no record was asked for yet (`None` otherwise: a reentrant owner's first
+    /// label stays).
+    pub(crate) fn next(&self, fields: &[(&str, &str)], first: bool) -> Option<u64> {
         let mut record = self.lock();
+        if first && record.0 > 0 {
+            return None;
+        }
         record.0 += 1;
         record.1 = fields
             .iter()
             .map(|(n, v)| (n.to_string(), v.to_string()))
             .collect();
-        record.0
+        Some(record.0)
     }
 
     /// The version and fields last asked for.

@@ -128,26 +128,14 @@ pub fn signal_name(signal: i32) -> String {
 /// here too, so that `status`, which reads the nodes directly, refuses the same keys, and every
 /// command refuses a bad key before it connects.
 /// A public line of text of at most `max` bytes: a label, a leader value.
-fn public_text(what: &str, text: &str, max: usize) -> Result<String, String> {
-    if text.is_empty() {
-        return Err(format!("the {what} must not be empty"));
+fn public_text(what: &'static str, text: &str, max: usize) -> Result<String, String> {
+    match quorum_lock::check_public_text(what, text, max) {
+        Ok(()) => Ok(text.to_string()),
+        Err(quorum_lock::Error::InvalidConfig { reason, .. }) => {
+            Err(format!("the {what} {reason}"))
+        }
+        Err(e) => Err(e.to_string()),
     }
-    if text.len() > max {
-        return Err(format!("the {what} is longer than {max} bytes"));
-    }
-    if text.chars().any(char::is_control) {
-        return Err(format!(
-            "the {what} must not hold control characters (newlines, tabs, escapes)"
-        ));
-    }
-    if text.chars().any(|c| {
-        matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
-    }) {
-        return Err(format!(
-            "the {what} must not hold invisible or direction formatting characters"
-        ));
-    }
-    Ok(text.to_string())
 }
 
 /// `--label`: public, shown by `status` (never a secret).
