@@ -42,6 +42,8 @@ pub enum FailPoint {
     /// The holder read shows a holder record whatever holder it names: a record left by an
     /// earlier holder labels the next one.
     StaleRecordShown,
+    /// A semaphore of slots takes one slot more than its permits (`K#P` too): P + 1 holders.
+    SlotBeyondPermits,
 }
 
 #[cfg(feature = "failpoints")]

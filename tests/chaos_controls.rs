@@ -267,6 +267,26 @@ fn a_holder_read_that_shows_an_earlier_holders_label_is_caught() {
     );
 }
 
+/// Only the semaphore of two permits (half its holds two slots under the majority): a
+/// round that takes a slot beyond the permits admits a third holder. Seeds 34 and 35 found
+/// 6 and 4 (`cargo run --release --all-features --example chaos -- --seed 34 --seconds 10
+/// --latency-ms 20 --kinds semaphore-2 --fail-point slot-beyond-permits`).
+#[test]
+#[ignore = "a further negative control (15-35 s): CI runs it; `-- --ignored` here"]
+fn a_semaphore_of_slots_that_takes_a_slot_too_many_is_caught() {
+    let report = chaos_with(
+        run::Options {
+            kinds: Some(vec!["semaphore-2".into()]),
+            ..options(34, Fleet::Links(20), seconds())
+        },
+        Some(FailPoint::SlotBeyondPermits),
+    );
+    assert!(
+        !report.overlaps.is_empty(),
+        "SlotBeyondPermits (a slot beyond the permits) not caught: {report}"
+    );
+}
+
 /// Programs the shrinker printed (`chaos ... --shrink RUNS`), replayed as they were printed:
 /// each must still be caught. The first: the token control (seed 25), shrunk from a 10 s run
 /// of six clients with its schedule's faults (`--seed 25 --seconds 10 --clients 6

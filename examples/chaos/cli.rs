@@ -103,6 +103,7 @@ pub fn parse_from(argv: impl IntoIterator<Item = String>) -> Result<Args, String
                     "leader-term-off-by-one" => FailPoint::LeaderTermOffByOne,
                     "break-deletes" => FailPoint::BreakDeletes,
                     "stale-record-shown" => FailPoint::StaleRecordShown,
+                    "slot-beyond-permits" => FailPoint::SlotBeyondPermits,
                     other => return Err(format!("--fail-point {other}: unknown")),
                 });
             }

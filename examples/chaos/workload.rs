@@ -4,7 +4,8 @@
 //! writing every call to the history.
 //!
 //! Every other client is built with a `lock_delay` of 300 ms. A program is a series of holds. Each takes a random kind (mutex, multi-key, fair, read,
-//! write, a semaphore of one permit, of two under `Quorum::All`, a mutex through a reentrant
+//! write, a semaphore of one permit, of two (counted under `Quorum::All`, or as two slots under
+//! the run's quorum), a mutex through a reentrant
 //! owner) by a random path (`try_acquire` or a waiting acquire; a fixed TTL or the watchdog,
 //! with or without `max_hold`; fenced mostly), sometimes cancelled; while held, it does
 //! fenced read-modify-writes of an unguarded register, extends (sometimes cancelled),
@@ -617,7 +618,16 @@ impl Client {
             false => Kind::draw_among(&mut self.rng, self.settings.kinds.as_deref()),
         };
         let keys = kind.keys(&self.settings.prefix, &mut self.rng);
-        let all = kind == Kind::Permits2;
+        // The semaphore of two permits: counted under every node, or (half the time, drawn
+        // apart from the program) two slots under the run's quorum. The checker counts the
+        // holders of its key either way.
+        let slots = kind == Kind::Permits2 && self.side.random_bool(0.5);
+        let all = kind == Kind::Permits2 && !slots;
+        // A key of its own: the two forms do not see each other's holders.
+        let keys = match slots {
+            true => vec![format!("{}sl0", self.settings.prefix)],
+            false => keys,
+        };
         // A leader always has its term.
         let fenced = kind == Kind::Leader || self.rng.random_bool(0.9);
         let watchdog = self.rng.random_bool(0.4);
@@ -644,6 +654,7 @@ impl Client {
         };
         let mut request = match &owner {
             Some(owner) => owner.lock(&keys[0]),
+            None if slots => locks.semaphore(&keys[0], 2),
             None => self.request(kind, &keys, &locks),
         };
         request = request.fencing(fenced).wait(wait);
@@ -668,7 +679,7 @@ impl Client {
                 "mode": if waiting { "wait" } else { "try" }, "watchdog": watchdog,
                 "wait_ms": wait.as_millis() as u64,
                 "lease_ms": lease.as_millis() as u64, "fenced": fenced, "all": all,
-                "labelled": labelled,
+                "labelled": labelled, "slots": slots,
             }),
         );
         let election = (kind == Kind::Leader).then(|| {

@@ -91,6 +91,9 @@ pub(crate) async fn acquire(
     };
     let start = Instant::now();
     let deadline = start + wait;
+    // The slots a round tries (one more under the fail point SlotBeyondPermits).
+    let beyond = crate::failpoints::on(crate::failpoints::FailPoint::SlotBeyondPermits);
+    let permits = permits + u32::from(beyond);
     let first = rand::random_range(0..permits);
     let mut waiters = Vec::with_capacity(permits as usize);
     for i in 0..permits {
