@@ -45,14 +45,18 @@ const WARM_UP: u64 = 100;
 /// The clients compared, by the name the child is given: the acquire+release of each, then
 /// quorum-lock's calls of issue 36, each one cycle: a labelled acquire+release (the holder
 /// record: one more round trip), an election's campaign+resign (a fenced acquire, the term's
-/// round trips, the record), and `holder_of` of a free key (one read of every node).
-const CLIENTS: [&str; 6] = [
+/// round trips, the record), and `holder_of` of a free key (one read of every node); then
+/// issue 37's semaphore of three permits, a permit's acquire+release: as slots under the
+/// majority (a free slot is one mutex's), and counted under every node (`Quorum::All`).
+const CLIENTS: [&str; 8] = [
     "quorum-lock",
     "floor",
     "rslock",
     "quorum-lock-labelled",
     "quorum-lock-election",
     "quorum-lock-holder-of",
+    "quorum-lock-slots",
+    "quorum-lock-counted",
 ];
 
 fn main() {
@@ -69,6 +73,8 @@ enum Call {
     Labelled,
     Election,
     HolderOf,
+    Slots,
+    Counted,
 }
 
 /// One client, connected to the parent's nodes.
@@ -88,9 +94,16 @@ impl Client {
             "quorum-lock"
             | "quorum-lock-labelled"
             | "quorum-lock-election"
-            | "quorum-lock-holder-of" => {
+            | "quorum-lock-holder-of"
+            | "quorum-lock-slots"
+            | "quorum-lock-counted" => {
+                let quorum = match name {
+                    "quorum-lock-counted" => quorum_lock::Quorum::All,
+                    _ => quorum_lock::Quorum::Majority,
+                };
                 let locks = QuorumLock::builder()
                     .nodes(urls)
+                    .quorum(quorum)
                     .node_timeout(Duration::from_millis(500))
                     .build()
                     .await
@@ -99,6 +112,8 @@ impl Client {
                     "quorum-lock-labelled" => Call::Labelled,
                     "quorum-lock-election" => Call::Election,
                     "quorum-lock-holder-of" => Call::HolderOf,
+                    "quorum-lock-slots" => Call::Slots,
+                    "quorum-lock-counted" => Call::Counted,
                     _ => Call::AcquireRelease,
                 };
                 Client::Ours(locks, call)
@@ -146,6 +161,19 @@ impl Client {
             Client::Ours(locks, Call::HolderOf) => {
                 let held = locks.holder_of(key).await.expect("holder_of");
                 assert!(held.is_none(), "a free key");
+            }
+            Client::Ours(locks, call @ (Call::Slots | Call::Counted)) => {
+                let request = match call {
+                    Call::Counted => locks.semaphore(key, 3).counted(),
+                    _ => locks.semaphore(key, 3),
+                };
+                let permit = request
+                    .ttl(TTL)
+                    .try_acquire()
+                    .await
+                    .expect("acquire")
+                    .expect("uncontended");
+                permit.release().await.expect("release");
             }
             Client::Floor(floor) => floor.lock_unlock(key, 3).await,
             Client::Rslock(peer) => {

@@ -186,6 +186,82 @@ async fn slow_node(iters: usize) -> (Stats, Stats) {
     (healthy, slow)
 }
 
+/// A permit of the semaphore `key` of 3, counted (`all`) or as slots.
+fn permit<'a>(locks: &'a QuorumLock, all: bool, key: &str) -> quorum_lock::LockRequest<'a> {
+    match all {
+        true => locks.semaphore(key, 3).counted(),
+        false => locks.semaphore(key, 3),
+    }
+}
+
+/// Issue 37's semaphore of 3 permits, slots under the majority beside counted under every
+/// node: a permit's acquire+release latency on a healthy fleet and with one node behind
+/// 50 ms of latency; then 8 separate clients (one `QuorumLock` each, as 8 services) taking
+/// and releasing permits, 25 each: permits per second. Rows: (form, healthy, slow, per s).
+async fn semaphores(iters: usize) -> Vec<(&'static str, Stats, Stats, f64)> {
+    let fleet = Fleet::builder().nodes(5).proxied(true).start().unwrap();
+    let client = |all: bool| {
+        let urls = fleet.urls();
+        async move {
+            let quorum = match all {
+                true => quorum_lock::Quorum::All,
+                false => quorum_lock::Quorum::Majority,
+            };
+            QuorumLock::builder()
+                .nodes(urls)
+                .quorum(quorum)
+                .build()
+                .await
+                .unwrap()
+        }
+    };
+    let mut rows = Vec::new();
+    for (form, all) in [("slots (majority)", false), ("counted (Quorum::All)", true)] {
+        let locks = client(all).await;
+        let key = format!("bench:sem:{all}");
+        let latency = |iters: usize| {
+            let (locks, key) = (&locks, &key);
+            async move {
+                let mut samples = Vec::with_capacity(iters);
+                for _ in 0..iters {
+                    let t = Instant::now();
+                    let permit = permit(locks, all, key).ttl(TTL).try_acquire().await;
+                    permit.unwrap().unwrap().release().await.unwrap();
+                    samples.push(t.elapsed());
+                }
+                stats(&samples)
+            }
+        };
+        let healthy = latency(iters).await;
+        fleet.proxy(4).latency(Duration::from_millis(50));
+        let slow = latency(iters / 10).await;
+        fleet.proxy(4).heal();
+        let mut services = Vec::new();
+        for _ in 0..8 {
+            services.push(client(all).await);
+        }
+        let started = Instant::now();
+        let tasks: Vec<_> = services
+            .into_iter()
+            .map(|locks| {
+                let key = format!("bench:sem:contended:{all}");
+                tokio::spawn(async move {
+                    for _ in 0..25 {
+                        let permit = permit(&locks, all, &key).ttl(TTL).acquire().await.unwrap();
+                        permit.release().await.unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let per_second = 200.0 / started.elapsed().as_secs_f64();
+        rows.push((form, healthy, slow, per_second));
+    }
+    rows
+}
+
 /// 8 tasks, 100 lock/unlock each on one key: (ops per second, every wait).
 async fn contention<L, F, Fut>(make: L) -> (f64, Vec<Duration>)
 where
@@ -294,6 +370,21 @@ async fn run() {
             "ratio slow/healthy p99 {:.2} (target <= 2)",
             r(slow.p99, healthy.p99)
         );
+        println!();
+    }
+    if wanted("semaphore") {
+        println!("## Semaphore of 3 permits: slots (majority) and counted (Quorum::All), 5 nodes");
+        println!("| form | p50 | p99 | p50, 1 node +50 ms | p99, 1 node +50 ms | 8 services, permits/s |");
+        println!("|---|---|---|---|---|---|");
+        for (form, healthy, slow, per_second) in semaphores(iters / 2).await {
+            println!(
+                "| {form} | {} | {} | {} | {} | {per_second:.0} |",
+                us(healthy.p50),
+                us(healthy.p99),
+                us(slow.p50),
+                us(slow.p99)
+            );
+        }
         println!();
     }
     // The fleet of the contention, throughput and hand-off sections.
@@ -520,8 +611,12 @@ async fn family(iters: usize) -> Vec<(&'static str, Stats)> {
             measure(iters, |_| cycle(locks.semaphore("bench:f:sem1", 1))).await,
         ),
         (
-            "semaphore, 3 permits (Quorum::All)",
+            "semaphore, 3 permits, counted (Quorum::All)",
             measure(iters, |_| cycle(all.semaphore("bench:f:sem3", 3).counted())).await,
+        ),
+        (
+            "semaphore, 3 permits, slots (majority)",
+            measure(iters, |_| cycle(locks.semaphore("bench:f:slots3", 3))).await,
         ),
         (
             "read lock",
