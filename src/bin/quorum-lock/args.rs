@@ -222,6 +222,7 @@ Examples:
   quorum-lock run -n nightly-report -- /usr/local/bin/report --full
   quorum-lock run --read catalog -- ./export   # many readers at once, never with a writer
   quorum-lock run --write catalog -- ./import  # alone, once the readers have left
+  quorum-lock run --permits 3 gpu -- ./train   # at most 3 at once, under the quorum
   quorum-lock run -w 2m --lease 1m --hold-min 10m backup -c 'pg_dump db | gzip > /b/db.gz'
 
 Exit codes:
