@@ -207,6 +207,7 @@ pub use family::MAX_SET_KEYS;
 pub use hold::{LockGuard, LostSignal};
 pub use node::NodeClient;
 pub use rules::config::{MAX_DURATION, MAX_TTL};
+pub use rules::durable::DurableVotes;
 pub use rules::holder::{Holder, HolderForm, MAX_HOLDER_LEN};
 pub use rules::key::{MAX_KEY_LEN, RESERVED_PREFIX};
 pub use rules::quorum::Quorum;

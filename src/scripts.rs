@@ -75,6 +75,9 @@ pub(crate) struct Call {
     /// Bit `i`: node `i`'s request of a fan-out was polled (see
     /// [`FanOut`](crate::fanout::FanOut)).
     polled: AtomicU64,
+    /// A vote (an acquire's, an extend's) counts only once the node made it durable
+    /// (`WAITAOF`, see `rules::durable`).
+    durable: Option<crate::rules::durable::DurableVotes>,
 }
 
 /// The most nodes a client may have: [`Progress`](crate::rules::progress::Progress) keeps one bit per
@@ -113,6 +116,7 @@ impl Call {
             progress: Progress::default(),
             expired: AtomicBool::new(false),
             polled: AtomicU64::new(0),
+            durable: None,
         }
     }
 
@@ -138,6 +142,7 @@ impl Call {
             progress: Progress::default(),
             expired: AtomicBool::new(false),
             polled: AtomicU64::new(0),
+            durable: None,
         }
     }
 
@@ -155,7 +160,37 @@ impl Call {
             progress: Progress::default(),
             expired: AtomicBool::new(false),
             polled: AtomicU64::new(0),
+            durable: None,
         }
+    }
+
+    /// `WAITAOF numlocal numreplicas timeout`: how many local AOF fsyncs (0 or 1) and
+    /// replicas' acknowledge every write of the connection so far.
+    pub(crate) fn wait_aof(local: u32, replicas: u32, timeout_ms: u64) -> Call {
+        let mut wait = redis::cmd("WAITAOF");
+        wait.arg(local).arg(replicas).arg(timeout_ms.max(1));
+        Call {
+            name: "waitaof",
+            verb: "WAITAOF",
+            script: None,
+            resend_as: None,
+            command: wait,
+            progress: Progress::default(),
+            expired: AtomicBool::new(false),
+            polled: AtomicU64::new(0),
+            durable: None,
+        }
+    }
+
+    /// The call whose votes count only once durable, with `durable`.
+    pub(crate) fn durable(mut self, durable: Option<crate::rules::durable::DurableVotes>) -> Call {
+        self.durable = durable;
+        self
+    }
+
+    /// See [`durable`](Self::durable).
+    pub(crate) fn durability(&self) -> Option<crate::rules::durable::DurableVotes> {
+        self.durable
     }
 
     /// The call's first key: on a cluster node, the request goes to the primary serving its

@@ -14,6 +14,7 @@ use crate::node::tls::TlsSettings;
 use crate::node::{Node, NodeClient};
 use crate::rules::config::from_node_timeout;
 use crate::rules::config::{check_duration, Config};
+use crate::rules::durable::DurableVotes;
 use crate::rules::quorum::Quorum;
 use crate::rules::safety;
 use crate::scripts::MAX_NODES;
@@ -60,6 +61,7 @@ pub struct Builder {
     queue_lease: Option<Duration>,
     lock_delay: Duration,
     pubsub: bool,
+    durable: Option<DurableVotes>,
     lazy: bool,
     unchecked_quorum: Option<usize>,
     #[cfg(feature = "tls")]
@@ -83,6 +85,7 @@ impl std::fmt::Debug for Builder {
             .field("watchdog_lease", &self.watchdog_lease)
             .field("queue_lease", &self.queue_lease)
             .field("lock_delay", &self.lock_delay)
+            .field("durable_votes", &self.durable)
             .field("pubsub", &self.pubsub)
             .field("lazy", &self.lazy);
         #[cfg(feature = "tls")]
@@ -108,6 +111,7 @@ impl Default for Builder {
             watchdog_lease: Duration::from_secs(30),
             queue_lease: None,
             lock_delay: Duration::ZERO,
+            durable: None,
             pubsub: true,
             lazy: false,
             unchecked_quorum: None,
@@ -320,6 +324,17 @@ impl Builder {
         self
     }
 
+    /// Counts a node's yes to an acquire or an extend only once `WAITAOF` says the write is
+    /// fsynced to its AOF ([`DurableVotes::Local`]: needs `appendonly yes`) or on `n`
+    /// replicas ([`DurableVotes::Replica`]), within the node timeout (an fsync may take up to
+    /// a second with `appendfsync everysec`); docs/SAFETY.md, "Deployment shapes". Servers
+    /// before Redis or Valkey 7.2, and cluster nodes, are [`Error::InvalidConfig`] naming
+    /// `durable_votes` at build. Defaults to none.
+    pub fn durable_votes(mut self, durable: DurableVotes) -> Self {
+        self.durable = Some(durable);
+        self
+    }
+
     /// Whether waiters subscribe to release notices (one pub/sub connection per node, shared
     /// by all waiters of the client) to take the lock about one round trip after it is
     /// released. Without, they wake on the retry delay only. Also whether holders listen for
@@ -468,6 +483,7 @@ impl Builder {
             watchdog_lease: self.watchdog_lease,
             queue_lease,
             lock_delay: self.lock_delay,
+            durable: self.durable,
             pubsub: self.pubsub,
         };
         if self.watchdog_lease.saturating_add(self.lock_delay) > crate::rules::config::MAX_TTL {
@@ -558,6 +574,9 @@ impl Builder {
         let (infos, failures) = probe_until_quorum(&nodes, &config).await?;
         // The same rules as `quorum-lock check`: refused here, or logged.
         safety::refuse_or_warn(&infos)?;
+        if let Some(durable) = config.durable {
+            crate::rules::durable::check(&infos, durable)?;
+        }
         let reachable = nodes.len() - failures.len();
         if reachable < config.required && !self.lazy {
             return Err(Error::Unreachable {

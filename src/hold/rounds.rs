@@ -38,7 +38,9 @@ pub(crate) fn extend_call(
     recorded: bool,
 ) -> FanOut<impl Future<Output = NodeAnswer> + Send + 'static> {
     let ttl_ms = client.config.node_ttl_ms(ttl);
-    let call = shape.extend_with_record(holder, &ttl_ms, recorded);
+    let call = shape
+        .extend_with_record(holder, &ttl_ms, recorded)
+        .durable(client.config.durable);
     fan_out(&client.nodes, client.config.required, call, read_flag)
 }
 

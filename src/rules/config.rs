@@ -102,6 +102,8 @@ pub(crate) struct Config {
     /// [`Builder::lock_delay`](crate::Builder::lock_delay)).
     pub(crate) lock_delay: Duration,
     pub(crate) pubsub: bool,
+    /// See [`Builder::durable_votes`](crate::Builder::durable_votes).
+    pub(crate) durable: Option<crate::rules::durable::DurableVotes>,
 }
 
 impl Config {

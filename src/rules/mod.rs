@@ -4,6 +4,7 @@
 
 pub(crate) mod backoff;
 pub(crate) mod config;
+pub(crate) mod durable;
 pub(crate) mod holder;
 pub(crate) mod key;
 pub mod quorum;

@@ -114,7 +114,11 @@ pub(crate) async fn attempt(
 
     // RedLock step 1: the validity is measured from before the first request is sent.
     let t0 = Instant::now();
-    let call = || key.acquire(holder.as_str(), &plan.ttl_ms, standing);
+    let durable = state.config.durable;
+    let call = || {
+        let (call, read) = key.acquire(holder.as_str(), &plan.ttl_ms, standing);
+        (call.durable(durable), read)
+    };
     // Declared before the fan-outs: dropped after them, so that its rollback follows what
     // they wrote on each connection.
     let mut undo = Undo {

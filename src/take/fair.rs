@@ -350,6 +350,7 @@ mod tests {
             queue_lease: Duration::from_secs(30),
             lock_delay,
             pubsub: true,
+            durable: None,
         }
     }
 

@@ -95,8 +95,9 @@ pub(crate) async fn acquire(
     let beyond = crate::failpoints::on(crate::failpoints::FailPoint::SlotBeyondPermits);
     let permits = permits + u32::from(beyond);
     let first = rand::random_range(0..permits);
+    // Only a waiting request listens for releases (a single round needs no channel).
     let mut waiters = Vec::with_capacity(permits as usize);
-    for i in 0..permits {
+    for i in (0..permits).filter(|_| waiting) {
         let slot = Key::new(&slot_key(key, i))?;
         let mut waiter = Waiter::new(state.wakeups.as_ref(), slot.release_channel());
         // Each round tries every slot: no turn among this client's waiters of one slot.

@@ -1,0 +1,123 @@
+//! Durable votes (docs/DESIGN.md, "Durable votes"; `Builder::durable_votes`): a node's yes to
+//! an acquire or an extend counts only once `WAITAOF` says the write reached the node's AOF
+//! on disk (fsynced) or that many replicas. A node that restarts then still has every entry
+//! whose vote was counted, even after a machine or kernel crash before its own fsync would
+//! have come: a restart is not a forgetting fault.
+
+use redis::Value;
+
+use crate::error::{Error, FailureKind, NodeFailure};
+use crate::rules::safety::NodeInfo;
+use crate::scripts::Call;
+
+/// Where a vote must be durable before it counts ([`Builder::durable_votes`]).
+///
+/// [`Builder::durable_votes`]: crate::Builder::durable_votes
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DurableVotes {
+    /// Fsynced to the node's own AOF (`WAITAOF 1 0`): needs `appendonly yes` on the node.
+    Local,
+    /// Acknowledged by this many of the node's replicas' AOFs (`WAITAOF 0 n`).
+    Replica(u32),
+}
+
+impl DurableVotes {
+    /// The `WAITAOF` that confirms a vote, waiting at most `timeout_ms`.
+    pub(crate) fn wait_call(self, timeout_ms: u64) -> Call {
+        match self {
+            DurableVotes::Local => Call::wait_aof(1, 0, timeout_ms),
+            DurableVotes::Replica(n) => Call::wait_aof(0, n, timeout_ms),
+        }
+    }
+
+    /// Whether `WAITAOF`'s answer (`[local, replicas]`) makes the vote durable.
+    pub(crate) fn confirmed_by(self, answer: &Value) -> bool {
+        let Value::Array(counts) = answer else {
+            return false;
+        };
+        let count = |i: usize| match counts.get(i) {
+            Some(Value::Int(n)) => *n,
+            _ => -1,
+        };
+        match self {
+            DurableVotes::Local => count(0) >= 1,
+            DurableVotes::Replica(n) => count(1) >= i64::from(n),
+        }
+    }
+
+    /// The failure of a node whose vote was not made durable.
+    pub(crate) fn not_durable(self, node: &str, answer: &Value) -> NodeFailure {
+        NodeFailure::new(
+            node,
+            FailureKind::Protocol,
+            format!("the vote was not made durable ({self:?}): WAITAOF answered {answer:?}"),
+        )
+    }
+}
+
+/// An answer that refuses (`SET NX`'s nil, a script's 0): nothing was written, nothing to
+/// wait for.
+pub(crate) fn refusal(answer: &Value) -> bool {
+    matches!(answer, Value::Nil | Value::Int(0))
+}
+
+/// Refuses durable votes on nodes that cannot give them: a server older than Redis or Valkey
+/// 7.2 (no `WAITAOF`), or a cluster node (not supported). A node whose AOF is off cannot
+/// give a local durable vote: a warning (it may be switched on later; until then its votes
+/// fail).
+pub(crate) fn check(infos: &[NodeInfo], durable: DurableVotes) -> crate::Result<()> {
+    for info in infos {
+        let refuse = |reason: String| {
+            Err(Error::InvalidConfig {
+                field: "durable_votes",
+                reason,
+            })
+        };
+        if info.cluster.is_some() {
+            return refuse(format!(
+                "node {} is a cluster: durable votes are not supported on cluster nodes",
+                info.node
+            ));
+        }
+        let version = info.version.as_deref().unwrap_or("");
+        if !at_least_7_2(version) {
+            return refuse(format!(
+                "node {} runs {} {version}, which has no WAITAOF (Redis or Valkey 7.2 and later)",
+                info.node,
+                info.server.as_deref().unwrap_or("redis"),
+            ));
+        }
+        if durable == DurableVotes::Local && info.aof == Some(false) {
+            tracing::warn!(node = %info.node, "durable votes: AOF is off on this node, so its votes fail until it is on");
+        }
+    }
+    Ok(())
+}
+
+/// `major.minor[.patch]` at least 7.2.
+fn at_least_7_2(version: &str) -> bool {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
+    match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(major), Some(minor)) => (major, minor) >= (7, 2),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waitaof_answers_and_versions_are_read() {
+        let answer = |l, r| Value::Array(vec![Value::Int(l), Value::Int(r)]);
+        assert!(DurableVotes::Local.confirmed_by(&answer(1, 0)));
+        assert!(!DurableVotes::Local.confirmed_by(&answer(0, 2)));
+        assert!(DurableVotes::Replica(2).confirmed_by(&answer(0, 2)));
+        assert!(!DurableVotes::Replica(2).confirmed_by(&answer(1, 1)));
+        assert!(!DurableVotes::Local.confirmed_by(&Value::Nil));
+        assert!(at_least_7_2("7.2.4") && at_least_7_2("8.1.1") && at_least_7_2("7.4"));
+        assert!(!at_least_7_2("7.0.15") && !at_least_7_2("6.2.0") && !at_least_7_2(""));
+        assert!(refusal(&Value::Nil) && refusal(&Value::Int(0)) && !refusal(&Value::Okay));
+    }
+}

@@ -1,0 +1,133 @@
+//! Durable votes (`Builder::durable_votes`): a node's yes to an acquire or an extend counts
+//! only once `WAITAOF` confirms it. Counted on servers that have `WAITAOF` (Redis or Valkey
+//! 7.2 and later: CI's Valkey 8.1 pass); on older servers (Debian's Redis 7.0) the build
+//! refuses. A machine crash before the fsync cannot be caused here; what is tested is the
+//! counting: a node whose AOF is switched off, or whose replicas do not confirm, gives no
+//! vote.
+
+mod common;
+
+use std::time::Duration;
+
+use quorum_lock::testkit::{Fleet, Persistence};
+use quorum_lock::{DurableVotes, Error, QuorumLock};
+
+/// Whether the fleet's servers have `WAITAOF` (7.2 and later), by `INFO server`.
+fn has_waitaof(fleet: &Fleet) -> bool {
+    let mut conn = fleet.client(0).get_connection().expect("connect");
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query(&mut conn)
+        .expect("INFO");
+    let version = info
+        .lines()
+        .find_map(|l| l.strip_prefix("valkey_version:"))
+        .or_else(|| info.lines().find_map(|l| l.strip_prefix("redis_version:")))
+        .unwrap_or("");
+    let mut parts = version
+        .trim()
+        .split('.')
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (7, 2)
+}
+
+async fn durable_client(fleet: &Fleet, durable: DurableVotes) -> Result<QuorumLock, Error> {
+    QuorumLock::builder()
+        .nodes(fleet.urls())
+        .node_timeout(Duration::from_millis(500))
+        .durable_votes(durable)
+        .build()
+        .await
+}
+
+fn set_aof(fleet: &Fleet, i: usize, on: bool) {
+    let mut conn = fleet.client(i).get_connection().expect("connect");
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("appendonly")
+        .arg(if on { "yes" } else { "no" })
+        .query(&mut conn)
+        .expect("CONFIG SET appendonly");
+}
+
+fn entries(fleet: &Fleet, key: &str) -> usize {
+    (0..fleet.len())
+        .filter(|&i| {
+            let mut conn = fleet.client(i).get_connection().expect("connect");
+            redis::cmd("EXISTS")
+                .arg(key)
+                .query::<i64>(&mut conn)
+                .expect("EXISTS")
+                == 1
+        })
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vote_counts_only_where_the_node_made_it_durable() {
+    let fleet = Fleet::builder()
+        .nodes(3)
+        .persistence(Persistence::AofAlways)
+        .start()
+        .expect("fleet");
+    if !has_waitaof(&fleet) {
+        // Redis 7.0: no WAITAOF, refused at build with the reason.
+        let e = durable_client(&fleet, DurableVotes::Local)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::InvalidConfig {
+                    field: "durable_votes",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("WAITAOF"), "{e}");
+        return;
+    }
+    let locks = durable_client(&fleet, DurableVotes::Local).await.unwrap();
+    let ttl = Duration::from_secs(10);
+    let held = locks.try_acquire("durable:a", ttl).await.unwrap();
+    let held = held.expect("every node's AOF is on: durable votes");
+    assert_eq!(entries(&fleet, "durable:a"), 3);
+
+    // Two of three nodes' AOF off: their yes counts for nothing. An acquire fails (no
+    // quorum of durable votes) and is rolled back; an extend fails and moves no deadline.
+    set_aof(&fleet, 0, false);
+    set_aof(&fleet, 1, false);
+    let e = locks.try_acquire("durable:b", ttl).await.unwrap_err();
+    assert!(matches!(e, Error::NoQuorum { .. }), "{e}");
+    assert!(
+        e.to_string().contains("appendonly") || e.to_string().contains("durable"),
+        "{e}"
+    );
+    locks.finish_background().await;
+    assert_eq!(entries(&fleet, "durable:b"), 0, "rolled back on every node");
+    let before = held.deadline();
+    let e = held.extend(Duration::from_secs(30)).await.unwrap_err();
+    assert!(matches!(e, Error::NoQuorum { .. }), "{e}");
+    assert!(
+        held.deadline() <= before,
+        "a failed extend moves no deadline"
+    );
+
+    // One node off only: a quorum of durable votes again.
+    set_aof(&fleet, 1, true);
+    let extended = held.extend(Duration::from_secs(30)).await;
+    assert!(extended.is_ok(), "{extended:?}");
+    let again = locks.try_acquire("durable:b", ttl).await.unwrap();
+    assert!(again.is_some());
+    set_aof(&fleet, 0, true);
+
+    // Votes durable on a replica: these nodes have none, so nothing is confirmed.
+    let replicas = durable_client(&fleet, DurableVotes::Replica(1))
+        .await
+        .unwrap();
+    let e = replicas.try_acquire("durable:c", ttl).await.unwrap_err();
+    assert!(matches!(e, Error::NoQuorum { .. }), "{e}");
+    replicas.finish_background().await;
+    assert_eq!(entries(&fleet, "durable:c"), 0);
+}
