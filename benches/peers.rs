@@ -186,6 +186,51 @@ async fn slow_node(iters: usize) -> (Stats, Stats) {
     (healthy, slow)
 }
 
+/// Issue 37's durable votes beside plain ones: an uncontended acquire+release on 5 nodes
+/// with AOF, `appendfsync always` and `everysec`, each with and without
+/// `durable_votes(Local)`. `None` where the server has no `WAITAOF` (before 7.2: run with
+/// `QUORUM_LOCK_REDIS_SERVER` naming a Valkey 8.1 or Redis 7.2+ server).
+async fn durable_votes(iters: usize) -> Option<Vec<(String, Stats)>> {
+    let mut rows = Vec::new();
+    for fsync in ["always", "everysec"] {
+        let fleet = Fleet::builder()
+            .nodes(5)
+            .server_args(["--appendonly", "yes", "--appendfsync", fsync])
+            .start()
+            .unwrap();
+        for durable in [false, true] {
+            let mut builder = QuorumLock::builder()
+                .nodes(fleet.urls())
+                .node_timeout(Duration::from_millis(1500));
+            if durable {
+                builder = builder.durable_votes(quorum_lock::DurableVotes::Local);
+            }
+            let locks = match builder.build().await {
+                Ok(locks) => locks,
+                Err(e) if durable => {
+                    println!("durable votes skipped: {e}");
+                    return None;
+                }
+                Err(e) => panic!("{e}"),
+            };
+            let key = format!("bench:durable:{fsync}:{durable}");
+            // everysec: each vote waits for the next fsync (up to a second): fewer rounds.
+            let n = if durable && fsync == "everysec" {
+                iters.min(40)
+            } else {
+                iters
+            };
+            let stats = measure(n, |_| cycle(locks.lock(&key))).await;
+            let name = match durable {
+                true => format!("durable votes (Local), appendfsync {fsync}"),
+                false => format!("plain votes, appendfsync {fsync}"),
+            };
+            rows.push((name, stats));
+        }
+    }
+    Some(rows)
+}
+
 /// A permit of the semaphore `key` of 3, counted (`all`) or as slots.
 fn permit<'a>(locks: &'a QuorumLock, all: bool, key: &str) -> quorum_lock::LockRequest<'a> {
     match all {
@@ -370,6 +415,17 @@ async fn run() {
             "ratio slow/healthy p99 {:.2} (target <= 2)",
             r(slow.p99, healthy.p99)
         );
+        println!();
+    }
+    if wanted("durable") {
+        println!("## Durable votes beside plain ones, 5 nodes with AOF, acquire+release");
+        if let Some(rows) = durable_votes(iters / 4).await {
+            println!("| votes | p50 | p99 |");
+            println!("|---|---|---|");
+            for (name, s) in rows {
+                println!("| {name} | {} | {} |", us(s.p50), us(s.p99));
+            }
+        }
         println!();
     }
     if wanted("semaphore") {
