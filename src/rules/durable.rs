@@ -62,35 +62,40 @@ pub(crate) fn refusal(answer: &Value) -> bool {
     matches!(answer, Value::Nil | Value::Int(0))
 }
 
-/// Refuses durable votes on nodes that cannot give them: a server older than Redis or Valkey
-/// 7.2 (no `WAITAOF`), or a cluster node (not supported). A node whose AOF is off cannot
-/// give a local durable vote: a warning (it may be switched on later; until then its votes
-/// fail).
+/// Why `info`'s node cannot give durable votes, if it cannot: a server older than Redis or
+/// Valkey 7.2 (no `WAITAOF`), a cluster node (not supported), or, for [`DurableVotes::Local`],
+/// AOF off.
+pub(crate) fn why_not(info: &NodeInfo, durable: DurableVotes) -> Option<String> {
+    let version = info.version.as_deref().unwrap_or("");
+    if info.cluster.is_some() {
+        Some("a cluster: durable votes are not supported on cluster nodes".into())
+    } else if !at_least_7_2(version) {
+        Some(format!(
+            "{} {version} has no WAITAOF (Redis or Valkey 7.2 and later)",
+            info.server.as_deref().unwrap_or("redis"),
+        ))
+    } else if durable == DurableVotes::Local && info.aof == Some(false) {
+        Some("AOF is off (appendonly no): its votes fail until it is on".into())
+    } else {
+        None
+    }
+}
+
+/// Refuses durable votes on nodes that cannot give them at all (see [`why_not`]); a node
+/// whose AOF is off is a warning (it may be switched on later; until then its votes fail).
 pub(crate) fn check(infos: &[NodeInfo], durable: DurableVotes) -> crate::Result<()> {
     for info in infos {
-        let refuse = |reason: String| {
-            Err(Error::InvalidConfig {
-                field: "durable_votes",
-                reason,
-            })
+        let Some(why) = why_not(info, durable) else {
+            continue;
         };
-        if info.cluster.is_some() {
-            return refuse(format!(
-                "node {} is a cluster: durable votes are not supported on cluster nodes",
-                info.node
-            ));
+        if info.aof == Some(false) && why.starts_with("AOF") {
+            tracing::warn!(node = %info.node, "durable votes: {why}");
+            continue;
         }
-        let version = info.version.as_deref().unwrap_or("");
-        if !at_least_7_2(version) {
-            return refuse(format!(
-                "node {} runs {} {version}, which has no WAITAOF (Redis or Valkey 7.2 and later)",
-                info.node,
-                info.server.as_deref().unwrap_or("redis"),
-            ));
-        }
-        if durable == DurableVotes::Local && info.aof == Some(false) {
-            tracing::warn!(node = %info.node, "durable votes: AOF is off on this node, so its votes fail until it is on");
-        }
+        return Err(Error::InvalidConfig {
+            field: "durable_votes",
+            reason: format!("node {}: {why}", info.node),
+        });
     }
     Ok(())
 }

@@ -56,6 +56,15 @@ pub struct ClusterInfo {
     pub not_answering: Vec<String>,
 }
 
+impl NodeInfo {
+    /// Why this node cannot give durable votes of the kind `durable`
+    /// ([`Builder::durable_votes`](crate::Builder::durable_votes)), if it cannot: before
+    /// Redis or Valkey 7.2 (no `WAITAOF`), a cluster, or (local votes) AOF off.
+    pub fn durable_votes_refused(&self, durable: crate::DurableVotes) -> Option<String> {
+        crate::rules::durable::why_not(self, durable)
+    }
+}
+
 impl ClusterInfo {
     /// Reads a member's `CLUSTER SLOTS` and `CLUSTER NODES` answers.
     pub fn from_replies(slots: &Value, nodes: &Value) -> ClusterInfo {

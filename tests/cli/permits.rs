@@ -68,4 +68,30 @@ fn three_runs_hold_three_permits_and_a_fourth_is_busy_with_a_node_down() {
         "{out}"
     );
     assert!(out.contains("key \"pool#0\""), "{out}");
+    // Ended as an operator would (TERM reaches each command's process group), so that no
+    // `sleep` outlives the test.
+    for (mut running, _) in runs {
+        signal(running.pid(), libc::SIGTERM);
+        running.exit_code(Duration::from_secs(10));
+    }
+}
+
+/// `check` says whether each node could give durable votes, and why not: these nodes run
+/// without AOF (and Redis 7.0 has no `WAITAOF` at all).
+#[test]
+fn check_says_which_nodes_could_give_durable_votes() {
+    let fleet = Fleet::start(3).expect("fleet");
+    let (_, out, err) = run(cli(&fleet).args(["check"]));
+    let lines: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("durable votes"))
+        .collect();
+    assert_eq!(lines.len(), 3, "{out}{err}");
+    for line in lines {
+        assert!(
+            line.contains("durable votes no (")
+                && (line.contains("has no WAITAOF") || line.contains("AOF is off")),
+            "{line}"
+        );
+    }
 }

@@ -47,6 +47,9 @@ struct NodeReport {
     /// The node's clock minus this machine's, corrected by half the round trip.
     clock_offset_ms: Option<f64>,
     rtt_ms: Option<f64>,
+    /// Whether the node can give durable votes (`Builder::durable_votes(Local)`): "yes", or
+    /// why not.
+    durable_votes: Option<String>,
     /// What the library's safety rules read (`quorum_lock::safety`).
     #[serde(skip)]
     info: Option<NodeInfo>,
@@ -148,6 +151,10 @@ async fn read(
     report.aof = read.aof;
     report.appendfsync = read.appendfsync.clone();
     report.maxmemory_policy = read.maxmemory_policy.clone();
+    report.durable_votes = Some(
+        read.durable_votes_refused(quorum_lock::DurableVotes::Local)
+            .map_or("yes".to_string(), |why| format!("no ({why})")),
+    );
     report.info = Some(read);
     // The clock, on a connection of its own.
     let mut conn = direct::connect(node, limit, limit).await?;
@@ -258,13 +265,14 @@ fn plain(r: &Report) -> String {
         };
         let _ = writeln!(
             out,
-            "{}: {} {}, role {}, aof {aof}, appendfsync {}, maxmemory-policy {}, clock {clock}",
+            "{}: {} {}, role {}, aof {aof}, appendfsync {}, maxmemory-policy {}, clock {clock}, durable votes {}",
             n.node,
             n.server.as_deref().unwrap_or("redis"),
             or(&n.version),
             or(&n.role),
             n.appendfsync.as_deref().unwrap_or("unknown"),
             or(&n.maxmemory_policy),
+            or(&n.durable_votes),
         );
     }
     for f in &r.findings {
