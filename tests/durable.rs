@@ -122,6 +122,51 @@ async fn a_vote_counts_only_where_the_node_made_it_durable() {
     assert!(again.is_some());
     set_aof(&fleet, 0, true);
 
+    // A fair lock is not handed to a waiter on a release's answers or a grant's notices
+    // under durable votes: the waiter claims it with an acquire of its own, whose votes are
+    // not durable on two of three nodes here.
+    let other = durable_client(&fleet, DurableVotes::Local).await.unwrap();
+    let fair = locks
+        .fair_lock("durable:fair")
+        .ttl(ttl)
+        .acquire()
+        .await
+        .unwrap();
+    let same = {
+        let locks = locks.clone();
+        tokio::spawn(async move {
+            let wait = Duration::from_secs(2);
+            locks
+                .fair_lock("durable:fair")
+                .ttl(ttl)
+                .wait(wait)
+                .acquire()
+                .await
+        })
+    };
+    let across = tokio::spawn(async move {
+        let wait = Duration::from_secs(2);
+        other
+            .fair_lock("durable:fair")
+            .ttl(ttl)
+            .wait(wait)
+            .acquire()
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    set_aof(&fleet, 0, false);
+    set_aof(&fleet, 1, false);
+    fair.release().await.unwrap();
+    for waiter in [same, across] {
+        let got = waiter.await.unwrap();
+        assert!(
+            got.is_err(),
+            "a fair lock held without durable votes: {got:?}"
+        );
+    }
+    set_aof(&fleet, 0, true);
+    set_aof(&fleet, 1, true);
+
     // Votes durable on a replica: these nodes have none, so nothing is confirmed.
     let replicas = durable_client(&fleet, DurableVotes::Replica(1))
         .await
@@ -130,4 +175,18 @@ async fn a_vote_counts_only_where_the_node_made_it_durable() {
     assert!(matches!(e, Error::NoQuorum { .. }), "{e}");
     replicas.finish_background().await;
     assert_eq!(entries(&fleet, "durable:c"), 0);
+    // Replica(0) would confirm everything at once.
+    let e = durable_client(&fleet, DurableVotes::Replica(0))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::InvalidConfig {
+                field: "durable_votes",
+                ..
+            }
+        ),
+        "{e}"
+    );
 }

@@ -185,6 +185,14 @@ async fn a_permit_is_a_lock_of_its_slot_and_bad_counts_are_refused() {
         .await
         .unwrap()
         .is_none());
+    // A key whose longest slot name is too long: one typed error, before any node is
+    // asked, whichever slot a round would start at.
+    let long = "k".repeat(quorum_lock::MAX_KEY_LEN - 2);
+    for _ in 0..8 {
+        let e = locks.semaphore(&long, 12).try_acquire().await.unwrap_err();
+        assert!(matches!(e, Error::InvalidKey { .. }), "{e}");
+        assert!(e.to_string().contains("slot 11"), "{e}");
+    }
     // A wait that ends on a full semaphore is a wait timeout naming the key.
     let key = unique_key("slot-full");
     let a = locks.semaphore(&key, 2).try_acquire().await.unwrap();

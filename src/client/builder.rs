@@ -327,9 +327,8 @@ impl Builder {
     /// Counts a node's yes to an acquire or an extend only once `WAITAOF` says the write is
     /// fsynced to its AOF ([`DurableVotes::Local`]: needs `appendonly yes`) or on `n`
     /// replicas ([`DurableVotes::Replica`]), within the node timeout (an fsync may take up to
-    /// a second with `appendfsync everysec`); docs/SAFETY.md, "Deployment shapes". Servers
-    /// before Redis or Valkey 7.2, and cluster nodes, are [`Error::InvalidConfig`] naming
-    /// `durable_votes` at build. Defaults to none.
+    /// a second with `everysec`); docs/SAFETY.md, "Deployment shapes". Servers before 7.2,
+    /// cluster nodes and `Replica(0)` are [`Error::InvalidConfig`] (`durable_votes`).
     pub fn durable_votes(mut self, durable: DurableVotes) -> Self {
         self.durable = Some(durable);
         self
@@ -469,6 +468,7 @@ impl Builder {
                 format!("must be in [0, 0.5), got {}", self.drift_factor),
             );
         }
+        self.durable.map(DurableVotes::check).transpose()?;
         let config = Config {
             quorum: self.quorum,
             required,

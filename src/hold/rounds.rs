@@ -72,7 +72,13 @@ pub(crate) async fn release_round(
     holder: &str,
 ) -> (Outcome, Option<Stragglers>) {
     // A release may hand the key to a waiter of this client (see `wakeup::handoff`).
-    let handing = client.handoff.before_release(shape);
+    // Under durable votes, no hand-off to this client's waiters from the release's answers:
+    // the release waits for no WAITAOF, so each waiter claims the grant with an acquire of
+    // its own, whose votes are durable.
+    let handing = match client.config.durable {
+        Some(_) => None,
+        None => client.handoff.before_release(shape),
+    };
     let sure = handing.as_ref().map_or(&[][..], |h| h.sure());
     let (call, read) = shape.release_handing_off(holder, Notice::Release, sure);
     let mut fan = fan_out(&client.nodes, client.config.required, call, read);

@@ -18,11 +18,22 @@ use crate::scripts::Call;
 pub enum DurableVotes {
     /// Fsynced to the node's own AOF (`WAITAOF 1 0`): needs `appendonly yes` on the node.
     Local,
-    /// Acknowledged by this many of the node's replicas' AOFs (`WAITAOF 0 n`).
+    /// Acknowledged by this many of the node's replicas' AOFs (`WAITAOF 0 n`), at least 1.
     Replica(u32),
 }
 
 impl DurableVotes {
+    /// `Replica(0)` would confirm every vote at once: refused.
+    pub(crate) fn check(self) -> crate::Result<()> {
+        match self {
+            DurableVotes::Replica(0) => Err(Error::InvalidConfig {
+                field: "durable_votes",
+                reason: "Replica(0) waits for no replica: give 1 or more, or Local".into(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// The `WAITAOF` that confirms a vote, waiting at most `timeout_ms`.
     pub(crate) fn wait_call(self, timeout_ms: u64) -> Call {
         match self {

@@ -152,6 +152,11 @@ impl Line {
         let Shape::Fair(f) = &plan.shape else {
             return None;
         };
+        // Under durable votes a grant's notices are not durable votes: the waiter claims the
+        // grant with an acquire of its own.
+        if state.config.durable.is_some() {
+            return None;
+        }
         let config = &state.config;
         let noticed = self.registration.slot.noticed.of_round(round);
         let deadline = notices_deadline(config, sent, &noticed)?;

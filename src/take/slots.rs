@@ -44,6 +44,17 @@ pub(crate) fn check(key: &[u8], permits: u32) -> Result<()> {
             reason: format!("{permits}: a semaphore has 1 to {MAX_SLOTS} permits"),
         });
     }
+    // The longest slot's name must be a key too: every slot, whichever a round starts at.
+    Key::new(&slot_key(key, permits - 1)).map_err(|e| match e {
+        Error::InvalidKey { reason } => Error::InvalidKey {
+            reason: format!(
+                "its slot {} (the key with #{}): {reason}",
+                permits - 1,
+                permits - 1
+            ),
+        },
+        e => e,
+    })?;
     Ok(())
 }
 
@@ -119,6 +130,10 @@ pub(crate) async fn acquire(
             .collect();
         let mut failure = None;
         for j in 0..permits {
+            // A waiting round stops at the wait's end (a single round tries every slot).
+            if waiting && j > 0 && Instant::now() >= deadline {
+                break;
+            }
             let i = (first + j) % permits;
             attempts = attempts.saturating_add(1);
             match once(state, slot_spec(&spec, key, i)).await {

@@ -32,6 +32,15 @@ fn three_runs_hold_three_permits_and_a_fourth_is_busy_with_a_node_down() {
     assert_eq!(slots, ["pool#0", "pool#1", "pool#2"]);
     let (code, _, err) = run(cli(&fleet).args(["run", "-n", "--permits", "3", "pool", "true"]));
     assert_eq!(code, 1, "busy: {err}");
+    // More slots than a semaphore may have: a usage error, for status as for run.
+    for args in [
+        &["status", "--permits", "1025", "pool"][..],
+        &["run", "--permits", "1025", "pool", "true"][..],
+    ] {
+        let (code, _, err) = run(cli(&fleet).args(args));
+        assert_eq!(code, 64, "{args:?}: {err}");
+        assert!(err.contains("1025"), "{args:?}: {err}");
+    }
 
     fleet.kill(4).unwrap();
     let (code, out, err) = run(cli(&fleet).args(["status", "--json", "--permits", "3", "pool"]));

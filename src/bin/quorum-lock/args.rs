@@ -324,7 +324,7 @@ pub struct WatchArgs {
     pub metrics_textfile: Option<PathBuf>,
 
     /// A public label for the holder (who holds it: `host-7/job-42`), shown by `status`
-    /// with the time it was taken. For a mutex, a fair lock or a write lock.
+    /// with the time it was taken. Any kind (a semaphore's on its slot).
     #[arg(long, value_name = "TEXT", value_parser = parse_label)]
     pub label: Option<String>,
 }
@@ -436,8 +436,8 @@ pub struct StatusArgs {
     pub json: bool,
 
     /// For a semaphore: its number of permits (the count is the clients', not stored on the
-    /// nodes), to tell whether one is left.
-    #[arg(long, value_name = "P", value_parser = clap::value_parser!(u32).range(1..))]
+    /// nodes), to tell whether one is left; more than one permit, its slots (KEY#0 ..).
+    #[arg(long, value_name = "P", value_parser = clap::value_parser!(u32).range(1..=i64::from(quorum_lock::MAX_SLOTS)))]
     pub permits: Option<u32>,
 
     /// The lock key.

@@ -136,11 +136,17 @@ pub async fn status(settings: &Settings, args: &StatusArgs) -> Result<u8, Failur
         print(args.json, &report, || plain(&report))?;
         return Ok(if unknown { exit::UNAVAILABLE } else { exit::OK });
     };
-    let mut slots = Vec::with_capacity(permits as usize);
-    for i in 0..permits {
+    // Sixteen slots read at once (each slot's nodes at once too): a frozen node costs each
+    // slot its connect timeout, not each slot in turn.
+    let reads = futures::StreamExt::map(futures::stream::iter(0..permits), |i| {
         let slot = text_name(quorum_lock::names::semaphore_slot(args.key.as_bytes(), i));
-        slots.push(read_report(settings, &slot, None).await?);
-    }
+        async move { read_report(settings, &slot, None).await }
+    });
+    let reads = futures::StreamExt::buffered(reads, 16);
+    let slots: Vec<Report> = futures::StreamExt::collect::<Vec<_>>(reads)
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()?;
     let held = slots.iter().filter(|r| r.verdict == "held").count();
     let unknown = slots.iter().any(|r| r.verdict == "unknown");
     let verdict = match held {
