@@ -120,7 +120,17 @@ case "${1:-}" in
     ;;
   down)
     shift
-    exec "${compose[@]}" --profile clusters down -v "$@"
+    # Docker 20.10 can refuse to remove the network just after removing its containers
+    # ("has active endpoints", the endpoints still being detached; seen once in CI after
+    # every test had passed): `down` is idempotent, so it is asked again.
+    for attempt in 1 2 3; do
+      if "${compose[@]}" --profile clusters down -v "$@"; then
+        exit 0
+      fi
+      echo "compose.sh: down failed (attempt $attempt of 3); again in 2 s" >&2
+      sleep 2
+    done
+    exit 1
     ;;
   *)
     exec "${compose[@]}" "$@"
