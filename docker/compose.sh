@@ -120,9 +120,10 @@ case "${1:-}" in
     ;;
   down)
     shift
-    # Docker 20.10 can refuse to remove the network just after removing its containers
-    # ("has active endpoints", the endpoints still being detached; seen once in CI after
-    # every test had passed): `down` is idempotent, so it is asked again.
+    # Docker 20.10 can refuse to remove the network after removing its containers ("has
+    # active endpoints", though none is attached; seen in a CI rehearsal after every test had
+    # passed): `down` is idempotent, so it is asked again, and a network left alone is not
+    # a failure (below).
     for attempt in 1 2 3; do
       if "${compose[@]}" --profile clusters down -v "$@"; then
         exit 0
@@ -130,6 +131,12 @@ case "${1:-}" in
       echo "compose.sh: down failed (attempt $attempt of 3); again in 2 s" >&2
       sleep 2
     done
+    # Every container and volume gone, only the network left (an endpoint the engine never
+    # released, which no container holds): harmless, the next `up` reuses the network.
+    if [ -z "$("${compose[@]}" --profile clusters ps -q 2>/dev/null)" ]; then
+      echo "compose.sh: every container is gone; the project's network stays (the engine keeps a stale endpoint on it)" >&2
+      exit 0
+    fi
     exit 1
     ;;
   *)
