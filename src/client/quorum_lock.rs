@@ -37,7 +37,7 @@ use crate::take::plan::Target;
 /// ```
 #[derive(Clone)]
 pub struct QuorumLock {
-    state: Arc<ClientState>,
+    pub(crate) state: Arc<ClientState>,
 }
 
 impl std::fmt::Debug for QuorumLock {
@@ -517,73 +517,6 @@ impl QuorumLock {
         Fut: Future<Output = T>,
     {
         self.lock(key).run(work).await
-    }
-
-    /// Who holds `key`, as a quorum of nodes shows it: the kind of lock, how many hold it,
-    /// the label and since-when its holder published
-    /// ([`LockRequest::label`](crate::LockRequest::label)), how long a quorum keeps it and
-    /// the fencing counter. `None` when no holder is shown by a quorum (free, or an entry
-    /// on too few nodes). Reads every node in one step each and returns as soon as the answer
-    /// is decided: a frozen node costs nothing once a quorum has answered alike. Never
-    /// shows a holder value: the record holds its SHA1 only.
-    ///
-    /// # Errors
-    /// [`Error::InvalidKey`](crate::Error::InvalidKey);
-    /// [`Error::Unreachable`](crate::Error::Unreachable) when fewer than a quorum answered.
-    ///
-    /// # Cancel safety
-    /// Reads only: dropping the future changes nothing on the nodes.
-    pub async fn holder_of(&self, key: impl AsRef<[u8]>) -> Result<Option<crate::Holding>> {
-        let key = crate::take::plan::lock_key(&self.state, key.as_ref())?;
-        crate::client::who::holder_of(&self.state.nodes, self.state.config.required, &key).await
-    }
-
-    /// Breaks `key` (administration: a stuck lock, a holder that must stop): whatever holds
-    /// it, of any kind, loses it on every node. Its entries are replaced by tombstones that
-    /// keep the key taken until they would have expired (and for this client's
-    /// [`lock_delay`](crate::Builder::lock_delay) at least), so that no one else can take
-    /// it while a broken holder may still believe it holds; a broken holder's next renewal
-    /// finds its lock lost (its loss signal fires), and a `quorum-lock run` holding it stops
-    /// its command then. Returns how many holders were broken (the largest count among the
-    /// nodes; 0 when the key was free). An election's leader is deposed the same way.
-    /// Holders learn of it within a round trip through their notices
-    /// (`quorum-lock:holder-notices`; not with [`pubsub(false)`](crate::Builder::pubsub) on
-    /// the holder's client), and at their next renewal at the latest. A break announces
-    /// every holder before it writes anything: one refused (an ACL rule without the channel)
-    /// fails and changes nothing on that node.
-    ///
-    /// # Errors
-    /// [`Error::InvalidKey`](crate::Error::InvalidKey);
-    /// [`Error::NoQuorum`](crate::Error::NoQuorum) (`Op::Break`) when fewer than a quorum of
-    /// nodes answered (the break may have run on those that did).
-    ///
-    /// # Cancel safety
-    /// The break may then have run on some nodes: call it again.
-    pub async fn break_lock(&self, key: impl AsRef<[u8]>) -> Result<u64> {
-        let key = crate::take::plan::lock_key(&self.state, key.as_ref())?;
-        let config = &self.state.config;
-        crate::client::who::break_lock(&self.state.nodes, config.required, config.lock_delay, &key)
-            .await
-    }
-
-    /// Asks whoever holds `key` to release it (cooperative: Curator's revocable locks). Each
-    /// holder's guard's [`release_requested`](crate::LockGuard::release_requested) signal
-    /// fires within a round trip when its client is connected (and listens: not with
-    /// [`pubsub(false)`](crate::Builder::pubsub)); the holder may honour it, or not: the lock
-    /// is not touched. Returns how many holders were asked (the largest count
-    /// among the nodes; 0 when the key was free).
-    ///
-    /// # Errors
-    /// [`Error::InvalidKey`](crate::Error::InvalidKey);
-    /// [`Error::NoQuorum`](crate::Error::NoQuorum) (`Op::AskRelease`) when fewer than a quorum
-    /// of nodes answered.
-    ///
-    /// # Cancel safety
-    /// The request may then have reached the holders, or not.
-    pub async fn request_release(&self, key: impl AsRef<[u8]>) -> Result<u64> {
-        let key = crate::take::plan::lock_key(&self.state, key.as_ref())?;
-        crate::client::who::request_release(&self.state.nodes, self.state.config.required, &key)
-            .await
     }
 
     /// A leader election named `name` among the clients that campaign under it (etcd's

@@ -24,6 +24,7 @@ mod direct;
 mod exit;
 mod exporter;
 mod hold;
+mod kind_args;
 mod leader;
 mod run;
 mod settings;
