@@ -219,16 +219,7 @@ impl<'a> LockRequest<'a> {
         self.check_label()?;
         let label = self.spec.label.take();
         let guard = match &self.spec.target {
-            Target::Slots { key, permits } => {
-                let (key, permits) = (key.clone(), *permits);
-                crate::take::slots::acquire(self.state, self.spec, &key, permits, true)
-                    .await?
-                    .ok_or_else(|| crate::Error::WaitTimeout {
-                        key: String::from_utf8_lossy(&key).into_owned(),
-                        waited: Duration::ZERO,
-                        attempts: 0,
-                    })?
-            }
+            Target::Slots { .. } => crate::take::slots::acquire(self.state, self.spec).await?,
             _ => crate::take::waiting::waiting(self.state, self.spec).await?,
         };
         Self::labelled(label, guard).await
@@ -246,10 +237,7 @@ impl<'a> LockRequest<'a> {
         self.check_label()?;
         let label = self.spec.label.take();
         let taken = match &self.spec.target {
-            Target::Slots { key, permits } => {
-                let (key, permits) = (key.clone(), *permits);
-                crate::take::slots::acquire(self.state, self.spec, &key, permits, false).await?
-            }
+            Target::Slots { .. } => crate::take::slots::try_acquire(self.state, self.spec).await?,
             _ => crate::take::attempt::once(self.state, self.spec).await?,
         };
         match taken {

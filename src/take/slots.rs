@@ -78,19 +78,62 @@ fn of_the_nodes(e: &Error) -> bool {
     matches!(e, Error::NoQuorum { .. } | Error::Unreachable { .. })
 }
 
-/// Takes one slot of the semaphore `key` of `permits`: `Ok(None)` when every slot is held
-/// (only when not `waiting`). A waiting request tries until its wait ends
-/// ([`Error::WaitTimeout`]), or until the client's retries run out.
+/// How a request for a slot ended, short of an error.
+enum Taken {
+    Held(LockGuard),
+    /// Every slot held until the wait ended (a single round: at once).
+    Full {
+        waited: Duration,
+        attempts: u32,
+    },
+}
+
+/// Waits for a slot of the semaphore of `spec` ([`Target::Slots`]) until the request's wait
+/// ends ([`Error::WaitTimeout`]) or the client's retries run out.
 ///
 /// Cancel safe: a slot taken by a round that is dropped is released in the background, as
 /// a dropped acquire's lock is.
-pub(crate) async fn acquire(
+pub(crate) async fn acquire(state: &Arc<ClientState>, spec: Spec<'_>) -> Result<LockGuard> {
+    let key = slots_key(&spec);
+    match take(state, spec, true).await? {
+        Taken::Held(guard) => Ok(guard),
+        Taken::Full { waited, attempts } => Err(Error::WaitTimeout {
+            key,
+            waited,
+            attempts,
+        }),
+    }
+}
+
+/// One round over the slots of `spec`'s semaphore: `Ok(None)` when every slot is held.
+///
+/// Cancel safe, as [`acquire`].
+pub(crate) async fn try_acquire(
     state: &Arc<ClientState>,
     spec: Spec<'_>,
-    key: &[u8],
-    permits: u32,
-    waiting: bool,
 ) -> Result<Option<LockGuard>> {
+    match take(state, spec, false).await? {
+        Taken::Held(guard) => Ok(Some(guard)),
+        Taken::Full { .. } => Ok(None),
+    }
+}
+
+/// The semaphore's key, as errors name it.
+fn slots_key(spec: &Spec<'_>) -> String {
+    match &spec.target {
+        Target::Slots { key, .. } => String::from_utf8_lossy(key).into_owned(),
+        other => format!("{other:?}"),
+    }
+}
+
+async fn take(state: &Arc<ClientState>, spec: Spec<'_>, waiting: bool) -> Result<Taken> {
+    let Target::Slots { key, permits } = &spec.target else {
+        return Err(Error::InvalidConfig {
+            field: "permits",
+            reason: format!("{:?} is not a semaphore of slots", spec.target),
+        });
+    };
+    let (key, permits) = (key.as_slice(), *permits);
     check(key, permits)?;
     let wait = match (waiting, spec.wait) {
         (false, _) => Duration::ZERO,
@@ -137,7 +180,7 @@ pub(crate) async fn acquire(
             let i = (first + j) % permits;
             attempts = attempts.saturating_add(1);
             match once(state, slot_spec(&spec, key, i)).await {
-                Ok(Some(guard)) => return Ok(Some(guard)),
+                Ok(Some(guard)) => return Ok(Taken::Held(guard)),
                 Ok(None) => {}
                 Err(e) if of_the_nodes(&e) => failure = failure.or(Some(e)),
                 Err(e) => return Err(e),
@@ -147,16 +190,14 @@ pub(crate) async fn acquire(
             .config
             .max_retries
             .is_none_or(|max| attempts / permits <= max);
-        let timed_out = || Error::WaitTimeout {
-            key: String::from_utf8_lossy(key).into_owned(),
+        let full = || Taken::Full {
             waited: start.elapsed(),
             attempts,
         };
         if Instant::now() >= deadline || !rounds_left {
-            return match (failure, waiting) {
-                (Some(e), _) => Err(e),
-                (None, false) => Ok(None),
-                (None, true) => Err(timed_out()),
+            return match failure {
+                Some(e) => Err(e),
+                None => Ok(full()),
             };
         }
         let contended = failure.is_none();
@@ -167,7 +208,7 @@ pub(crate) async fn acquire(
             match tokio::time::timeout_at(deadline, subscribing).await {
                 Ok(subscribed) if subscribed.contains(&true) => continue,
                 Ok(_) => {}
-                Err(_) => return Err(timed_out()),
+                Err(_) => return Ok(full()),
             }
         }
         let pause = backoff.pause(contended, None, rand::random());
