@@ -212,7 +212,9 @@ fn break_stops_the_holders_run_and_status_shows_the_key_broken() {
     wait_for(Duration::from_secs(10), "the command started", || {
         started.exists()
     });
-    let (code, out, err) = run(cli(&fleet).args(["break", "job"]));
+    // Kept broken 3 s at least (`--lock-delay`): the tombstones otherwise live only what was
+    // left of the 1.5 s lease, which a loaded machine can spend before `status` reads them.
+    let (code, out, err) = run(cli(&fleet).args(["break", "--lock-delay", "3s", "job"]));
     assert_eq!((code, out.as_str()), (0, "broken 1\n"), "{err}");
     let (_, out, _) = run(cli(&fleet).args(["status", "job"]));
     assert!(out.contains("verdict: broken"), "{out}");
@@ -222,7 +224,7 @@ fn break_stops_the_holders_run_and_status_shows_the_key_broken() {
         "{}",
         holder.stderr()
     );
-    let (code, _, err) = run(cli(&fleet).args(["run", "-w", "5s", "job", "true"]));
+    let (code, _, err) = run(cli(&fleet).args(["run", "-w", "10s", "job", "true"]));
     assert_eq!(code, 0, "{err}");
     let (code, out, _) = run(cli(&fleet).args(["break", "--json", "job"]));
     assert_eq!(code, 0);
