@@ -44,6 +44,10 @@ pub enum FailPoint {
     StaleRecordShown,
     /// A semaphore of slots takes one slot more than its permits (`K#P` too): P + 1 holders.
     SlotBeyondPermits,
+    /// Under durable votes, a vote counts whatever its `WAITAOF` answers (a node whose AOF
+    /// is off, or one that answers before its fsync): a machine crash then loses a counted
+    /// vote.
+    VoteBeforeFsync,
 }
 
 #[cfg(feature = "failpoints")]

@@ -60,20 +60,8 @@ fn node_call(
     let (nodes, call) = (nodes.clone(), call.clone());
     async move {
         call.mark_polled(i);
+        // A durable vote's `WAITAOF` follows on the same connection (`Node::run`).
         let answer = nodes[i].run(&call, SendBy::Sha, i, call.expired()).await;
-        // A durable vote: counted once `WAITAOF` confirms it (a refusal wrote nothing).
-        let answer = match (answer, call.durability()) {
-            (Ok(v), Some(durable)) if !crate::rules::durable::refusal(&v) => {
-                let timeout = nodes[i].timeout().as_millis() as u64;
-                let wait = durable.wait_call(timeout);
-                match nodes[i].run(&wait, SendBy::Sha, i, call.expired()).await {
-                    Ok(w) if durable.confirmed_by(&w) => Ok(v),
-                    Ok(w) => Err(durable.not_durable(nodes[i].name(), &w)),
-                    Err(failure) => Err(failure),
-                }
-            }
-            (answer, _) => answer,
-        };
         (i, answer)
     }
 }

@@ -355,7 +355,13 @@ impl Node {
                 if let Err(e) = &answer {
                     *redirected.lock().unwrap_or_else(|p| p.into_inner()) = Redirect::of(call, e);
                 }
-                answer
+                match (answer, call.durability()) {
+                    (Ok(v), Some(durable)) if !crate::rules::durable::refusal(&v) => {
+                        self.made_durable(&conn, durable, v, resent, Caller { index, expired })
+                            .await
+                    }
+                    (answer, _) => answer,
+                }
             })
             .instrument(span)
             .await
@@ -377,6 +383,40 @@ impl Node {
             Err(_) => NodeResult::Error,
         });
         result
+    }
+
+    /// A durable vote (`rules::durable`): `WAITAOF` on the connection that wrote the vote, so
+    /// that it waits for that write (the server waits for the offset of the connection's own
+    /// last write). A vote written by a re-send after a dropped connection is not counted: the
+    /// re-send may have found its own entry and written nothing, and the new connection's
+    /// `WAITAOF` would then wait for nothing.
+    async fn made_durable(
+        &self,
+        conn: &Connected,
+        durable: crate::rules::durable::DurableVotes,
+        vote: Value,
+        resent: bool,
+        caller: Caller<'_>,
+    ) -> Result<Value, SendError> {
+        if resent {
+            return Err(not_durable(
+                "the connection dropped before the vote was confirmed; a re-sent vote is not \
+                 counted"
+                    .into(),
+            ));
+        }
+        let wait = durable.wait_call(self.timeout.as_millis() as u64);
+        let answer = send(conn, wait.command(), &wait, caller, self.timeout).await;
+        if crate::failpoints::on(crate::failpoints::FailPoint::VoteBeforeFsync) {
+            return Ok(vote);
+        }
+        let answer = answer.and_then(answered)?;
+        match durable.confirmed_by(&answer) {
+            true => Ok(vote),
+            false => Err(not_durable(format!(
+                "({durable:?}) WAITAOF answered {answer:?}"
+            ))),
+        }
     }
 
     /// Runs `op` on the node's connection. When a connection that was already open turns out
@@ -505,3 +545,13 @@ impl Node {
 
 /// Node connections shared by a client and its guards.
 pub(crate) type Nodes = Arc<[Node]>;
+
+/// A vote that was written but not made durable: counted as a failure (maybe written, so
+/// rolled back), never as a yes.
+fn not_durable(detail: String) -> SendError {
+    SendError::Redis(RedisError::from((
+        ErrorKind::UnexpectedReturnType,
+        "the vote was not made durable",
+        detail,
+    )))
+}
