@@ -380,7 +380,11 @@ pub(super) async fn fence_token(
     key: &Shape,
 ) -> (Result<Option<u64>>, Vec<Stragglers>) {
     let required = state.config.required;
+    // Under durable votes both the increments and the write-back count only once made
+    // durable: a node that restarts after a machine crash keeps a counter at least the token.
+    let durable = state.config.durable;
     let (increment, read) = key.fence_increment();
+    let increment = increment.durable(durable);
     let mut incremented = fan_out(&state.nodes, required, increment, read);
     let mut in_flight = Vec::new();
     let token = match incremented.decide().await {
@@ -398,7 +402,7 @@ pub(super) async fn fence_token(
         );
     };
     let token_arg = token.to_string();
-    let call = key.fence_write(&token_arg);
+    let call = key.fence_write(&token_arg).durable(durable);
     let mut written = fan_out(&state.nodes, required, call, read_flag);
     let result = match written.decide().await {
         Decision::Reached => Ok(Some(token)),

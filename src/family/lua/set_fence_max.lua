@@ -4,8 +4,11 @@
 -- Reply: 1.
 local t = tonumber(ARGV[1])
 for _, k in ipairs(KEYS) do
-  if tonumber(redis.call('get', k) or '0') < t then
-    redis.call('set', k, ARGV[1])
+  local current = redis.call('get', k)
+  if tonumber(current or '0') < t then
+    current = ARGV[1]
   end
+  -- Written also where it is higher: see fence_max.lua.
+  redis.call('set', k, current)
 end
 return 1
