@@ -190,3 +190,137 @@ async fn a_vote_counts_only_where_the_node_made_it_durable() {
         "{e}"
     );
 }
+
+fn config_set(fleet: &Fleet, i: usize, name: &str, value: &str) {
+    let mut conn = fleet.client(i).get_connection().expect("connect");
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg(name)
+        .arg(value)
+        .query(&mut conn)
+        .expect("CONFIG SET");
+}
+
+fn refused_for(e: &Error, words: &str) -> bool {
+    matches!(
+        e,
+        Error::InvalidConfig {
+            field: "durable_votes",
+            ..
+        }
+    ) && e.to_string().contains(words)
+}
+
+/// Local votes count a node's `WAITAOF` only where it waits for the node's fsync: under
+/// `appendfsync always`, or `everysec` on a server whose `WAITAOF` was seen to wait (the
+/// probe `build` runs; Valkey 8.1 answers before the fsync). `appendfsync no` is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_votes_need_a_node_whose_waitaof_waits_for_its_fsync() {
+    let fleet = Fleet::builder()
+        .nodes(3)
+        .persistence(Persistence::AofAlways)
+        .start()
+        .expect("fleet");
+    if !has_waitaof(&fleet) {
+        let e = durable_client(&fleet, DurableVotes::Local)
+            .await
+            .unwrap_err();
+        assert!(refused_for(&e, "WAITAOF"), "{e}");
+        return;
+    }
+    config_set(&fleet, 2, "appendfsync", "no");
+    let e = durable_client(&fleet, DurableVotes::Local)
+        .await
+        .unwrap_err();
+    assert!(refused_for(&e, "appendfsync no"), "{e}");
+    // Replicas' votes do not depend on the node's own fsync.
+    assert!(durable_client(&fleet, DurableVotes::Replica(1))
+        .await
+        .is_ok());
+
+    config_set(&fleet, 2, "appendfsync", "everysec");
+    let node = &QuorumLock::builder()
+        .nodes(fleet.urls())
+        .node_clients()
+        .unwrap()[2];
+    let info = node.probe(Duration::from_secs(2)).await.unwrap();
+    assert_eq!(info.appendfsync.as_deref(), Some("everysec"));
+    let early = node.waitaof_early(&info, Duration::from_secs(2)).await;
+    let built = durable_client(&fleet, DurableVotes::Local).await;
+    match early {
+        Some(true) => {
+            let e = built.unwrap_err();
+            assert!(refused_for(&e, "before its fsync"), "{e}");
+        }
+        Some(false) => assert!(built.is_ok(), "{built:?}"),
+        None => panic!("the probe could not tell on a quiet local node"),
+    }
+    // Nodes the probe does not concern: none under `always`.
+    let always = node.probe(Duration::from_secs(2)).await.unwrap();
+    config_set(&fleet, 2, "appendfsync", "always");
+    let always_info = node.probe(Duration::from_secs(2)).await.unwrap();
+    assert_eq!(always.appendfsync.as_deref(), Some("everysec"));
+    assert_eq!(
+        node.waitaof_early(&always_info, Duration::from_secs(2))
+            .await,
+        None
+    );
+    assert!(durable_client(&fleet, DurableVotes::Local).await.is_ok());
+}
+
+/// Fencing under durable votes: the increments and the write-back wait for `WAITAOF` too, so
+/// a token is issued only where a quorum's counters are durable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_acquires_wait_for_durable_counters() {
+    let fleet = Fleet::builder()
+        .nodes(3)
+        .persistence(Persistence::AofAlways)
+        .start()
+        .expect("fleet");
+    if !has_waitaof(&fleet) {
+        return assert!(durable_client(&fleet, DurableVotes::Local).await.is_err());
+    }
+    let locks = QuorumLock::builder()
+        .nodes(fleet.urls())
+        .node_timeout(Duration::from_millis(500))
+        .durable_votes(DurableVotes::Local)
+        .build()
+        .await
+        .unwrap();
+    let ttl = Duration::from_secs(10);
+    // A counter already past the others on one node: its write-back finds it higher.
+    let counter = quorum_lock::names::fencing_counter(b"durable:fenced");
+    let mut conn = fleet.client(0).get_connection().expect("connect");
+    let _: () = redis::cmd("SET")
+        .arg(&counter)
+        .arg(40)
+        .query(&mut conn)
+        .unwrap();
+    let mut last = 0;
+    for _ in 0..3 {
+        let guard = locks
+            .lock("durable:fenced")
+            .ttl(ttl)
+            .fencing(true)
+            .acquire()
+            .await
+            .unwrap();
+        let token = guard.fencing_token().expect("a token");
+        assert!(token > last, "{token} after {last}");
+        last = token;
+        guard.release().await.unwrap();
+    }
+    // No quorum of durable counters: no token, and no lock.
+    set_aof(&fleet, 0, false);
+    set_aof(&fleet, 1, false);
+    let e = locks
+        .lock("durable:fenced")
+        .ttl(ttl)
+        .fencing(true)
+        .try_acquire()
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::NoQuorum { .. }), "{e}");
+    set_aof(&fleet, 0, true);
+    set_aof(&fleet, 1, true);
+}

@@ -571,10 +571,19 @@ impl Builder {
             .into_iter()
             .map(|addr| Node::new(addr, config.node_timeout, config.connect_timeout))
             .collect();
-        let (infos, failures) = probe_until_quorum(&nodes, &config).await?;
+        let (mut infos, failures) = probe_until_quorum(&nodes, &config).await?;
         // The same rules as `quorum-lock check`: refused here, or logged.
         safety::refuse_or_warn(&infos)?;
         if let Some(durable) = config.durable {
+            for info in &mut infos {
+                crate::client::startup::probe_durable(
+                    &nodes,
+                    info,
+                    durable,
+                    config.connect_timeout,
+                )
+                .await;
+            }
             crate::rules::durable::check(&infos, durable)?;
         }
         let reachable = nodes.len() - failures.len();

@@ -10,6 +10,7 @@ use crate::error::{Error, FailureKind, NodeFailure, Result};
 use crate::node::Node;
 use crate::rules::config::from_node_timeout;
 use crate::rules::config::Config;
+use crate::rules::durable::DurableVotes;
 use crate::rules::safety::{self, NodeInfo};
 
 /// Probes every node at once (connect, `INFO`): returns the answers and the failures once every
@@ -83,6 +84,7 @@ pub(crate) async fn probe_until_quorum(
         unreachable,
         infos.clone(),
         (limit, node_timeout),
+        config.durable,
     ));
     Ok((infos, failures))
 }
@@ -102,6 +104,7 @@ async fn check_late<P>(
     unreachable: Vec<usize>,
     mut checked: Vec<NodeInfo>,
     limit: (std::time::Duration, std::time::Duration),
+    durable: Option<DurableVotes>,
 ) where
     P: std::future::Future<Output = (usize, Result<NodeInfo, NodeFailure>)>,
 {
@@ -121,16 +124,23 @@ async fn check_late<P>(
         let Some(all) = nodes.upgrade() else { return };
         let node = &all[i];
         match probe {
-            Ok(info) => match safety::refuse_or_warn_late(&checked, info.clone()) {
-                Ok(()) => {
-                    checked.push(info);
-                    node.admit();
+            Ok(mut info) => {
+                let mut verdict = safety::refuse_or_warn_late(&checked, info.clone());
+                if let (Ok(()), Some(durable)) = (&verdict, durable) {
+                    probe_durable(&all, &mut info, durable, limit.0).await;
+                    verdict = crate::rules::durable::check(std::slice::from_ref(&info), durable);
                 }
-                Err(e) => {
-                    tracing::error!(node = node.name(), error = %e, "node excluded: it failed its check after build");
-                    node.exclude(e.to_string());
+                match verdict {
+                    Ok(()) => {
+                        checked.push(info);
+                        node.admit();
+                    }
+                    Err(e) => {
+                        tracing::error!(node = node.name(), error = %e, "node excluded: it failed its check after build");
+                        node.exclude(e.to_string());
+                    }
                 }
-            },
+            }
             Err(f) if unfixable(&f) => {
                 tracing::error!(node = node.name(), error = %f, "node excluded: it failed its check after build");
                 node.exclude(f.to_string());
@@ -169,4 +179,20 @@ fn unfixable(f: &NodeFailure) -> bool {
             | FailureKind::Protocol
             | FailureKind::Config
     )
+}
+
+/// Reads [`NodeInfo::waitaof_early`] of the node `info` describes, where local durable votes
+/// need it (`rules::durable::needs_probe`), bounded by `limit` plus the probe's waits.
+pub(crate) async fn probe_durable(
+    nodes: &[Node],
+    info: &mut NodeInfo,
+    durable: DurableVotes,
+    limit: std::time::Duration,
+) {
+    if durable != DurableVotes::Local || !crate::rules::durable::needs_probe(info) {
+        return;
+    }
+    if let Some(node) = nodes.iter().find(|n| n.name() == info.node) {
+        info.waitaof_early = node.waitaof_early(limit).await;
+    }
 }

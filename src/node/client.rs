@@ -86,6 +86,25 @@ impl NodeClient {
             .await
     }
 
+    /// Under `appendfsync everysec`, whether the server answers `WAITAOF` before its fsync
+    /// (the probe [`build`](crate::Builder::build) runs for
+    /// [`DurableVotes::Local`](crate::DurableVotes::Local), which writes a key of its own for
+    /// at most 5 s): `None` where `info` (this node's [`probe`](Self::probe)) shows no such
+    /// node (a cluster, AOF off, another fsync policy, a server before 7.2), or the probe
+    /// could not tell. Takes up to `limit` and 1.6 s.
+    pub async fn waitaof_early(
+        &self,
+        info: &crate::rules::safety::NodeInfo,
+        limit: Duration,
+    ) -> Option<bool> {
+        if !crate::rules::durable::needs_probe(info) {
+            return None;
+        }
+        super::Node::shared(self.addr.clone(), limit, limit)
+            .waitaof_early(limit)
+            .await
+    }
+
     /// An error of a connection to this node, as the lock client reads its own: classified
     /// ([`FailureKind::Tls`] for a certificate refused on either side, in plain words,
     /// [`FailureKind::Auth`], [`FailureKind::Connection`], ...), naming the node by its

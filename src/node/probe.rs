@@ -124,6 +124,65 @@ impl Node {
         }
     }
 
+    /// Whether the server answers `WAITAOF 1 0` before its fsync under `appendfsync everysec`
+    /// ([`NodeInfo::waitaof_early`]): a write and its `WAITAOF`, which waits for the next
+    /// fsync (within a second); then at once a second write, whose fsync is a second away
+    /// from that one, and a `WAITAOF` of 50 ms. A server that confirms the second has not
+    /// waited for its fsync. Each pair goes on one connection as one pipeline (`WAITAOF`
+    /// waits for its connection's own writes); the probe key lives 5 s and is deleted.
+    /// `None` when it could not tell (the first write was not fsynced within 1.5 s, or the
+    /// node did not answer within `limit` plus the waits).
+    pub(crate) async fn waitaof_early(&self, limit: Duration) -> Option<bool> {
+        let key = format!("quorum-lock:durable-probe:{:016x}", rand::random::<u64>());
+        let mut first = redis::pipe();
+        first
+            .cmd("SET")
+            .arg(&key)
+            .arg(1)
+            .arg("PX")
+            .arg(5000)
+            .cmd("WAITAOF")
+            .arg(1)
+            .arg(0)
+            .arg(1500);
+        let mut second = redis::pipe();
+        second
+            .cmd("SET")
+            .arg(&key)
+            .arg(2)
+            .arg("PX")
+            .arg(5000)
+            .cmd("WAITAOF")
+            .arg(1)
+            .arg(0)
+            .arg(50)
+            .cmd("DEL")
+            .arg(&key);
+        let local = |answers: &[Value]| match answers.get(1) {
+            Some(Value::Array(counts)) => match counts.first() {
+                Some(Value::Int(n)) => Some(*n),
+                _ => None,
+            },
+            _ => None,
+        };
+        let run = |pipe: redis::Pipeline, count: usize, wait: Duration| async move {
+            let sent = async {
+                let (_, mut link) = self.connection(&self.home).await.ok()?;
+                link.conn.send_packed_commands(&pipe, 0, count).await.ok()
+            };
+            tokio::time::timeout(limit + wait, sent)
+                .await
+                .ok()
+                .flatten()
+        };
+        let fsynced = local(&run(first, 2, Duration::from_millis(1500)).await?)?;
+        if fsynced < 1 {
+            return None;
+        }
+        let early = local(&run(second, 3, Duration::from_millis(50)).await?)?;
+        Some(early >= 1)
+    }
+
     /// `INFO` and `CONFIG GET appendfsync` of one server, each bounded by `limit`.
     async fn probe_one(
         &self,

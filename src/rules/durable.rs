@@ -6,7 +6,7 @@
 
 use redis::Value;
 
-use crate::error::{Error, FailureKind, NodeFailure};
+use crate::error::Error;
 use crate::rules::safety::NodeInfo;
 use crate::scripts::Call;
 
@@ -56,15 +56,6 @@ impl DurableVotes {
             DurableVotes::Replica(n) => count(1) >= i64::from(n),
         }
     }
-
-    /// The failure of a node whose vote was not made durable.
-    pub(crate) fn not_durable(self, node: &str, answer: &Value) -> NodeFailure {
-        NodeFailure::new(
-            node,
-            FailureKind::Protocol,
-            format!("the vote was not made durable ({self:?}): WAITAOF answered {answer:?}"),
-        )
-    }
 }
 
 /// An answer that refuses (`SET NX`'s nil, a script's 0): nothing was written, nothing to
@@ -87,9 +78,50 @@ pub(crate) fn why_not(info: &NodeInfo, durable: DurableVotes) -> Option<String> 
         ))
     } else if durable == DurableVotes::Local && info.aof == Some(false) {
         Some("AOF is off (appendonly no): its votes fail until it is on".into())
+    } else if durable == DurableVotes::Local {
+        local_fsync(info)
     } else {
         None
     }
+}
+
+/// Whether a node's `WAITAOF 1 0` waits for its own fsync: under `appendfsync always` every
+/// write is fsynced before its answer; under `everysec` only on a server whose `WAITAOF` was
+/// seen to wait (before redis/redis#13793 Redis answered it once the write was in the file,
+/// fsynced or not, and Valkey 8.1 still does); under `no` never (the OS flushes when it likes,
+/// and such servers answer at once).
+fn local_fsync(info: &NodeInfo) -> Option<String> {
+    match (info.appendfsync.as_deref(), info.waitaof_early) {
+        (Some("always"), _) | (Some("everysec"), Some(false)) => None,
+        (Some("everysec"), Some(true)) => Some(
+            "appendfsync everysec, and it answered WAITAOF before its fsync (a server defect, \
+             fixed by redis/redis#13793): set appendfsync always, or run a server with the fix"
+                .into(),
+        ),
+        (Some("everysec"), None) => Some(
+            "appendfsync everysec, and whether its WAITAOF waits for the fsync could not be \
+             told: set appendfsync always"
+                .into(),
+        ),
+        (Some(other), _) => Some(format!(
+            "appendfsync {other}: the node does not fsync on its own, and WAITAOF would \
+             confirm writes not on disk; set appendfsync always"
+        )),
+        (None, _) => Some(
+            "appendfsync unknown (CONFIG GET refused): local durable votes need to know that \
+             the node fsyncs; allow CONFIG GET for the lock's user, with appendfsync always"
+                .into(),
+        ),
+    }
+}
+
+/// Whether `info`'s node must be probed for [`NodeInfo::waitaof_early`] before local durable
+/// votes can be judged: a standalone 7.2+ server with AOF on under `appendfsync everysec`.
+pub(crate) fn needs_probe(info: &NodeInfo) -> bool {
+    info.cluster.is_none()
+        && info.aof == Some(true)
+        && info.appendfsync.as_deref() == Some("everysec")
+        && at_least_7_2(info.version.as_deref().unwrap_or(""))
 }
 
 /// Refuses durable votes on nodes that cannot give them at all (see [`why_not`]); a node

@@ -30,6 +30,11 @@ pub struct NodeInfo {
     pub appendfsync: Option<String>,
     /// `maxmemory-policy`.
     pub maxmemory_policy: Option<String>,
+    /// Under `appendfsync everysec`, whether the server answered `WAITAOF` for a write before
+    /// its fsync could have run (a server defect, see docs/SAFETY.md "Durable votes"): read
+    /// only when local durable votes are asked for (`build`) or reported (`quorum-lock
+    /// check`); `None` when not read or when the probe could not tell.
+    pub waitaof_early: Option<bool>,
     /// When the node is a Redis or Valkey Cluster (`cluster_enabled:1`): its shape. The
     /// persistence and eviction fields above are then the weakest of its primaries'.
     pub cluster: Option<ClusterInfo>,
@@ -223,6 +228,7 @@ impl NodeInfo {
             aof: fields.get("aof_enabled").map(|v| *v == "1"),
             appendfsync,
             maxmemory_policy: field("maxmemory_policy"),
+            waitaof_early: None,
             cluster: (field("cluster_enabled").as_deref() == Some("1")).then(ClusterInfo::default),
         }
     }

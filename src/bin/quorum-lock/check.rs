@@ -129,7 +129,10 @@ async fn read(
     let limit = settings.connect_timeout;
     // The library's own check, the one `build()` runs: for a cluster, its shape and state,
     // the weakest persistence of its primaries and every member that does not answer.
-    let read = node.probe(limit).await.map_err(NodeError::Failed)?;
+    let mut read = node.probe(limit).await.map_err(NodeError::Failed)?;
+    // Under `appendfsync everysec`, whether durable votes could count depends on how the
+    // server answers WAITAOF: the probe build() runs (a key of its own, for 5 s at most).
+    read.waitaof_early = node.waitaof_early(&read, limit).await;
     report.reachable = true;
     report.run_id = read.run_id.clone();
     report.version = read.version.clone();
