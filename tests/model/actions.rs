@@ -49,6 +49,11 @@ pub(super) enum Action {
     Read(u8),
     /// Breaks: the operator's break reaches node `n`.
     Break(u8),
+    /// Durable configurations: node `n` fsyncs its AOF (every write so far reaches its disk).
+    Sync(u8),
+    /// Durable configurations: node `n`'s machine crashes and comes back with what its disk
+    /// has (the writes not yet fsynced are lost).
+    Crash(u8),
 }
 
 /// Collects the narration of a step, only when asked (never during the search).

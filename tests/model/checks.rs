@@ -59,6 +59,8 @@ pub(super) fn narrate(
             Action::ClockJump(n, to) => Action::ClockJump(r(n), to),
             Action::Read(n) => Action::Read(r(n)),
             Action::Break(n) => Action::Break(r(n)),
+            Action::Sync(n) => Action::Sync(r(n)),
+            Action::Crash(n) => Action::Crash(r(n)),
             other => other,
         };
         let mut log = Log::on();

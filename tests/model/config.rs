@@ -138,6 +138,14 @@ pub(super) enum Bug {
     /// rollback, its entries go with their TTL (the library before the cancelled attempt's
     /// rollback, `src/take/attempt.rs`, `Undo`).
     CancelLeavesEntries,
+    /// Durable votes counted as written, before the node's fsync (plain votes, or a
+    /// `WAITAOF` that answers before the fsync: `appendfsync everysec` on a server with the
+    /// defect `rules::durable::local_fsync` refuses, or a re-sent vote's `WAITAOF` on a new
+    /// connection, which waits for nothing).
+    VoteBeforeFsync,
+    /// Durable votes for the lock, but the fencing increments and write-back counted without
+    /// their fsync (the library before `fence_token` made them durable calls).
+    FenceNotDurable,
 }
 
 #[derive(Clone, Debug)]
@@ -194,6 +202,15 @@ pub(super) struct Config {
     /// any moment, once per node: the entry replaced by a tombstone with its expiry (lock delay
     /// 0), which the holder's calls do not recognise as its own.
     pub(super) breaks: bool,
+    /// Durable votes (`src/rules/durable.rs`): a node's yes to an acquire, an extend, a
+    /// fencing increment or write-back counts only once the node fsynced it (`WAITAOF` on the
+    /// connection that wrote it, which waits for every earlier write on the node): the model
+    /// fsyncs the node as it answers such a yes. Other writes (repairs, releases, rollbacks,
+    /// refusals) reach the disk at the node's own fsyncs ([`Action::Sync`]), at any moment.
+    pub(super) durable: bool,
+    /// Machine crashes allowed in one run (durable configurations): a node loses every write
+    /// not yet fsynced, on any node, and they are not counted as forgetful faults.
+    pub(super) crashes: u8,
 }
 
 impl Config {
@@ -227,6 +244,8 @@ impl Config {
             cancels: false,
             elections: false,
             breaks: false,
+            durable: false,
+            crashes: 0,
         }
     }
 
@@ -241,6 +260,14 @@ impl Config {
 
     pub(super) fn forgetful(mut self, f: u8) -> Config {
         self.forgetful = f;
+        self
+    }
+
+    /// Durable votes, with up to `crashes` machine crashes on any nodes (mutex clients only).
+    pub(super) fn durable(mut self, crashes: u8) -> Config {
+        assert!(self.plans.iter().all(|p| p.role == Role::Writer));
+        self.durable = true;
+        self.crashes = crashes;
         self
     }
 

@@ -231,6 +231,11 @@ impl Protocol {
         } else {
             self.run_writer(&mut s.nodes[n], c, req, now)
         };
+        if self.cfg.durable && matches!(vote, Vote::Yes(_)) && self.fsynced_before_counted(req) {
+            // `WAITAOF` on the connection that wrote it: the node's fsync, which takes every
+            // write so far to its disk, before the answer counts.
+            s.nodes[n].sync();
+        }
         match effect {
             Effect::Recreated(_) => s.see(SEEN_REPAIRED),
             Effect::RefusedByMark(_) => s.see(SEEN_MARK_REFUSED),
@@ -252,6 +257,17 @@ impl Protocol {
                 self.count(s, c, n, Some(vote));
                 self.react(s, c, log);
             }
+        }
+    }
+
+    /// Durable votes: whether a yes to `req` counts only once the node fsynced it (acquires,
+    /// extends, the fencing increments and write-back; not repairs, releases or rollbacks).
+    fn fsynced_before_counted(&self, req: Req) -> bool {
+        match req.kind() {
+            _ if self.cfg.has(Bug::VoteBeforeFsync) => false,
+            Kind::Incr | Kind::FenceMax => !self.cfg.has(Bug::FenceNotDurable),
+            Kind::Acquire | Kind::Extend => true,
+            _ => false,
         }
     }
 
@@ -959,6 +975,32 @@ impl Protocol {
                 });
                 s.nodes[n] = NodeState::default();
             }
+            Action::Sync(n) => {
+                let n = usize::from(n);
+                s.nodes[n].sync();
+                log.note(|| format!("t={now} n{n} fsyncs its AOF"));
+            }
+            Action::Crash(n) => {
+                let n = usize::from(n);
+                s.crashes += 1;
+                let before = s.nodes[n];
+                let node = &mut s.nodes[n];
+                node.entry = node.disk.entry;
+                node.counter = node.disk.counter;
+                if node.entry != before.entry || node.counter != before.counter {
+                    s.see(SEEN_CRASH_LOST);
+                }
+                let after = s.nodes[n];
+                log.note(|| {
+                    format!(
+                        "t={now} n{n} CRASHES (machine) and comes back with its disk: {} -> {}, counter {} -> {}",
+                        before.entry.map_or("nothing".to_string(), |e| format!("{} until {}", e.holder, e.expiry)),
+                        after.entry.map_or("nothing".to_string(), |e| format!("{} until {}", e.holder, e.expiry)),
+                        before.counter,
+                        after.counter,
+                    )
+                });
+            }
             Action::ClockJump(n, to) => {
                 let n = usize::from(n);
                 s.forgotten += 1;
@@ -1167,8 +1209,16 @@ impl Protocol {
                         client: c as u8,
                         attempt: attempt as u8,
                     };
+                    // Durable configurations: releases and rollbacks are not waited for,
+                    // and a crash brings an entry back from the disk where its delete was
+                    // not fsynced yet (until its TTL, as any entry).
+                    let revived = |node: &NodeState| {
+                        self.cfg.durable && s.crashes > 0 && node.disk.entry == node.entry
+                    };
                     !(cleanup.ended && cleanup.done == cleanup.sent)
-                        || s.nodes[..self.n()].iter().all(|node| !node.keeps(holder))
+                        || s.nodes[..self.n()]
+                            .iter()
+                            .all(|node| !node.keeps(holder) || revived(node))
                 })
         })
     }
@@ -1185,7 +1235,12 @@ pub(super) const HOLDS: [(&str, Condition); MAX_C] = [
 ];
 
 /// The coverage properties: paths a configuration must reach.
-pub(super) const COVERAGE: [(u16, &str, Condition); 15] = [
+pub(super) const COVERAGE: [(u16, &str, Condition); 16] = [
+    (
+        SEEN_CRASH_LOST,
+        "reaches a crash that lost a write",
+        |_, s| s.saw(SEEN_CRASH_LOST),
+    ),
     (
         SEEN_BROKEN_HOLDER,
         "reaches a break of a holder's entry",
@@ -1258,6 +1313,7 @@ impl Model for Protocol {
             now: 0,
             lost: 0,
             forgotten: 0,
+            crashes: 0,
             max_token: 0,
             max_writer_token: 0,
             token_regressed: false,
@@ -1285,6 +1341,10 @@ impl Model for Protocol {
                     None => (rest % values) as u8,
                 };
                 rest /= values;
+                // An earlier history's counters are on disk.
+                if self.cfg.durable {
+                    node.disk.counter = node.counter;
+                }
             }
             let mut counters: Vec<u8> = s.nodes[..self.n()].iter().map(|n| n.counter).collect();
             counters.sort_unstable_by(|a, b| b.cmp(a));
@@ -1383,6 +1443,17 @@ impl Model for Protocol {
                 let live = s.nodes[n].entry.is_some_and(|e| !e.holder.is_tombstone());
                 if s.broke & bit(n) == 0 && live {
                     actions.push(Action::Break(n as u8));
+                }
+            }
+        }
+        if cfg.durable {
+            for n in 0..self.n() {
+                // Only what changes something: a node with writes not on its disk yet.
+                if !s.nodes[n].synced() {
+                    actions.push(Action::Sync(n as u8));
+                    if s.crashes < cfg.crashes {
+                        actions.push(Action::Crash(n as u8));
+                    }
                 }
             }
         }

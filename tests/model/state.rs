@@ -73,6 +73,15 @@ pub(super) struct NodeState {
     /// while it names the entry's holder (a record naming another is never shown, so the
     /// model drops it: see [`Protocol::settle_records`]).
     pub(super) record: Option<Holder>,
+    /// Durable configurations: what the node's disk has (its last fsync).
+    pub(super) disk: Disk,
+}
+
+/// A node's fsynced state: the mutex's entry and the fencing counter.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Disk {
+    pub(super) entry: Option<Entry>,
+    pub(super) counter: u8,
 }
 
 /// A holder's place in a node's readers.
@@ -104,8 +113,25 @@ impl NodeState {
         entry.into_iter().chain(mark).chain(members)
     }
 
+    /// Whether everything the node has is on its disk (durable configurations).
+    pub(super) fn synced(&self) -> bool {
+        self.disk.entry == self.entry && self.disk.counter == self.counter
+    }
+
+    /// The node's fsync: every write so far reaches its disk.
+    pub(super) fn sync(&mut self) {
+        self.disk = Disk {
+            entry: self.entry,
+            counter: self.counter,
+        };
+    }
+
     /// Removes everything that expires at or before `time`; says whether anything did.
     pub(super) fn expire(&mut self, time: u8) -> bool {
+        // What expired on the node would not be loaded from its disk either.
+        if self.disk.entry.is_some_and(|e| e.expiry <= time) {
+            self.disk.entry = None;
+        }
         let mut any = false;
         if self.entry.is_some_and(|e| e.expiry <= time) {
             self.entry = None;
@@ -424,6 +450,8 @@ pub(super) const SEEN_REDIRECTED: u16 = 4096;
 pub(super) const SEEN_LEADER_READ: u16 = 8192;
 /// A break replaced the entry of a client inside its validity.
 pub(super) const SEEN_BROKEN_HOLDER: u16 = 16384;
+/// A machine crash lost a write not yet fsynced (durable configurations).
+pub(super) const SEEN_CRASH_LOST: u16 = 32768;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct State {
@@ -432,6 +460,8 @@ pub(super) struct State {
     pub(super) lost: u8,
     /// Forgetful faults so far.
     pub(super) forgotten: u8,
+    /// Machine crashes so far (durable configurations).
+    pub(super) crashes: u8,
     /// The largest fencing token any holder had so far.
     pub(super) max_token: u8,
     /// The largest fencing token any writer had so far.
@@ -496,6 +526,12 @@ impl<const N: usize> Enc<N> {
     }
 
     pub(super) fn node(&mut self, node: &NodeState) {
+        if node.disk != Disk::default() {
+            let e = node.disk.entry.map_or([0; 3], |e| {
+                [1 + e.holder.client, e.holder.attempt, e.expiry]
+            });
+            self.put(&[9, e[0], e[1], e[2], node.disk.counter]);
+        }
         match (node.entry, node.mark, node.has_readers()) {
             // The mutex's nodes, in one write.
             (None, None, false) => self.put(&[0, node.counter]),
@@ -538,6 +574,7 @@ impl std::hash::Hash for State {
             self.now,
             self.lost,
             self.forgotten,
+            self.crashes,
             self.max_token,
             self.max_writer_token,
             u8::from(self.token_regressed)
