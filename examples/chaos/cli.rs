@@ -33,6 +33,7 @@ pub fn parse_from(argv: impl IntoIterator<Item = String>) -> Result<Args, String
             verbose: true,
             faults: None,
             kinds: None,
+            durable: false,
         },
         check: None,
         fail_point: None,
@@ -104,15 +105,20 @@ pub fn parse_from(argv: impl IntoIterator<Item = String>) -> Result<Args, String
                     "break-deletes" => FailPoint::BreakDeletes,
                     "stale-record-shown" => FailPoint::StaleRecordShown,
                     "slot-beyond-permits" => FailPoint::SlotBeyondPermits,
+                    "vote-before-fsync" => FailPoint::VoteBeforeFsync,
                     other => return Err(format!("--fail-point {other}: unknown")),
                 });
             }
             "--clusters" => run.clusters = true,
+            "--durable" => run.durable = true,
             other => return Err(format!("unknown option {other}")),
         }
     }
     if args.run.clusters && args.run.nodes.is_some() {
         return Err("--clusters starts its own fleet: not with --nodes".into());
+    }
+    if args.run.durable && (args.run.clusters || args.run.nodes.is_some() || args.run.quorum4) {
+        return Err("--durable starts its own fleet of standalone nodes, under a majority".into());
     }
     if args.run.clusters && args.run.base_latency.is_some() {
         return Err("--latency-ms: cluster nodes have no proxies".into());

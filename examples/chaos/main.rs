@@ -11,7 +11,10 @@
 //! end; the checker reads it back), `--clients C` (6), `--quorum majority|4` (with `4`, one
 //! node runs without AOF and may restart empty or have its clock jump), `--clusters` (five
 //! Redis Clusters of two primaries and a replica each as the lock nodes, with their own
-//! faults: slot migration, failover; see `nemesis`), `--nodes URLS` (an
+//! faults: slot migration, failover; see `nemesis`), `--durable` (every client with durable
+//! votes, on nodes with `WAITAOF`: Redis or Valkey 7.2 and later, from
+//! `QUORUM_LOCK_REDIS_SERVER`; the nemesis adds machine crashes, which lose what a node had
+//! not fsynced, on any node), `--nodes URLS` (an
 //! existing fleet, comma-separated: no node faults, and its keys are scanned at the end),
 //! `--faults N,N|none` (only these faults of the seed's schedule), `--kinds K,K` (only these
 //! kinds), `--shrink RUNS` (a failing run is run again with less, up to RUNS times, and the
@@ -33,7 +36,7 @@ fn usage(message: &str) -> ! {
     eprintln!("chaos: {message}");
     eprintln!(
         "usage: chaos [--seconds S] [--seed N] [--history FILE] [--clients C] \
-         [--quorum majority|4] [--latency-ms MS] [--clusters | --nodes URL,URL,...] [--fail-point NAME] \
+         [--quorum majority|4] [--latency-ms MS] [--clusters | --durable | --nodes URL,URL,...] [--fail-point NAME] \
          [--faults N,N,...|none] [--kinds K,K,...] [--shrink RUNS] [--check FILE]"
     );
     std::process::exit(2)

@@ -6,7 +6,15 @@
 //! are on the member serving that slot: a pause, a slot migration (keys and all, with a
 //! stretch in the migrating state where the source answers `ASK`), a failover to its replica,
 //! and where the quorum tolerates a forgetful node, a kill and restart (empty) and a forced
-//! failover (`TAKEOVER`: what the replica had not yet copied is lost). Client faults: a
+//! failover (`TAKEOVER`: what the replica had not yet copied is lost). In durable runs, a
+//! machine crash on any node: its AOF is switched off for the fault's length (its disk takes
+//! no more writes, so its `WAITAOF` confirms none), then it is killed and restarted from its
+//! AOF, losing every write of that stretch; not a forgetful fault for durable votes, which
+//! never count an unsynced write; one at a time, on top of the other node faults (its node
+//! gives no durable vote meanwhile), and at a quorum's edge: for its second half, other nodes
+//! are down (killed) up to the limit, so that the votes given then are a bare quorum that
+//! counts the crashing node, and as they come back the rest are paused a while, so that the
+//! nodes back are the next quorum. Client faults: a
 //! client's thread frozen past its leases. At most `max_nodes` nodes are faulty at once, at
 //! most one of them forgetful. Every 12 s ends with 4 s without any fault.
 
@@ -44,6 +52,9 @@ pub enum What {
     Failover {
         force: bool,
     },
+    /// A machine crash (durable runs): the node's disk takes no writes from the fault's start
+    /// (AOF off), and at its end the node restarts from what the disk has.
+    Crash,
 }
 
 impl What {
@@ -60,6 +71,7 @@ impl What {
             What::Migrate => "slot-migration".into(),
             What::Failover { force: false } => "failover".into(),
             What::Failover { force: true } => "failover-takeover".into(),
+            What::Crash => "machine-crash".into(),
         }
     }
 
@@ -136,6 +148,8 @@ pub struct Scope {
     pub node_faults: bool,
     /// Cluster nodes: their own faults (no proxies).
     pub clusters: bool,
+    /// Machine crashes on any node (durable votes).
+    pub crashes: bool,
 }
 
 /// The seeded schedule for a run of `run`.
@@ -181,6 +195,9 @@ pub fn schedule(seed: u64, run: Duration, scope: Scope) -> Vec<Planned> {
                 }
             } else {
                 match roll {
+                    // (The draw for a crash only in runs that have them: other runs keep
+                    // their schedules.)
+                    15..=48 if scope.crashes && rng.random_bool(0.6) => What::Crash,
                     15..=31 => What::Pause,
                     32..=48 => What::Kill {
                         forgets: scope.forgetful.is_some() && rng.random_bool(0.3),
@@ -225,11 +242,17 @@ pub fn schedule(seed: u64, run: Duration, scope: Scope) -> Vec<Planned> {
             let forgets_near = plan.iter().any(|p| {
                 p.what.forgets() && p.at < end + FORGET_GAP && p.at + p.lasts + FORGET_GAP > at
             });
+            // A machine crash's stretch (durable runs) is not counted among the faulty nodes:
+            // it may come on top of them, one at a time, so that a holder's votes can be a bare
+            // quorum that counts the crashing node.
+            let counted = overlapping.iter().filter(|p| p.what != What::Crash).count();
+            let crashing = overlapping.iter().any(|p| p.what == What::Crash);
             let busy = match what {
                 What::SlowAll(_) => proxies_taken,
+                What::Crash => overlapping.iter().any(|p| p.target == target) || crashing,
                 _ => {
                     overlapping.iter().any(|p| p.target == target)
-                        || overlapping.len() >= scope.max_nodes
+                        || counted >= scope.max_nodes
                         || (what.forgets() && forgets_near)
                         || proxies_taken
                 }
@@ -245,12 +268,83 @@ pub fn schedule(seed: u64, run: Duration, scope: Scope) -> Vec<Planned> {
         if let Some(p) = planned {
             if p.at + p.lasts <= run {
                 plan.push(p);
+                if p.what == What::Crash {
+                    id = at_the_edge(&p, id, scope, run, &mut rng, &mut plan);
+                }
             }
         }
         at += Duration::from_millis(rng.random_range(200..1500));
     }
     plan
 }
+
+/// A machine crash at a quorum's edge: for the second half of `crash`'s stretch, where no
+/// other node fault meets it, as many other nodes as the schedule allows are down (killed,
+/// restarted from their AOF as the crash ends), so that the votes given meanwhile are a bare
+/// quorum that counts the crashing node; then the rest are paused for [`AFTER_THE_EDGE`].
+/// Returns the last id used.
+fn at_the_edge(
+    crash: &Planned,
+    mut id: u64,
+    scope: Scope,
+    run: Duration,
+    rng: &mut StdRng,
+    plan: &mut Vec<Planned>,
+) -> u64 {
+    let (from, end) = (crash.at + crash.lasts / 2, crash.at + crash.lasts);
+    let during =
+        |p: &&Planned| p.what.on_one_node() && p.at < end + GAP && p.at + p.lasts + GAP > from;
+    let faulty: Vec<usize> = plan.iter().filter(during).map(|p| p.target).collect();
+    let counted = plan
+        .iter()
+        .filter(during)
+        .filter(|p| p.what != What::Crash)
+        .count();
+    // Only where no other node fault meets that half: one ending earlier would leave a
+    // quorum without the crashing node.
+    if counted > 0 {
+        return id;
+    }
+    let mut free: Vec<usize> = (0..scope.nodes).filter(|n| !faulty.contains(n)).collect();
+    for _ in 0..scope.max_nodes {
+        if free.is_empty() {
+            break;
+        }
+        let target = free.remove(rng.random_range(0..free.len()));
+        id += 1;
+        plan.push(Planned {
+            id,
+            at: from,
+            lasts: end - from,
+            target,
+            // Killed rather than paused: a paused node (or a black hole) still runs the
+            // requests it was sent once it is back, and would hold the entries of the votes
+            // given meanwhile; a killed one never got them.
+            what: What::Kill { forgets: false },
+        });
+    }
+    // Then, as the crashed node and those restart, the rest are paused a while: a holder of
+    // the bare quorum can neither renew nor repair its entries, and the restarted nodes alone
+    // are a quorum for the next client. (Not into a quiet stretch, nor past the run.)
+    let cycle = end.as_millis() as u64 / CYCLE.as_millis() as u64;
+    let quiet_at = CYCLE * (cycle as u32 + 1) - QUIET;
+    if end + AFTER_THE_EDGE <= quiet_at.min(run) {
+        for target in free {
+            id += 1;
+            plan.push(Planned {
+                id,
+                at: end,
+                lasts: AFTER_THE_EDGE,
+                target,
+                what: What::Pause,
+            });
+        }
+    }
+    id
+}
+
+/// How long the nodes that were not down at a crash's edge are paused after it.
+const AFTER_THE_EDGE: Duration = Duration::from_millis(1500);
 
 /// The nodes a run's faults are made on.
 #[derive(Clone)]
@@ -298,6 +392,19 @@ impl Nodes {
                     Ok(0)
                 }
                 What::ClockJump => f.expire_early(node, "*").map(|_| 0),
+                What::Crash => {
+                    let mut conn = f
+                        .client(node)
+                        .get_connection_with_timeout(Duration::from_secs(2))
+                        .map_err(std::io::Error::other)?;
+                    redis::cmd("CONFIG")
+                        .arg("SET")
+                        .arg("appendonly")
+                        .arg("no")
+                        .query::<()>(&mut conn)
+                        .map_err(std::io::Error::other)?;
+                    Ok(0)
+                }
                 What::SlowAll(d) => {
                     self.set_links(Fault::Latency(d));
                     Ok(0)
@@ -345,7 +452,7 @@ impl Nodes {
             Nodes::External => Ok(()),
             Nodes::Standalone(f) => match p.what {
                 What::Pause => f.resume(node),
-                What::Kill { .. } => f.restart(node),
+                What::Kill { .. } | What::Crash => f.restart(node),
                 What::Slow(_) | What::BlackHole => {
                     f.proxy(node).set(healthy);
                     Ok(())

@@ -49,6 +49,9 @@ pub struct Options {
     pub faults: Option<Vec<u64>>,
     /// Only these kinds (`None`: all; a shrunk program's).
     pub kinds: Option<Vec<String>>,
+    /// Durable votes (`DurableVotes::Local`) on every client; the nemesis adds machine
+    /// crashes on any node.
+    pub durable: bool,
 }
 
 /// Runs the workload and the nemesis for `options.seconds`, then checks the history.
@@ -111,6 +114,7 @@ pub async fn run(args: Options) -> Report {
         prefix,
         node_timeout: NODE_TIMEOUT,
         kinds: args.kinds.clone(),
+        durable: args.durable,
     };
     let run_for = Duration::from_secs(args.seconds);
     let mut plan = nemesis::schedule(
@@ -123,6 +127,7 @@ pub async fn run(args: Options) -> Report {
             forgetful,
             node_faults: !matches!(nodes, Nodes::External),
             clusters: args.clusters,
+            crashes: args.durable,
         },
     );
     if let Some(keep) = &args.faults {
@@ -135,10 +140,10 @@ pub async fn run(args: Options) -> Report {
         args.seconds,
         args.clients,
         urls.len(),
-        if args.clusters {
-            "cluster nodes"
-        } else {
-            "nodes"
+        match (args.clusters, args.durable) {
+            (true, _) => "cluster nodes",
+            (false, true) => "nodes, durable votes",
+            (false, false) => "nodes",
         },
         quorum_size,
         plan.len()
@@ -155,6 +160,7 @@ pub async fn run(args: Options) -> Report {
         None,
         json!({"seed": args.seed, "nodes": urls.len(), "quorum": quorum_size,
                "clients": args.clients, "seconds": args.seconds, "clusters": args.clusters,
+               "durable": args.durable,
                "scanned": direct.len()}),
     );
     let control = Arc::new(Control::new(args.clients));

@@ -21,6 +21,9 @@ pub fn command_line(o: &Options, fail_point: Option<&str>) -> String {
     if o.clusters {
         line.push_str(" --clusters");
     }
+    if o.durable {
+        line.push_str(" --durable");
+    }
     if let Some(nodes) = &o.nodes {
         line.push_str(&format!(" --nodes {}", nodes.join(",")));
     }

@@ -66,6 +66,8 @@ pub struct Settings {
     pub node_timeout: Duration,
     /// The kinds the programs draw from, by name (`None`: all; a shrunk program's).
     pub kinds: Option<Vec<String>>,
+    /// Every client with durable votes (`DurableVotes::Local`).
+    pub durable: bool,
 }
 
 /// Every kind's name, as `--kinds` takes them.
@@ -271,15 +273,19 @@ fn describe(e: &Error) -> (String, usize, usize) {
 /// Builds a client's handles (lazily: a node down at the start is checked once it answers).
 async fn handles(settings: &Settings, lock_delay: Duration) -> Handles {
     let build = |quorum: Quorum, lock_delay: Duration| {
-        QuorumLock::builder()
+        let builder = QuorumLock::builder()
             .nodes(settings.nodes.clone())
             .quorum(quorum)
             .node_timeout(settings.node_timeout)
             .retry_delay(Duration::from_millis(5))
             .retry_jitter(Duration::from_millis(20))
             .lock_delay(lock_delay)
-            .lazy(true)
-            .build()
+            .lazy(true);
+        match settings.durable {
+            true => builder.durable_votes(quorum_lock::DurableVotes::Local),
+            false => builder,
+        }
+        .build()
     };
     let locks = build(settings.quorum, lock_delay)
         .await
