@@ -575,15 +575,11 @@ impl Builder {
         // The same rules as `quorum-lock check`: refused here, or logged.
         safety::refuse_or_warn(&infos)?;
         if let Some(durable) = config.durable {
-            for info in &mut infos {
-                crate::client::startup::probe_durable(
-                    &nodes,
-                    info,
-                    durable,
-                    config.connect_timeout,
-                )
-                .await;
-            }
+            // At once: each probe of an `everysec` node waits for an fsync.
+            let probes = infos.iter_mut().map(|info| {
+                crate::client::startup::probe_durable(&nodes, info, durable, config.connect_timeout)
+            });
+            futures::future::join_all(probes).await;
             crate::rules::durable::check(&infos, durable)?;
         }
         let reachable = nodes.len() - failures.len();

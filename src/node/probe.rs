@@ -15,6 +15,10 @@ use super::send::{answered, SendError};
 use super::shard::Shard;
 use super::Node;
 
+/// How long the probe's second `WAITAOF` waits (see [`Node::waitaof_early`]): several turns of
+/// a server's timer (100 ms by default), well within the second between two fsyncs.
+const PROBE_WAIT: Duration = Duration::from_millis(400);
+
 impl Node {
     /// Connects to one node and reads what the safety rules need: `INFO` and `CONFIG GET
     /// appendfsync` (`ROLE` is not asked: `INFO` has the role, and an ACL may deny `ROLE`).
@@ -126,12 +130,15 @@ impl Node {
 
     /// Whether the server answers `WAITAOF 1 0` before its fsync under `appendfsync everysec`
     /// ([`NodeInfo::waitaof_early`]): a write and its `WAITAOF`, which waits for the next
-    /// fsync (within a second); then at once a second write, whose fsync is a second away
-    /// from that one, and a `WAITAOF` of 50 ms. A server that confirms the second has not
-    /// waited for its fsync. Each pair goes on one connection as one pipeline (`WAITAOF`
-    /// waits for its connection's own writes); the probe key lives 5 s and is deleted.
-    /// `None` when it could not tell (the first write was not fsynced within 1.5 s, or the
-    /// node did not answer within `limit` plus the waits).
+    /// fsync (within a second); then at once a second write and a `WAITAOF` of
+    /// [`PROBE_WAIT`], while a second connection sends a `PING` every 20 ms. The second
+    /// write's fsync is a second after the first's, so a server that waits for it answers 0;
+    /// one that confirms it has not waited. (The `PING`s keep the server's event loop
+    /// turning: a server with the defect confirms at its next turn, which an idle server may
+    /// take only at its next timer tick.) Each write and its `WAITAOF` go on one connection as
+    /// one pipeline (`WAITAOF` waits for its connection's own writes); the probe key lives
+    /// 5 s and is deleted. `None` when it could not tell (the first write was not fsynced
+    /// within 1.5 s, or the node did not answer within `limit` plus the waits).
     pub(crate) async fn waitaof_early(&self, limit: Duration) -> Option<bool> {
         let key = format!("quorum-lock:durable-probe:{:016x}", rand::random::<u64>());
         let mut first = redis::pipe();
@@ -155,7 +162,7 @@ impl Node {
             .cmd("WAITAOF")
             .arg(1)
             .arg(0)
-            .arg(50)
+            .arg(PROBE_WAIT.as_millis() as u64)
             .cmd("DEL")
             .arg(&key);
         let local = |answers: &[Value]| match answers.get(1) {
@@ -165,22 +172,36 @@ impl Node {
             },
             _ => None,
         };
-        let run = |pipe: redis::Pipeline, count: usize, wait: Duration| async move {
-            let sent = async {
-                let (_, mut link) = self.connection(&self.home).await.ok()?;
-                link.conn.send_packed_commands(&pipe, 0, count).await.ok()
-            };
-            tokio::time::timeout(limit + wait, sent)
-                .await
-                .ok()
-                .flatten()
+        let run = |pipe: redis::Pipeline, count: usize| async move {
+            let (_, mut link) = self.connection(&self.home).await.ok()?;
+            link.conn.send_packed_commands(&pipe, 0, count).await.ok()
         };
-        let fsynced = local(&run(first, 2, Duration::from_millis(1500)).await?)?;
-        if fsynced < 1 {
-            return None;
-        }
-        let early = local(&run(second, 3, Duration::from_millis(50)).await?)?;
-        Some(early >= 1)
+        let probe = async {
+            let fsynced = local(&run(first, 2).await?)?;
+            if fsynced < 1 {
+                return None;
+            }
+            let mut other = self
+                .home
+                .addr
+                .client
+                .get_multiplexed_async_connection()
+                .await
+                .ok()?;
+            let pings = async {
+                loop {
+                    let _: Result<Value, _> = redis::cmd("PING").query_async(&mut other).await;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            };
+            let early = tokio::select! {
+                answers = run(second, 3) => local(&answers?)?,
+                _ = pings => return None,
+            };
+            Some(early >= 1)
+        };
+        let bound = limit * 3 + Duration::from_millis(1500) + PROBE_WAIT;
+        tokio::time::timeout(bound, probe).await.ok().flatten()
     }
 
     /// `INFO` and `CONFIG GET appendfsync` of one server, each bounded by `limit`.
