@@ -207,12 +207,18 @@ impl Channel {
     }
 
     /// Node `node` has this channel subscribed (`true`) or lost it with its connection.
-    pub(super) fn set_confirmed(&self, node: usize, subscribed: bool) {
+    /// Answers whether this was a late confirmation: one that came after the first waiter's
+    /// round ended with fewer than a quorum confirmed. Until then a release could be
+    /// announced to too few subscribed nodes to wake anyone, so the caller wakes a waiter to
+    /// try again (see `Wakeups::confirm`).
+    pub(super) fn set_confirmed(&self, node: usize, subscribed: bool) -> bool {
         let bit = 1u64 << node;
         if subscribed {
-            self.confirmed.fetch_or(bit, Ordering::Relaxed);
+            let before = self.confirmed.fetch_or(bit, Ordering::Relaxed);
+            before & bit == 0 && (before.count_ones() as usize) < self.quorum && self.is_settled()
         } else {
             self.confirmed.fetch_and(!bit, Ordering::Relaxed);
+            false
         }
     }
 

@@ -316,3 +316,24 @@ fn the_threshold_follows_the_nodes_that_have_the_subscription() {
     chan.set_confirmed(3, false);
     assert_eq!(chan.threshold(), 2);
 }
+
+#[test]
+fn a_confirmation_after_a_round_that_ended_short_of_a_quorum_is_late() {
+    let chan = Channel::new(QUORUM, PATIENCE);
+    assert!(
+        !chan.set_confirmed(0, true),
+        "within the first waiter's round"
+    );
+    chan.settle();
+    // The round ended with one node confirmed: each confirmation up to the quorum is late.
+    let late: Vec<bool> = (1..5).map(|node| chan.set_confirmed(node, true)).collect();
+    assert_eq!(
+        late,
+        [true, true, false, false],
+        "late until a quorum confirmed"
+    );
+    assert!(
+        !chan.set_confirmed(1, true),
+        "a node confirmed again is not late"
+    );
+}

@@ -253,7 +253,12 @@ impl Wakeups {
         if subscribed {
             for name in names {
                 if let Some(r) = channels.get(name) {
-                    r.channel.set_confirmed(node, true);
+                    // Confirmed after the first waiter's round gave up on a quorum (a slow
+                    // node, a loaded machine): a release announced before now may have woken
+                    // nobody, so the longest waiter tries again (a hint, as in `missed`).
+                    if r.channel.set_confirmed(node, true) {
+                        r.channel.notify().notify_one();
+                    }
                 }
             }
         } else {
