@@ -311,15 +311,20 @@ fn a_seeded_durable_run_with_machine_crashes_has_no_anomaly() {
 /// and 3 are down from 2.5 s, so every vote until 4.0 s is a bare quorum that counts node 4;
 /// then node 4 crashes, 2 and 3 come back, and 0 and 1 are paused for 1.5 s, so a holder of
 /// that bare quorum can neither renew nor repair while the nodes back take the next client.
-/// Four runs here found 5, 2, 2 and 6 anomalies; the same program without the fail point
-/// (above) none.
+/// With six clients of every kind, 10 s runs here found 5, 2, 2, 6 and then 1 anomalies, and a
+/// 20 s run none: the two holders need a holder of the bare quorum still holding, and a
+/// waiter of the same key, when the nodes come back. Twelve clients on mutexes for 20 s (four
+/// such crashes, 4.9 s of bare quorum) found 5, 6 and 3. The program without the fail point
+/// (six clients of every kind, above) finds none.
 #[test]
 #[ignore = "needs WAITAOF (Valkey 8.1 in CI): `QUORUM_LOCK_REDIS_SERVER=... -- --ignored durable`"]
 fn durable_votes_counted_before_their_fsync_are_caught() {
     let report = chaos_with(
         run::Options {
             durable: true,
-            ..options(86, Fleet::Links(20), seconds())
+            clients: 12,
+            kinds: Some(vec!["mutex".into()]),
+            ..options(86, Fleet::Links(20), 20)
         },
         Some(FailPoint::VoteBeforeFsync),
     );
