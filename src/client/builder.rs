@@ -16,7 +16,6 @@ use crate::rules::config::from_node_timeout;
 use crate::rules::config::{check_duration, Config};
 use crate::rules::durable::DurableVotes;
 use crate::rules::quorum::Quorum;
-use crate::rules::safety;
 use crate::scripts::MAX_NODES;
 use crate::state::ClientState;
 
@@ -572,16 +571,7 @@ impl Builder {
             .map(|addr| Node::new(addr, config.node_timeout, config.connect_timeout))
             .collect();
         let (mut infos, failures) = probe_until_quorum(&nodes, &config).await?;
-        // The same rules as `quorum-lock check`: refused here, or logged.
-        safety::refuse_or_warn(&infos)?;
-        if let Some(durable) = config.durable {
-            // At once: each probe of an `everysec` node waits for an fsync.
-            let probes = infos.iter_mut().map(|info| {
-                crate::client::startup::probe_durable(&nodes, info, durable, config.connect_timeout)
-            });
-            futures::future::join_all(probes).await;
-            crate::rules::durable::check(&infos, durable)?;
-        }
+        crate::client::startup::check_at_build(&nodes, &mut infos, &config).await?;
         let reachable = nodes.len() - failures.len();
         if reachable < config.required && !self.lazy {
             return Err(Error::Unreachable {

@@ -127,8 +127,9 @@ async fn check_late<P>(
             Ok(mut info) => {
                 let mut verdict = safety::refuse_or_warn_late(&checked, info.clone());
                 if let (Ok(()), Some(durable)) = (&verdict, durable) {
-                    probe_durable(&all, &mut info, durable, limit.0).await;
-                    verdict = crate::rules::durable::check(std::slice::from_ref(&info), durable);
+                    verdict =
+                        check_durable(&all, std::slice::from_mut(&mut info), durable, limit.0)
+                            .await;
                 }
                 match verdict {
                     Ok(()) => {
@@ -181,18 +182,39 @@ fn unfixable(f: &NodeFailure) -> bool {
     )
 }
 
-/// Reads [`NodeInfo::waitaof_early`] of the node `info` describes, where local durable votes
-/// need it (`rules::durable::needs_probe`), bounded by `limit` plus the probe's waits.
-pub(crate) async fn probe_durable(
+/// The checks `build()` makes of the nodes it probed: the safety rules, the same as
+/// `quorum-lock check` reports (refused, or logged), and durable votes' where asked for.
+pub(crate) async fn check_at_build(
     nodes: &[Node],
-    info: &mut NodeInfo,
+    infos: &mut [NodeInfo],
+    config: &Config,
+) -> Result<()> {
+    safety::refuse_or_warn(infos)?;
+    match config.durable {
+        Some(durable) => check_durable(nodes, infos, durable, config.connect_timeout).await,
+        None => Ok(()),
+    }
+}
+
+/// Durable votes' check of the nodes `infos` describe (`rules::durable::check`), at build
+/// and for a node checked late alike: first [`NodeInfo::waitaof_early`] of each node that
+/// needs it for local votes (`rules::durable::needs_probe`), probed at once, each bounded by
+/// `limit` plus the probe's waits.
+pub(crate) async fn check_durable(
+    nodes: &[Node],
+    infos: &mut [NodeInfo],
     durable: DurableVotes,
     limit: std::time::Duration,
-) {
-    if durable != DurableVotes::Local || !crate::rules::durable::needs_probe(info) {
-        return;
+) -> Result<()> {
+    if durable == DurableVotes::Local {
+        let probes = infos
+            .iter_mut()
+            .filter(|info| crate::rules::durable::needs_probe(info))
+            .filter_map(|info| {
+                let node = nodes.iter().find(|n| n.name() == info.node)?;
+                Some(async move { info.waitaof_early = node.waitaof_early(limit).await })
+            });
+        futures::future::join_all(probes).await;
     }
-    if let Some(node) = nodes.iter().find(|n| n.name() == info.node) {
-        info.waitaof_early = node.waitaof_early(limit).await;
-    }
+    crate::rules::durable::check(infos, durable)
 }
