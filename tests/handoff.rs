@@ -349,3 +349,71 @@ async fn a_releaser_lets_other_clients_waiters_go_first() {
         .expect("the waiter got the key")
         .unwrap();
 }
+
+/// A release returns at a quorum, and its request to a slow node lands later. A waiter woken
+/// by the quorum's notices asks the key's arbiter first; where the arbiter is that slow node,
+/// it still holds the releasing holder's entry and refuses. That refusal is no lost race: the
+/// arbiter's own notice of the release, when it lands, wakes the waiter again, well before its
+/// 20 s retry delay. With the holder's link slow to each node in turn, one of them is the
+/// key's arbiter. The mutex and the multi-key lock (the kinds that ask an arbiter).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_refused_by_an_arbiter_the_release_had_not_reached_yet_is_woken_by_its_notice() {
+    init_tracing();
+    let fleet = Fleet::builder().nodes(5).proxied(true).start().unwrap();
+    // Through the proxies; a node timeout the held-up link stays well within.
+    let holder = builder(&fleet, Quorum::Majority)
+        .node_timeout(Duration::from_secs(3))
+        .build()
+        .await
+        .unwrap();
+    let waiter = builder(&fleet, Quorum::Majority)
+        .nodes((0..fleet.len()).map(|i| fleet.direct_url(i)))
+        .retry_delay(Duration::from_secs(20))
+        .retry_jitter(Duration::ZERO)
+        .wait_timeout(Duration::from_secs(60))
+        .build()
+        .await
+        .unwrap();
+    let ordered = waiter.stats().ordered;
+    for (kind, keys, request) in kinds(2).into_iter().take(2) {
+        for slow in 0..fleet.len() {
+            let keys: Vec<String> = (0..keys)
+                .map(|_| unique_key(&format!("late-arbiter-{kind}-{slow}")))
+                .collect();
+            let held = request(&holder, &keys)
+                .ttl(TTL)
+                .try_acquire()
+                .await
+                .unwrap()
+                .unwrap();
+            let contended = waiter.stats().contended;
+            let task = {
+                let (waiter, keys) = (waiter.clone(), keys.clone());
+                tokio::spawn(async move { request(&waiter, &keys).ttl(TTL).acquire().await })
+            };
+            until_contended(&fleet, &waiter, contended + 2).await;
+            // The release reaches node `slow` only when its link heals, 400 ms after the
+            // quorum's answers (and notices).
+            fleet.proxy(slow).black_hole();
+            held.release().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            fleet.proxy(slow).heal();
+            let guard = tokio::time::timeout(Duration::from_secs(5), task)
+                .await
+                .unwrap_or_else(|_| {
+                    panic!(
+                        "{kind}, release held up on n{slow}: the waiter slept through its notice: {:?}",
+                        waiter.stats()
+                    )
+                })
+                .unwrap()
+                .unwrap();
+            guard.release().await.unwrap();
+        }
+    }
+    assert!(
+        waiter.stats().ordered > ordered,
+        "no attempt asked the arbiter: {:?}",
+        waiter.stats()
+    );
+}

@@ -32,9 +32,10 @@ pub(crate) struct Contention {
     /// Some nodes said yes (the attempt raced a change of holder: a release, a grant), or a
     /// fair request's rollback gave the key back to it.
     pub(crate) partly: bool,
-    /// The key's arbiter refused (the ordered approach): another waiter has its vote for
-    /// this release, and will hold the key or retry itself.
-    pub(crate) by_arbiter: bool,
+    /// The key's arbiter (this node) refused (the ordered approach): another waiter has its
+    /// vote for this release, and will hold the key or retry itself, unless the release had
+    /// not reached the arbiter yet (see `Channel::rewake_on`).
+    pub(crate) by_arbiter: Option<usize>,
 }
 
 /// What one attempt ended with, short of a guard.
@@ -138,7 +139,7 @@ pub(crate) async fn attempt(
                     hint: outcome.hint,
                     drawn: None,
                     partly: false,
-                    by_arbiter: true,
+                    by_arbiter: arbiter,
                 }));
             }
         };
@@ -285,7 +286,7 @@ fn short_of_quorum(outcome: &Outcome, required: usize, key: &Shape) -> Miss {
         hint: outcome.hint,
         drawn,
         partly: outcome.tally.yes() > 0,
-        by_arbiter: false,
+        by_arbiter: None,
     })
 }
 

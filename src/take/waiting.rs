@@ -290,8 +290,15 @@ impl<'a, 'p> Waiting<'a, 'p> {
                 // and will hold the key (its release wakes this waiter) or, if its attempt
                 // fails, retry at once itself. Quick retries here only ask the arbiter again
                 // while the winner holds: 3 more refused attempts per client and release.
-                if c.by_arbiter {
+                // Unless the release that woke this waiter had not reached the arbiter yet (a
+                // release returns at a quorum): the arbiter's own notice of it, when it
+                // comes, then wakes the waiter again (see `Channel::rewake_on`).
+                if let Some(arbiter) = c.by_arbiter {
                     self.backoff.lost_the_race();
+                    let primary = self.waiters.first().and_then(Waiter::channel);
+                    if primary.is_some_and(|channel| channel.rewake_on(arbiter)) {
+                        tracing::trace!(arbiter, "the release has not reached the arbiter yet");
+                    }
                 }
                 (None, c.hint)
             }

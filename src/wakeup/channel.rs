@@ -30,6 +30,8 @@ pub(crate) struct Channel {
     /// Fair waiters of this client by waiter id: a grant notice (see
     /// `family/lua/fair_line.lua`) wakes the waiter it names, and nobody else.
     named: Mutex<HashMap<Vec<u8>, NamedWaiter>>,
+    /// Releases that woke a waiter so far (orders them, see `ReleaseNotices::woke_order`).
+    wakes: AtomicU64,
 }
 
 /// What a fair waiter named on a channel is woken by.
@@ -127,6 +129,12 @@ struct ReleaseNotices {
     nodes: u64,
     /// Whether this release already woke a waiter.
     woke: bool,
+    /// When it woke one: the channel's wake-up count then (the latest release to wake a
+    /// waiter has the highest).
+    woke_order: u64,
+    /// Bit `i`: node `i`'s notice of this release, when it comes, wakes a waiter again (see
+    /// [`Channel::rewake_on`]).
+    rewake: u64,
     /// Whether the next waiter's take-over of a short grant was already scheduled.
     lapse_scheduled: bool,
 }
@@ -171,6 +179,7 @@ impl Channel {
             confirmed: AtomicU64::new(0),
             settled: tokio::sync::watch::Sender::new(false),
             named: Mutex::new(HashMap::new()),
+            wakes: AtomicU64::new(0),
         }
     }
 
@@ -266,6 +275,8 @@ impl Channel {
                     digest: digest.to_vec(),
                     nodes: 0,
                     woke: false,
+                    woke_order: 0,
+                    rewake: 0,
                     lapse_scheduled: false,
                 });
                 recent.len() - 1
@@ -287,14 +298,20 @@ impl Channel {
         }
         let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
         let release = Self::record(&mut recent, message);
-        if node < 64 {
-            release.nodes |= 1 << node;
-        }
+        let bit = if node < 64 { 1 << node } else { 0 };
+        release.nodes |= bit;
         let counted = release.nodes.count_ones() as usize;
-        if release.woke || counted < self.threshold() {
+        if release.woke && release.rewake & bit != 0 {
+            // The node a woken waiter's attempt was refused by, before this release reached
+            // it: it is free there now.
+            release.rewake &= !bit;
+            tracing::trace!(node, "a release's late notice wakes a waiter again");
+        } else if release.woke || counted < self.threshold() {
             return Heard::default();
+        } else {
+            release.woke = true;
+            release.woke_order = self.wakes.fetch_add(1, Ordering::Relaxed) + 1;
         }
-        release.woke = true;
         drop(recent);
         // A wake-up that finds no waiter is kept as a permit for the next one.
         self.notify.notify_one();
@@ -302,6 +319,35 @@ impl Channel {
             woke: true,
             ..Heard::default()
         }
+    }
+
+    /// A waiter woken by a release was refused by node `node` (the key's arbiter, which it
+    /// asks first). If that release, the latest to wake a waiter here, has not been announced
+    /// by `node` yet, the release had not reached it: its entry there is the released
+    /// holder's, not another waiter's vote. Its notice from `node`, when it comes, then wakes
+    /// the longest waiter again (answers true); without it the waiter would sleep its whole
+    /// retry delay, since the release's notices already woke somebody. False when `node`
+    /// announced that release already (another waiter has its vote: a lost race) or no
+    /// release woke a waiter.
+    pub(crate) fn rewake_on(&self, node: usize) -> bool {
+        let bit = if node < 64 {
+            1u64 << node
+        } else {
+            return false;
+        };
+        let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(latest) = recent
+            .iter_mut()
+            .filter(|r| r.woke)
+            .max_by_key(|r| r.woke_order)
+        else {
+            return false;
+        };
+        if latest.nodes & bit != 0 {
+            return false;
+        }
+        latest.rewake |= bit;
+        true
     }
 
     /// Counts a grant notice (`<waiter>:<digest>`, and for a short grant

@@ -49,6 +49,41 @@ fn one_waiter_wakes_per_release_and_only_at_a_quorum_of_notices() {
 }
 
 #[test]
+fn a_refusal_by_a_node_the_release_had_not_reached_wakes_a_waiter_at_its_notice() {
+    let chan = Channel::new(QUORUM, PATIENCE);
+    // No release woke anybody yet: nothing to wait for.
+    assert!(!chan.rewake_on(4));
+    let mut first = pin!(chan.notify().notified());
+    first.as_mut().enable();
+    hear_from(&chan, QUORUM, b"h1");
+    assert!(first.as_mut().now_or_never().is_some());
+    // The woken waiter's attempt was refused by node 1, which announced the release: another
+    // waiter's vote, a lost race.
+    assert!(!chan.rewake_on(1));
+    // Refused by node 4, which had not: its notice, when it comes, wakes a waiter again,
+    // once (a node that repeats it wakes nobody).
+    assert!(chan.rewake_on(4));
+    let mut again = pin!(chan.notify().notified());
+    again.as_mut().enable();
+    assert!(!hear(&chan, 3, b"h1"), "another node's late notice");
+    assert!(again.as_mut().now_or_never().is_none());
+    assert!(hear(&chan, 4, b"h1"));
+    assert!(
+        again.as_mut().now_or_never().is_some(),
+        "woken by node 4's notice"
+    );
+    let mut third = pin!(chan.notify().notified());
+    third.as_mut().enable();
+    assert!(!hear(&chan, 4, b"h1"));
+    assert!(third.as_mut().now_or_never().is_none());
+    // A later release is the one asked about: node 4 announced h1, not h2.
+    hear_from(&chan, QUORUM, b"h2");
+    assert!(third.as_mut().now_or_never().is_some());
+    assert!(chan.rewake_on(4));
+    assert!(!chan.rewake_on(0));
+}
+
+#[test]
 fn a_node_that_repeats_a_notice_counts_once() {
     let chan = Channel::new(QUORUM, PATIENCE);
     let mut waiter = pin!(chan.notify().notified());
