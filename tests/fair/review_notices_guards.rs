@@ -657,7 +657,17 @@ async fn review_notices_clock_jump_before_the_first_renewal() {
         let t0 = Instant::now();
         while t0.elapsed() < Duration::from_millis(2500) {
             if comp.is_finished() && g.is_held() {
-                panic!("round {round}: competitor got it while the guard holds");
+                let validity = g.validity();
+                let got = comp.await.unwrap();
+                let mut entries = Vec::new();
+                for i in 0..fleet.len() {
+                    entries.push((entry(&fleet, i, &key).await, pttl(&fleet, i, &key).await));
+                }
+                panic!(
+                    "round {round}: competitor got {:?} while the guard {} holds (validity {validity:?}); entries {entries:?}",
+                    got.map(|c| (c.holder().to_string(), c.validity())),
+                    g.holder()
+                );
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
