@@ -34,7 +34,7 @@ pub(crate) struct Contention {
     pub(crate) partly: bool,
     /// The key's arbiter (this node) refused (the ordered approach): another waiter has its
     /// vote for this release, and will hold the key or retry itself, unless the release had
-    /// not reached the arbiter yet (see `Channel::rewake_on`).
+    /// not reached the arbiter yet (see `Channel::refused_by`).
     pub(crate) by_arbiter: Option<usize>,
 }
 

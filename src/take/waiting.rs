@@ -25,7 +25,7 @@ use crate::scripts::{Call, SendBy};
 use crate::state::ClientState;
 use crate::telemetry::{self, AcquireEnd, Started};
 use crate::wakeup::courtesy::COURTESY;
-use crate::wakeup::Waiter;
+use crate::wakeup::{Channel, Refusal, Seen, Waiter};
 
 /// Attempts until success or the wait ends. Between attempts the waiter sleeps until the key's
 /// release notice or its [`Backoff`] pause.
@@ -106,6 +106,12 @@ struct Waiting<'a, 'p> {
     /// What a request that gives up takes back (sent when the wait is dropped unless it got
     /// the lock).
     withdraw: Withdraw<'a>,
+    /// The channel whose release notice ended the latest pause, if one did.
+    woken_by: Option<Arc<Channel>>,
+    /// What that channel (else the primary key's) had heard of its latest waking release
+    /// before the coming attempt: an arbiter's refusal is judged by it (see
+    /// `Channel::refused_by`).
+    seen: Option<Seen>,
 }
 
 /// What a waiter listens to between two attempts: enabled before the attempt, so that a
@@ -113,6 +119,8 @@ struct Waiting<'a, 'p> {
 struct Listening {
     /// A release notice of any of its keys, or a grant naming this fair request.
     notices: Vec<Pin<Box<OwnedNotified>>>,
+    /// The keys' channels, in the order of the first of `notices`.
+    channels: Vec<Arc<Channel>>,
     /// The end of the claim window of a short grant to the fair waiter before this one: the
     /// key may be free then, and this waiter first (see `wakeup`).
     lapse: Option<Pin<Box<OwnedNotified>>>,
@@ -163,6 +171,8 @@ impl<'a, 'p> Waiting<'a, 'p> {
             lost: courtesy,
             heard: courtesy,
             withdraw,
+            woken_by: None,
+            seen: None,
         }
     }
 
@@ -215,14 +225,19 @@ impl<'a, 'p> Waiting<'a, 'p> {
             n.as_mut().enable();
             n
         };
+        let channels: Vec<Arc<Channel>> = self.waiters.iter().filter_map(Waiter::channel).collect();
+        self.seen = self
+            .woken_by
+            .as_ref()
+            .or(channels.first())
+            .and_then(|c| c.seen());
         Listening {
-            notices: self
-                .waiters
+            notices: channels
                 .iter()
-                .filter_map(Waiter::channel)
                 .map(|c| enabled(c.notify()))
                 .chain(line.as_ref().map(|(granted, _)| enabled(granted)))
                 .collect(),
+            channels,
             lapse: line.as_ref().map(|(_, lapse)| enabled(lapse)),
         }
     }
@@ -292,12 +307,21 @@ impl<'a, 'p> Waiting<'a, 'p> {
                 // while the winner holds: 3 more refused attempts per client and release.
                 // Unless the release that woke this waiter had not reached the arbiter yet (a
                 // release returns at a quorum): the arbiter's own notice of it, when it
-                // comes, then wakes the waiter again (see `Channel::rewake_on`).
+                // comes, then wakes the waiter again (see `Channel::refused_by`).
+                // The channel asked is the one whose notice woke this waiter: a multi-key
+                // waiter's release may have come on any of its keys.
                 if let Some(arbiter) = c.by_arbiter {
-                    self.backoff.lost_the_race();
-                    let primary = self.waiters.first().and_then(Waiter::channel);
-                    if primary.is_some_and(|channel| channel.rewake_on(arbiter)) {
-                        tracing::trace!(arbiter, "the release has not reached the arbiter yet");
+                    let channel = self
+                        .woken_by
+                        .clone()
+                        .or_else(|| self.waiters.first().and_then(Waiter::channel));
+                    let refusal = channel.map_or(Refusal::LostRace, |channel| {
+                        channel.refused_by(arbiter, self.seen)
+                    });
+                    tracing::trace!(arbiter, ?refusal, "refused by the arbiter");
+                    match refusal {
+                        Refusal::Now => self.backoff.woken(),
+                        Refusal::Later | Refusal::LostRace => self.backoff.lost_the_race(),
                     }
                 }
                 (None, c.hint)
@@ -335,6 +359,7 @@ impl<'a, 'p> Waiting<'a, 'p> {
     ) -> Result<()> {
         let now = Instant::now();
         let config = &self.state.config;
+        self.woken_by = None;
         if !failed {
             // Every key's channel at once (each subscription waits at most the node timeout
             // for its nodes), and never past the wait's end.
@@ -372,8 +397,9 @@ impl<'a, 'p> Waiting<'a, 'p> {
             }
         };
         tokio::select! {
-            _ = notice => {
+            ((), woke, _) = notice => {
                 tracing::trace!("woken by a notice");
+                self.woken_by = listening.channels.get(woke).cloned();
                 counters.wakeup(true);
                 self.backoff.woken();
                 self.heard = true;

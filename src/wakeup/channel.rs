@@ -133,7 +133,7 @@ struct ReleaseNotices {
     /// waiter has the highest).
     woke_order: u64,
     /// Bit `i`: node `i`'s notice of this release, when it comes, wakes a waiter again (see
-    /// [`Channel::rewake_on`]).
+    /// [`Channel::refused_by`]).
     rewake: u64,
     /// Whether the next waiter's take-over of a short grant was already scheduled.
     lapse_scheduled: bool,
@@ -321,19 +321,38 @@ impl Channel {
         }
     }
 
+    /// What the latest release to wake a waiter here looked like (which nodes had announced
+    /// it), taken before an attempt: see [`refused_by`](Self::refused_by).
+    pub(crate) fn seen(&self) -> Option<Seen> {
+        let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        recent
+            .iter()
+            .filter(|r| r.woke)
+            .max_by_key(|r| r.woke_order)
+            .map(|r| Seen {
+                order: r.woke_order,
+                nodes: r.nodes,
+            })
+    }
+
     /// A waiter woken by a release was refused by node `node` (the key's arbiter, which it
-    /// asks first). If that release, the latest to wake a waiter here, has not been announced
-    /// by `node` yet, the release had not reached it: its entry there is the released
-    /// holder's, not another waiter's vote. Its notice from `node`, when it comes, then wakes
-    /// the longest waiter again (answers true); without it the waiter would sleep its whole
-    /// retry delay, since the release's notices already woke somebody. False when `node`
-    /// announced that release already (another waiter has its vote: a lost race) or no
-    /// release woke a waiter.
-    pub(crate) fn rewake_on(&self, node: usize) -> bool {
+    /// asks first); `before` is what it [`seen`](Self::seen) before its attempt. A release
+    /// returns at a quorum, so the one that woke the waiter (the latest to wake one here) may
+    /// not have reached `node` yet: its entry there is then the released holder's, not
+    /// another waiter's vote, and the waiter would sleep its whole retry delay (the release's
+    /// notices already woke somebody).
+    /// - [`Refusal::Later`]: `node` has not announced that release: its notice, when it comes,
+    ///   wakes the longest waiter again (once).
+    /// - [`Refusal::Now`]: `node` announced it while the attempt ran (its notice may have
+    ///   come before the refusal was read): the refusal may be the released holder's entry,
+    ///   so the waiter tries again at once. Once: by its next refusal, the notice was seen.
+    /// - [`Refusal::LostRace`]: `node` had announced it before the attempt (another waiter
+    ///   has its vote), or no release woke a waiter.
+    pub(crate) fn refused_by(&self, node: usize, before: Option<Seen>) -> Refusal {
         let bit = if node < 64 {
             1u64 << node
         } else {
-            return false;
+            return Refusal::LostRace;
         };
         let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
         let Some(latest) = recent
@@ -341,13 +360,33 @@ impl Channel {
             .filter(|r| r.woke)
             .max_by_key(|r| r.woke_order)
         else {
-            return false;
+            return Refusal::LostRace;
         };
-        if latest.nodes & bit != 0 {
-            return false;
+        if latest.nodes & bit == 0 {
+            latest.rewake |= bit;
+            return Refusal::Later;
         }
-        latest.rewake |= bit;
-        true
+        match before {
+            Some(seen) if seen.order == latest.woke_order && seen.nodes & bit == 0 => Refusal::Now,
+            _ => Refusal::LostRace,
+        }
+    }
+
+    /// Node `node`'s pub/sub connection was lost: a release notice it owed (see
+    /// [`refused_by`](Self::refused_by)) may never come (a node killed after it refused), so
+    /// the longest waiter tries now instead of on its timer.
+    pub(super) fn forget_rewakes(&self, node: usize) {
+        let bit = if node < 64 { 1u64 << node } else { return };
+        let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        let mut owed = false;
+        for release in recent.iter_mut() {
+            owed |= release.rewake & bit != 0;
+            release.rewake &= !bit;
+        }
+        drop(recent);
+        if owed {
+            self.notify.notify_one();
+        }
     }
 
     /// Counts a grant notice (`<waiter>:<digest>`, and for a short grant
@@ -452,6 +491,25 @@ impl Channel {
 
 fn lock(timer: &Timer) -> std::sync::MutexGuard<'_, Option<tokio::task::AbortHandle>> {
     timer.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What a waiter saw of the latest release to wake a waiter on a channel, before its attempt
+/// (see [`Channel::refused_by`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Seen {
+    order: u64,
+    nodes: u64,
+}
+
+/// What a woken waiter's refusal by the key's arbiter means (see [`Channel::refused_by`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// Another waiter has the arbiter's vote: sleep until the next notice.
+    LostRace,
+    /// The release had not reached the arbiter: its notice from there wakes a waiter again.
+    Later,
+    /// The release reached the arbiter while the attempt ran: try again at once.
+    Now,
 }
 
 /// The rate difference allowed between a node's clock and this client's when waiting out a

@@ -28,7 +28,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::node::Nodes;
 
 use channel::schedule;
-pub(crate) use channel::{Channel, Named, Noticed, NoticedGrant};
+pub(crate) use channel::{Channel, Named, Noticed, NoticedGrant, Refusal, Seen};
 use subscriber::worker;
 
 /// A waited-on channel: how many of the client's tasks wait on it.
@@ -264,6 +264,7 @@ impl Wakeups {
         } else {
             for r in channels.values() {
                 r.channel.set_confirmed(node, false);
+                r.channel.forget_rewakes(node);
             }
         }
     }
