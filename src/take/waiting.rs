@@ -25,7 +25,7 @@ use crate::scripts::{Call, SendBy};
 use crate::state::ClientState;
 use crate::telemetry::{self, AcquireEnd, Started};
 use crate::wakeup::courtesy::COURTESY;
-use crate::wakeup::{Channel, Refusal, Seen, Waiter};
+use crate::wakeup::{Channel, Waiter};
 
 /// Attempts until success or the wait ends. Between attempts the waiter sleeps until the key's
 /// release notice or its [`Backoff`] pause.
@@ -106,12 +106,9 @@ struct Waiting<'a, 'p> {
     /// What a request that gives up takes back (sent when the wait is dropped unless it got
     /// the lock).
     withdraw: Withdraw<'a>,
-    /// The channel whose release notice ended the latest pause, if one did.
+    /// The channel whose release notice ended the latest pause, if one did: an arbiter's
+    /// refusal asks it about that release (see `Channel::refused_by`).
     woken_by: Option<Arc<Channel>>,
-    /// What that channel (else the primary key's) had heard of its latest waking release
-    /// before the coming attempt: an arbiter's refusal is judged by it (see
-    /// `Channel::refused_by`).
-    seen: Option<Seen>,
 }
 
 /// What a waiter listens to between two attempts: enabled before the attempt, so that a
@@ -172,7 +169,6 @@ impl<'a, 'p> Waiting<'a, 'p> {
             heard: courtesy,
             withdraw,
             woken_by: None,
-            seen: None,
         }
     }
 
@@ -226,11 +222,6 @@ impl<'a, 'p> Waiting<'a, 'p> {
             n
         };
         let channels: Vec<Arc<Channel>> = self.waiters.iter().filter_map(Waiter::channel).collect();
-        self.seen = self
-            .woken_by
-            .as_ref()
-            .or(channels.first())
-            .and_then(|c| c.seen());
         Listening {
             notices: channels
                 .iter()
@@ -315,13 +306,9 @@ impl<'a, 'p> Waiting<'a, 'p> {
                         .woken_by
                         .clone()
                         .or_else(|| self.waiters.first().and_then(Waiter::channel));
-                    let refusal = channel.map_or(Refusal::LostRace, |channel| {
-                        channel.refused_by(arbiter, self.seen)
-                    });
-                    tracing::trace!(arbiter, ?refusal, "refused by the arbiter");
-                    match refusal {
-                        Refusal::Now => self.backoff.woken(),
-                        Refusal::Later | Refusal::LostRace => self.backoff.lost_the_race(),
+                    self.backoff.lost_the_race();
+                    if channel.is_some_and(|channel| channel.refused_by(arbiter)) {
+                        tracing::trace!(arbiter, "the release has not reached the arbiter yet");
                     }
                 }
                 (None, c.hint)

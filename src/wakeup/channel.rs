@@ -321,38 +321,20 @@ impl Channel {
         }
     }
 
-    /// What the latest release to wake a waiter here looked like (which nodes had announced
-    /// it), taken before an attempt: see [`refused_by`](Self::refused_by).
-    pub(crate) fn seen(&self) -> Option<Seen> {
-        let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
-        recent
-            .iter()
-            .filter(|r| r.woke)
-            .max_by_key(|r| r.woke_order)
-            .map(|r| Seen {
-                order: r.woke_order,
-                nodes: r.nodes,
-            })
-    }
-
     /// A waiter woken by a release was refused by node `node` (the key's arbiter, which it
-    /// asks first); `before` is what it [`seen`](Self::seen) before its attempt. A release
-    /// returns at a quorum, so the one that woke the waiter (the latest to wake one here) may
-    /// not have reached `node` yet: its entry there is then the released holder's, not
-    /// another waiter's vote, and the waiter would sleep its whole retry delay (the release's
-    /// notices already woke somebody).
-    /// - [`Refusal::Later`]: `node` has not announced that release: its notice, when it comes,
-    ///   wakes the longest waiter again (once).
-    /// - [`Refusal::Now`]: `node` announced it while the attempt ran (its notice may have
-    ///   come before the refusal was read): the refusal may be the released holder's entry,
-    ///   so the waiter tries again at once. Once: by its next refusal, the notice was seen.
-    /// - [`Refusal::LostRace`]: `node` had announced it before the attempt (another waiter
-    ///   has its vote), or no release woke a waiter.
-    pub(crate) fn refused_by(&self, node: usize, before: Option<Seen>) -> Refusal {
+    /// asks first). A release returns at a quorum, so the one that woke the waiter (the latest
+    /// to wake one here) may not have reached `node` yet: its entry there is then the
+    /// released holder's, not another waiter's vote, and the waiter would sleep its whole
+    /// retry delay (the release's notices already woke somebody). Answers true when `node`
+    /// has not announced that release: its notice, when it comes, then wakes the longest
+    /// waiter again (once). False when `node` announced it already (another waiter has its
+    /// vote: a lost race, or the release reached `node` while the attempt ran, which is not
+    /// told apart: see docs/DESIGN.md, "Ordered approach"), or no release woke a waiter.
+    pub(crate) fn refused_by(&self, node: usize) -> bool {
         let bit = if node < 64 {
             1u64 << node
         } else {
-            return Refusal::LostRace;
+            return false;
         };
         let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
         let Some(latest) = recent
@@ -360,16 +342,13 @@ impl Channel {
             .filter(|r| r.woke)
             .max_by_key(|r| r.woke_order)
         else {
-            return Refusal::LostRace;
+            return false;
         };
-        if latest.nodes & bit == 0 {
-            latest.rewake |= bit;
-            return Refusal::Later;
+        if latest.nodes & bit != 0 {
+            return false;
         }
-        match before {
-            Some(seen) if seen.order == latest.woke_order && seen.nodes & bit == 0 => Refusal::Now,
-            _ => Refusal::LostRace,
-        }
+        latest.rewake |= bit;
+        true
     }
 
     /// Node `node`'s pub/sub connection was lost: a release notice it owed (see
@@ -491,25 +470,6 @@ impl Channel {
 
 fn lock(timer: &Timer) -> std::sync::MutexGuard<'_, Option<tokio::task::AbortHandle>> {
     timer.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// What a waiter saw of the latest release to wake a waiter on a channel, before its attempt
-/// (see [`Channel::refused_by`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Seen {
-    order: u64,
-    nodes: u64,
-}
-
-/// What a woken waiter's refusal by the key's arbiter means (see [`Channel::refused_by`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Refusal {
-    /// Another waiter has the arbiter's vote: sleep until the next notice.
-    LostRace,
-    /// The release had not reached the arbiter: its notice from there wakes a waiter again.
-    Later,
-    /// The release reached the arbiter while the attempt ran: try again at once.
-    Now,
 }
 
 /// The rate difference allowed between a node's clock and this client's when waiting out a

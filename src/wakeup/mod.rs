@@ -28,7 +28,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::node::Nodes;
 
 use channel::schedule;
-pub(crate) use channel::{Channel, Named, Noticed, NoticedGrant, Refusal, Seen};
+pub(crate) use channel::{Channel, Named, Noticed, NoticedGrant};
 use subscriber::worker;
 
 /// A waited-on channel: how many of the client's tasks wait on it.
