@@ -33,6 +33,15 @@ async fn until_contended(fleet: &Fleet, locks: &QuorumLock, n: u64) {
     .await;
 }
 
+/// Some attempt of `waiter` since its stats counted `ordered` asked the key's arbiter first.
+fn asked_the_arbiter(waiter: &QuorumLock, ordered: u64) {
+    assert!(
+        waiter.stats().ordered > ordered,
+        "no attempt asked the arbiter: {:?}",
+        waiter.stats()
+    );
+}
+
 /// A holder on one client, a waiter (3 s retry delay) on another: once the waiter waits, the
 /// holder releases, and the waiter must hold the lock well before its retry delay.
 async fn assert_prompt_handoff(fleet: &Fleet, name: &str) {
@@ -292,11 +301,7 @@ async fn an_entry_left_on_the_arbiter_does_not_keep_waiters_out() {
     }
     // Woken by the releases, the waiter asked the arbiter first (each time, unless its timer
     // happened to end a pause just as the release came).
-    assert!(
-        waiter.stats().ordered > ordered,
-        "no attempt asked the arbiter: {:?}",
-        waiter.stats()
-    );
+    asked_the_arbiter(&waiter, ordered);
 }
 
 /// A client that releases a key while another client's waiter listens, and asks for the key
@@ -421,9 +426,5 @@ async fn a_waiter_refused_by_an_arbiter_the_release_had_not_reached_yet_is_woken
             guard.release().await.unwrap();
         }
     }
-    assert!(
-        waiter.stats().ordered > ordered,
-        "no attempt asked the arbiter: {:?}",
-        waiter.stats()
-    );
+    asked_the_arbiter(&waiter, ordered);
 }
