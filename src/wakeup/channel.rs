@@ -221,7 +221,9 @@ impl Channel {
     /// announced to too few subscribed nodes to wake anyone, so the caller wakes a waiter to
     /// try again (see `Wakeups::confirm`).
     pub(super) fn set_confirmed(&self, node: usize, subscribed: bool) -> bool {
-        let bit = 1u64 << node;
+        let Some(bit) = node_bit(node) else {
+            return false;
+        };
         if subscribed {
             let before = self.confirmed.fetch_or(bit, Ordering::Relaxed);
             before & bit == 0 && (before.count_ones() as usize) < self.quorum && self.is_settled()
@@ -298,7 +300,7 @@ impl Channel {
         }
         let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
         let release = Self::record(&mut recent, message);
-        let bit = if node < 64 { 1 << node } else { 0 };
+        let bit = node_bit(node).unwrap_or(0);
         release.nodes |= bit;
         let counted = release.nodes.count_ones() as usize;
         if release.woke && release.rewake & bit != 0 {
@@ -331,9 +333,7 @@ impl Channel {
     /// vote: a lost race, or the release reached `node` while the attempt ran, which is not
     /// told apart: see docs/DESIGN.md, "Ordered approach"), or no release woke a waiter.
     pub(crate) fn refused_by(&self, node: usize) -> bool {
-        let bit = if node < 64 {
-            1u64 << node
-        } else {
+        let Some(bit) = node_bit(node) else {
             return false;
         };
         let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
@@ -355,7 +355,7 @@ impl Channel {
     /// [`refused_by`](Self::refused_by)) may never come (a node killed after it refused), so
     /// the longest waiter tries now instead of on its timer.
     pub(super) fn forget_rewakes(&self, node: usize) {
-        let bit = if node < 64 { 1u64 << node } else { return };
+        let Some(bit) = node_bit(node) else { return };
         let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
         let mut owed = false;
         for release in recent.iter_mut() {
@@ -440,7 +440,7 @@ impl Channel {
         if let Some(grant) = noticed {
             named.noticed.record(node, grant);
         }
-        let bit = if node < 64 { 1 << node } else { 0 };
+        let bit = node_bit(node).unwrap_or(0);
         let nodes = named.grants.fetch_or(bit, Ordering::Relaxed) | bit;
         tracing::trace!(
             waiter = %String::from_utf8_lossy(waiter),
@@ -466,6 +466,12 @@ impl Channel {
         }
         heard
     }
+}
+
+/// Node `node`'s bit in a set of nodes (`u64`): `None` past the 64 a set holds (the client
+/// takes no more nodes than that, `scripts::MAX_NODES`).
+fn node_bit(node: usize) -> Option<u64> {
+    u32::try_from(node).ok().and_then(|n| 1u64.checked_shl(n))
 }
 
 fn lock(timer: &Timer) -> std::sync::MutexGuard<'_, Option<tokio::task::AbortHandle>> {
