@@ -12,14 +12,16 @@ use tokio::time::Instant;
 
 const TTL: Duration = Duration::from_secs(30);
 
-async fn waiter_client(fleet: &Fleet, retry_delay: Duration) -> QuorumLock {
+/// A waiter's client: `retry_delay` without jitter, waits of up to 60 s.
+fn waiter_builder(fleet: &Fleet, retry_delay: Duration) -> quorum_lock::Builder {
     builder(fleet, Quorum::Majority)
         .retry_delay(retry_delay)
         .retry_jitter(Duration::ZERO)
         .wait_timeout(Duration::from_secs(60))
-        .build()
-        .await
-        .unwrap()
+}
+
+async fn waiter_client(fleet: &Fleet, retry_delay: Duration) -> QuorumLock {
+    waiter_builder(fleet, retry_delay).build().await.unwrap()
 }
 
 /// Waits until the client has made `n` contended attempts (its waiters are then listening).
@@ -265,13 +267,7 @@ async fn an_entry_left_on_the_arbiter_does_not_keep_waiters_out() {
     init_tracing();
     let fleet = own_fleet(5);
     let holder = client(&fleet, Quorum::Majority).await;
-    let waiter = builder(&fleet, Quorum::Majority)
-        .retry_delay(Duration::from_millis(250))
-        .retry_jitter(Duration::ZERO)
-        .wait_timeout(Duration::from_secs(60))
-        .build()
-        .await
-        .unwrap();
+    let waiter = waiter_client(&fleet, Duration::from_millis(250)).await;
     let ordered = waiter.stats().ordered;
     for n in 0..fleet.len() {
         let key = unique_key(&format!("orphan-{n}"));
@@ -371,11 +367,8 @@ async fn a_waiter_refused_by_an_arbiter_the_release_had_not_reached_yet_is_woken
         .build()
         .await
         .unwrap();
-    let waiter = builder(&fleet, Quorum::Majority)
+    let waiter = waiter_builder(&fleet, Duration::from_secs(20))
         .nodes((0..fleet.len()).map(|i| fleet.direct_url(i)))
-        .retry_delay(Duration::from_secs(20))
-        .retry_jitter(Duration::ZERO)
-        .wait_timeout(Duration::from_secs(60))
         .build()
         .await
         .unwrap();

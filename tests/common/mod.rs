@@ -137,13 +137,18 @@ pub async fn pttl(fleet: &Fleet, i: usize, key: &str) -> i64 {
 
 /// How many of the fleet's nodes hold `key` for `holder`.
 pub async fn nodes_holding(fleet: &Fleet, key: &str, holder: &str) -> usize {
-    let mut n = 0;
+    which_nodes_hold(fleet, key, holder).await.len()
+}
+
+/// The fleet's nodes that hold `key` for `holder`, in node order.
+pub async fn which_nodes_hold(fleet: &Fleet, key: &str, holder: &str) -> Vec<usize> {
+    let mut holding = Vec::new();
     for i in 0..fleet.len() {
         if entry(fleet, i, key).await.as_deref() == Some(holder) {
-            n += 1;
+            holding.push(i);
         }
     }
-    n
+    holding
 }
 
 /// `INFO commandstats` calls of `command` on node `i`.

@@ -651,15 +651,7 @@ async fn review_notices_clock_jump_before_the_first_renewal() {
         // came granted nobody, and under load the hold may rest on three grants. The jump
         // then hits one of the guard's nodes where it has four or five, and otherwise a node
         // without its grant (the competitor gets at most the two free nodes).
-        let holding = {
-            let mut holding = Vec::new();
-            for i in 0..fleet.len() {
-                if entry(&fleet, i, &key).await.as_deref() == Some(g.holder()) {
-                    holding.push(i);
-                }
-            }
-            holding
-        };
+        let holding = which_nodes_hold(&fleet, &key, g.holder()).await;
         let node = match holding.len() {
             4.. => holding[round % holding.len()],
             _ => (0..fleet.len())
